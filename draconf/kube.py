@@ -1,0 +1,76 @@
+"""Kubernetes API clients from a kubeconfig, with bad input turned into clear errors.
+
+>>> from draconf.kube import connect          # doctest: +SKIP
+>>> api = connect("/path/to/kubeconfig")      # doctest: +SKIP
+>>> api.core.list_node().items                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from draconf.errors import DraconfError
+
+
+@dataclass
+class Api:
+    """Typed API groups sharing one connection."""
+
+    api_client: client.ApiClient
+    source: str = ""
+
+    @cached_property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    @cached_property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api_client)
+
+    @cached_property
+    def resource(self) -> client.ResourceV1Api:
+        return client.ResourceV1Api(self.api_client)
+
+    @cached_property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    @cached_property
+    def extensions(self) -> client.ApiextensionsV1Api:
+        return client.ApiextensionsV1Api(self.api_client)
+
+    @cached_property
+    def version(self) -> client.VersionApi:
+        return client.VersionApi(self.api_client)
+
+    @property
+    def host(self) -> str:
+        return self.api_client.configuration.host
+
+
+def connect(kubeconfig: str | Path | None = None, context: str | None = None) -> Api:
+    """Build an :class:`Api` from a kubeconfig file (default: ``$KUBECONFIG`` / ``~/.kube/config``)."""
+    where = str(kubeconfig) if kubeconfig else "$KUBECONFIG or ~/.kube/config"
+    if kubeconfig is not None:
+        path = Path(kubeconfig)
+        if not path.is_file():
+            raise DraconfError(f"kubeconfig {path} does not exist")
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise DraconfError(f"kubeconfig {path} is not valid YAML: {err}") from err
+    try:
+        api_client = config.new_client_from_config(
+            config_file=str(kubeconfig) if kubeconfig else None, context=context)
+    except ConfigException as err:
+        raise DraconfError(f"cannot use kubeconfig {where}"
+                           f"{' context ' + context if context else ''}: {err}") from err
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise DraconfError(f"kubeconfig {where} is malformed: {err}") from err
+    return Api(api_client, source=where)

@@ -1,0 +1,391 @@
+"""The simulated node side of the test bed: NVIDIA DRA driver install, kubelet plugin and CDI.
+
+Run by ``draconf testbed up`` as ``python -m draconf.testbed.agent --state-dir DIR``.  It does,
+through the real API server, what the real components do on a GPU cluster:
+
+* the **Helm chart / GPU Operator**: installs the DeviceClasses (same names and CEL selectors as
+  the NVIDIA chart), the GPUCluster singleton and the kubelet-plugin DaemonSet;
+* **kubelet registration**: creates the Node objects that kwok then keeps Ready;
+* the **kubelet plugin**: publishes one ResourceSlice pool per GPU node, with the attributes and
+  types of kubernetes-sigs/dra-driver-nvidia-gpu (cmd/gpu-kubelet-plugin/deviceinfo.go);
+  "prepares" a pod's allocated claims once the scheduler has allocated and reserved them,
+  and "unprepares" them when the last consumer is gone;
+* **CDI / the container runtime**: for each container that lists a claim, a kwok ``Exec`` rule
+  whose environment tells the ``nvidia-smi`` shim which GPUs were injected.
+
+Allocation, reservation, generated claims, quota and garbage collection are left entirely to
+kube-scheduler, kube-controller-manager and kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from draconf.kube import connect
+from draconf.quantity import format_binary
+from draconf.testbed import faults as faults_mod
+from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
+
+log = logging.getLogger("nvidia-dra-driver")
+
+DRIVER = "gpu.nvidia.com"
+DATA = Path(__file__).parent / "data"
+PLUGIN_NAMESPACE = "gpu-operator"
+PLUGIN_DAEMONSET = "nvidia-dra-driver-kubelet-plugin"
+PLUGIN_COMPONENT_LABEL = "nvidia-dra-driver-gpu-component"
+GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
+                   "nvidia.com/gpu.present": "true"}
+#: Held on a claim while its devices are prepared on a node whose unprepare never completes.
+UNPREPARE_FINALIZER = "gpu.nvidia.com/unprepare-pending"
+
+DEVICE_CLASSES = {
+    "gpu.nvidia.com": "gpu",
+    "mig.nvidia.com": "mig",
+    "vfio.gpu.nvidia.com": "vfio",
+}
+
+
+def device_class(name: str, device_type: str) -> dict:
+    """A DeviceClass exactly as the NVIDIA chart renders it (templates/deviceclass-*.yaml)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression":
+                f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"}}]}}
+
+
+def semver(version: str) -> str:
+    """A driver version as the plugin publishes it: semver, so "580.95.05" becomes "580.95.5".
+
+    >>> semver("580.95.05"), semver("13.0")
+    ('580.95.5', '13.0.0')
+    """
+    parts = [str(int(p)) for p in version.split(".")[:3]]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def resource_slice(node: dict, drift: bool) -> dict:
+    """The one-slice pool the NVIDIA kubelet plugin publishes for ``node``."""
+    devices = []
+    for gpu in node["gpus"]:
+        attributes = {
+            "type": {"string": "gpu"},
+            "uuid": {"string": gpu["uuid"]},
+            "productName": {"string": gpu["productName"]},
+            "brand": {"string": gpu["brand"]},
+            "architecture": {"string": gpu["architecture"]},
+            "cudaComputeCapability": {"version": semver(gpu["cudaComputeCapability"])},
+            "driverVersion": {"version": semver(gpu["driverVersion"])},
+            "cudaDriverVersion": {"version": semver(gpu["cudaDriverVersion"])},
+            "resource.kubernetes.io/pciBusID": {"string": gpu["pciBusID"]},
+        }
+        if drift:
+            del attributes["productName"]
+        devices.append({"name": f"gpu-{gpu['minor']}", "attributes": attributes,
+                        "capacity": {"memory": {"value": format_binary(gpu["memory"])}}})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node['name']}-{DRIVER}"},
+            "spec": {"driver": DRIVER, "nodeName": node["name"],
+                     "pool": {"name": node["name"], "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+class Agent:
+    def __init__(self, state_dir: Path, crd_dir: Path, faults: list[str]):
+        self.dir = state_dir
+        self.crd_dir = crd_dir
+        self.faults = set(faults)
+        self.api = connect(state_dir / "nvidia-dra-driver.kubeconfig")
+        self.inventory = json.loads((state_dir / "inventory.json").read_text())
+        self.gpu_nodes = {n["name"]: n for n in self.inventory["nodes"] if n["gpus"]}
+        self.cdi_dir = state_dir / "cdi"
+        self.cdi_dir.mkdir(exist_ok=True)
+        self.warned: set[str] = set()
+        self.stopping = False
+
+    # --- install -----------------------------------------------------------------------------
+    def install(self) -> None:
+        self._apply_crd(self.crd_dir / "kwok.x-k8s.io_execs.yaml")
+        self._apply_crd(DATA / "crds" / "gpucluster.yaml")
+        if "clusterpolicy-conflict" in self.faults:
+            self._apply_crd(DATA / "crds" / "clusterpolicy.yaml")
+        self._register_nodes()
+        for name, device_type in DEVICE_CLASSES.items():
+            if name == "gpu.nvidia.com" and "missing-deviceclass" in self.faults:
+                continue
+            self._create(lambda body: self.api.resource.create_device_class(body),
+                         device_class(name, device_type))
+        self._install_operator_footprint()
+        if "no-resourceslices" not in self.faults:
+            for node in self.gpu_nodes.values():
+                self._create(lambda body: self.api.resource.create_resource_slice(body),
+                             resource_slice(node, drift="attribute-drift" in self.faults))
+        log.info("install complete: %d GPU nodes, faults=%s", len(self.gpu_nodes),
+                 sorted(self.faults) or "none")
+
+    def _create(self, create, body) -> None:
+        try:
+            create(body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+
+    def _apply_crd(self, path: Path) -> None:
+        body = yaml.safe_load(path.read_text())
+        self._create(lambda b: self.api.extensions.create_custom_resource_definition(b), body)
+        name = body["metadata"]["name"]
+        for _ in range(100):
+            crd = self.api.extensions.read_custom_resource_definition(name)
+            if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"CRD {name} never became established")
+
+    def _register_nodes(self) -> None:
+        for node in self.inventory["nodes"]:
+            labels = {"type": "kwok", "kubernetes.io/hostname": node["name"],
+                      "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+            taints = []
+            if node["gpus"]:
+                labels.update(GPU_NODE_LABELS)
+                labels["nvidia.com/gpu.product"] = node["gpus"][0]["productName"].replace(" ", "-")
+                if "gpu-nodes-tainted" in self.faults:
+                    taints.append(dict(faults_mod.GPU_NODE_TAINT))
+            body = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": node["name"], "labels": labels,
+                                 "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                                 "kwok.x-k8s.io/node": "fake"}},
+                    "spec": {"taints": taints} if taints else {}}
+            self._create(lambda b: self.api.core.create_node(b), body)
+
+    def _install_operator_footprint(self) -> None:
+        self._create(lambda b: self.api.core.create_namespace(b),
+                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}})
+        template_annotations = {}
+        if "plugin-unhealthy" in self.faults:
+            template_annotations[SIMULATE_ANNOTATION] = "crash-loop"
+        labels = {"app": PLUGIN_DAEMONSET, PLUGIN_COMPONENT_LABEL: "kubelet-plugin"}
+        daemonset = {
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": PLUGIN_DAEMONSET, "namespace": PLUGIN_NAMESPACE, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": {"app": PLUGIN_DAEMONSET}},
+                "template": {
+                    "metadata": {"labels": labels, "annotations": template_annotations},
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{
+                            "name": "gpus",
+                            "image": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0",
+                            "command": ["gpu-kubelet-plugin"],
+                        }],
+                    }}}}
+        self._create(lambda b: self.api.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b), daemonset)
+        self._create(lambda b: self.api.custom.create_cluster_custom_object(
+            "nvidia.com", "v1alpha1", "gpuclusters", b),
+            {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+             "metadata": {"name": "gpu-cluster"}, "spec": {"draDriver": {"enabled": True}}})
+        state = "notReady" if "plugin-unhealthy" in self.faults else "ready"
+        self.api.custom.patch_cluster_custom_object_status(
+            "nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster", {"status": {"state": state}})
+        if "clusterpolicy-conflict" in self.faults:
+            self._create(lambda b: self.api.custom.create_cluster_custom_object(
+                "nvidia.com", "v1", "clusterpolicies", b),
+                {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                 "metadata": {"name": "cluster-policy"}, "spec": {"devicePlugin": {"enabled": True}}})
+
+    # --- kubelet plugin loop -----------------------------------------------------------------
+    def run(self) -> None:
+        while not self.stopping:
+            try:
+                self.sync()
+            except ApiException as err:
+                log.warning("API error during sync: %s %s", err.status, err.reason)
+            except Exception:  # keep the node side alive whatever one pod does
+                log.exception("sync failed")
+            time.sleep(0.25)
+
+    def sync(self) -> None:
+        pods = self.api.core.list_pod_for_all_namespaces().items
+        claims = {(c.metadata.namespace, c.metadata.name): c
+                  for c in self.api.resource.list_resource_claim_for_all_namespaces().items}
+        for pod in pods:
+            if (pod.spec.node_name in self.gpu_nodes and pod.spec.resource_claims
+                    and not pod.metadata.deletion_timestamp
+                    and (pod.metadata.annotations or {}).get(PREPARED_ANNOTATION) != "true"):
+                self._maybe_prepare(pod, claims)
+        self._unprepare_released(pods, claims)
+
+    def _pod_claims(self, pod, claims) -> dict[str, object] | None:
+        """Pod claim name -> ResourceClaim, or None while any is missing or not yet reserved."""
+        generated = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+        result = {}
+        for ref in pod.spec.resource_claims:
+            name = ref.resource_claim_name or generated.get(ref.name)
+            if name is None:
+                return None
+            claim = claims.get((pod.metadata.namespace, name))
+            if claim is None or not claim.status or not claim.status.allocation:
+                return None
+            if not any(r.uid == pod.metadata.uid for r in claim.status.reserved_for or []):
+                return None
+            result[ref.name] = claim
+        return result
+
+    def _maybe_prepare(self, pod, claims) -> None:
+        pod_claims = self._pod_claims(pod, claims)
+        if pod_claims is None:
+            return
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
+        if "plugin-unhealthy" in self.faults:
+            if key not in self.warned:
+                self.warned.add(key)
+                first = next(iter(pod_claims.values()))
+                self._event(pod, "FailedPrepareDynamicResources",
+                            f"Failed to prepare dynamic resources: prepare dynamic resources: "
+                            f"NodePrepareResources failed for ResourceClaim {first.metadata.name}: "
+                            f"failed to get gRPC client for driver {DRIVER}: plugin name {DRIVER} "
+                            "not found in the list of registered DRA plugins")
+            return
+        node = pod.spec.node_name
+        for claim in pod_claims.values():
+            self._prepare_claim(claim, node)
+        self._write_exec(pod, pod_claims)
+        self.api.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                           {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
+        log.info("prepared %s on %s", key, node)
+
+    def _prepare_claim(self, claim, node: str) -> None:
+        """Record the CDI spec of a claim: one per claim, as the NVIDIA plugin writes it."""
+        uid = claim.metadata.uid
+        spec = self.cdi_dir / f"k8s.gpu.nvidia.com-claim_{uid}.json"
+        if spec.exists():
+            return
+        devices = [r.device for r in claim.status.allocation.devices.results
+                   if r.driver == DRIVER and r.pool == node]
+        spec.write_text(json.dumps({
+            "kind": "k8s.gpu.nvidia.com/claim", "claim": f"{claim.metadata.namespace}/{claim.metadata.name}",
+            "claimUID": uid, "node": node,
+            "devices": [{"name": f"{uid}-{d}", "device": d} for d in devices]}))
+        if "claims-not-released" in self.faults:
+            finalizers = list(claim.metadata.finalizers or [])
+            if UNPREPARE_FINALIZER not in finalizers:
+                self.api.resource.patch_namespaced_resource_claim(
+                    claim.metadata.name, claim.metadata.namespace,
+                    {"metadata": {"finalizers": finalizers + [UNPREPARE_FINALIZER]}})
+
+    def _injected_uuids(self, node: str, devices: list[str]) -> list[str]:
+        gpus = {f"gpu-{g['minor']}": g for g in self.gpu_nodes[node]["gpus"]}
+        if "cdi-not-injected" in self.faults:
+            return []
+        if "cdi-wrong-device" in self.faults:
+            # The runtime maps each allocated device to its neighbour: same node, wrong GPU.
+            ordered = sorted(gpus, key=lambda d: gpus[d]["minor"])
+            devices = [ordered[(ordered.index(d) + 1) % len(ordered)] for d in devices if d in gpus]
+        return [gpus[d]["uuid"] for d in devices if d in gpus]
+
+    def _write_exec(self, pod, pod_claims) -> None:
+        node = pod.spec.node_name
+        execs = []
+        for container in pod.spec.containers:
+            devices: list[str] = []
+            for ref in (container.resources.claims if container.resources else None) or []:
+                claim = pod_claims.get(ref.name)
+                if claim is None:
+                    continue
+                for result in claim.status.allocation.devices.results:
+                    if result.driver != DRIVER or result.pool != node:
+                        continue
+                    if getattr(ref, "request", None) and result.request.split("/")[0] != ref.request:
+                        continue
+                    if result.device not in devices:
+                        devices.append(result.device)
+            uuids = self._injected_uuids(node, devices)
+            envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"}]
+            if uuids:
+                envs += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(uuids)},
+                         {"name": "DRACONF_GPU_INVENTORY", "value": str(self.dir / "inventory.json")}]
+            execs.append({"containers": [container.name], "local": {"envs": envs}})
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                                  "name": pod.metadata.name, "uid": pod.metadata.uid}]},
+                "spec": {"execs": execs}}
+        args = ("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace, "execs")
+        try:
+            self.api.custom.create_namespaced_custom_object(*args, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            # A rule left by an earlier pod of the same name: replace it.
+            self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
+            self.api.custom.create_namespaced_custom_object(*args, body)
+
+    def _unprepare_released(self, pods, claims) -> None:
+        """Unprepare every prepared claim that no running pod on its node consumes any more."""
+        live = {p.metadata.uid for p in pods if not p.metadata.deletion_timestamp}
+        by_uid = {c.metadata.uid: c for c in claims.values()}
+        for spec in self.cdi_dir.glob("k8s.gpu.nvidia.com-claim_*.json"):
+            uid = spec.stem.split("claim_", 1)[1]
+            claim = by_uid.get(uid)
+            consumers = [r for r in (claim.status.reserved_for or [])] if claim and claim.status else []
+            if claim is not None and any(r.uid in live for r in consumers):
+                continue
+            if "claims-not-released" in self.faults:
+                continue  # the node never gets to unprepare: the finalizer stays on the claim
+            spec.unlink(missing_ok=True)
+            log.info("unprepared claim %s", uid)
+
+    def _event(self, pod, reason: str, message: str) -> None:
+        now = datetime.now(timezone.utc)
+        self.api.core.create_namespaced_event(pod.metadata.namespace, client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{pod.metadata.name}."),
+            involved_object=client.V1ObjectReference(
+                kind="Pod", namespace=pod.metadata.namespace, name=pod.metadata.name,
+                uid=pod.metadata.uid, api_version="v1"),
+            reason=reason, message=message, type="Warning", count=1,
+            first_timestamp=now, last_timestamp=now,
+            source=client.V1EventSource(component="kubelet", host=pod.spec.node_name)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m draconf.testbed.agent")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--crd-dir", type=Path, required=True)
+    parser.add_argument("--fault", action="append", default=[])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    agent = Agent(args.state_dir, args.crd_dir, args.fault)
+
+    def stop(*_):
+        agent.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for attempt in range(50):
+        try:
+            agent.install()
+            break
+        except ApiException as err:
+            log.warning("install attempt %d failed: %s %s %s", attempt + 1, err.status, err.reason, err.body)
+            time.sleep(0.5)
+    else:
+        log.error("could not install the driver footprint")
+        return 1
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

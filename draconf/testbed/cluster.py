@@ -1,0 +1,395 @@
+"""Start, inspect and stop an embedded test bed: a real control plane with simulated GPU nodes.
+
+Processes, all bound to 127.0.0.1 and started from the binaries :mod:`draconf.testbed.build`
+made: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and the simulated
+NVIDIA DRA driver (``python -m draconf.testbed.agent``).  Everything a bed owns lives in its
+state directory, so ``down`` can stop exactly what ``up`` started and remove the rest.
+
+Example::
+
+    bed = Testbed.named("default")
+    bed.up(inventory.load(), faults=[])
+    print(bed.kubeconfig)          # point kubectl or the suite here
+    bed.down()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from draconf.errors import DraconfError
+from draconf.testbed import build, faults as faults_mod, kwok_config, pins, pki as pki_mod
+from draconf.testbed.inventory import Inventory
+
+COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+              "nvidia-dra-driver"]
+SERVICE_CIDR = "10.96.0.0/16"
+
+
+def state_root() -> Path:
+    base = os.environ.get("DRACONF_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "draconf")
+    return Path(base) / "testbeds"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _pid_alive(pid: int, marker: str) -> bool:
+    """True if ``pid`` runs and is still the process we started (its cmdline names ``marker``)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return marker in cmdline and ") Z " not in stat
+
+
+@dataclass
+class Testbed:
+    name: str
+    dir: Path
+
+    @classmethod
+    def named(cls, name: str = "default") -> "Testbed":
+        if not name.replace("-", "").isalnum():
+            raise DraconfError(f"test bed name {name!r} may hold only letters, digits and dashes")
+        return cls(name, state_root() / name)
+
+    # --- state -------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    def state(self) -> dict | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _save(self, state: dict) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file)
+
+    def processes(self) -> dict[str, bool]:
+        """Component name -> whether its process is running."""
+        state = self.state() or {}
+        return {name: _pid_alive(proc["pid"], proc["marker"])
+                for name, proc in state.get("processes", {}).items()}
+
+    @property
+    def is_up(self) -> bool:
+        state = self.state()
+        if not state or not state.get("ready"):
+            return False
+        running = self.processes()
+        return all(running.get(c) for c in COMPONENTS)
+
+    def status(self) -> dict:
+        state = self.state()
+        if state is None:
+            return {"name": self.name, "state": "down"}
+        running = self.processes()
+        if state.get("ready") and all(running.get(c) for c in COMPONENTS):
+            phase = "up"
+        else:
+            phase = "half-up"
+        return {"name": self.name, "state": phase, "kubeconfig": str(self.kubeconfig),
+                "server": state.get("server"), "faults": state.get("faults", []),
+                "inventory": state.get("inventory"), "components": running,
+                "kubernetes": pins.KUBERNETES_VERSION, "logs": str(self.logs)}
+
+    # --- up ----------------------------------------------------------------------------------
+    def up(self, inventory: Inventory, faults: list[str], log=print,
+           apiserver_port: int | None = None, timeout: float = 120) -> Path:
+        """Start the bed (or confirm it is already up with the same faults); return the kubeconfig."""
+        faults = faults_mod.validate(faults)
+        state = self.state()
+        if state is not None:
+            if self.is_up:
+                if state.get("faults", []) != faults or state.get("inventory") != inventory.source:
+                    raise DraconfError(
+                        f"test bed {self.name!r} is already up with faults {state.get('faults') or 'none'} "
+                        f"and inventory {state.get('inventory')}; run `draconf testbed down"
+                        f"{'' if self.name == 'default' else ' --name ' + self.name}` first")
+                log(f"test bed {self.name!r} is already up")
+                return self.kubeconfig
+            stopped = [c for c, alive in self.processes().items() if not alive]
+            raise DraconfError(
+                f"test bed {self.name!r} is half up ({', '.join(stopped) or 'never became ready'}"
+                f"{' not running' if stopped else ''}); logs are in {self.logs}. "
+                f"Run `draconf testbed down{'' if self.name == 'default' else ' --name ' + self.name}` "
+                "to clear it, then `up` again")
+        if apiserver_port is not None and not port_is_free(apiserver_port):
+            raise DraconfError(f"port {apiserver_port} on 127.0.0.1 is already in use; choose another "
+                               "--port or leave it out to pick a free one")
+        bindir = build.ensure_built(log=log)
+        started = time.monotonic()
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.logs.mkdir(parents=True)
+        state = {"name": self.name, "faults": faults, "inventory": inventory.source,
+                 "processes": {}, "ready": False}
+        self._save(state)
+        try:
+            self._start(state, bindir, inventory, faults, apiserver_port, log, timeout)
+        except BaseException:
+            log(f"test bed {self.name!r} failed to start; stopping what was started "
+                f"(logs kept in {self.logs})")
+            self._stop_processes(log=lambda *_: None)
+            self.state_file.unlink(missing_ok=True)
+            raise
+        state["ready"] = True
+        self._save(state)
+        log(f"test bed {self.name!r} is up in {time.monotonic() - started:.1f}s: "
+            f"{len(inventory.nodes)} nodes, {inventory.gpu_count} GPUs"
+            f"{', faults: ' + ', '.join(faults) if faults else ''}")
+        log(f"kubeconfig: {self.kubeconfig}")
+        return self.kubeconfig
+
+    def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout) -> None:
+        pki = pki_mod.create(self.dir / "pki")
+        ports = {"etcd-client": free_port(), "etcd-peer": free_port(),
+                 "apiserver": apiserver_port or free_port(), "kwok": free_port()}
+        state["ports"] = ports
+        server = f"https://127.0.0.1:{ports['apiserver']}"
+        state["server"] = server
+        self._save(state)
+        for identity in pki_mod.IDENTITIES:
+            self._write_kubeconfig(self.dir / f"{identity}.kubeconfig", server, pki, identity)
+        shutil.copyfile(self.dir / "admin.kubeconfig", self.kubeconfig)
+        deadline = time.monotonic() + timeout
+
+        log("starting etcd")
+        self._spawn(state, "etcd", [
+            str(bindir / "etcd"), "--name", "testbed", "--data-dir", str(self.dir / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{ports['etcd-client']}",
+            "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd-client']}",
+            "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
+            "--initial-cluster", f"testbed=http://127.0.0.1:{ports['etcd-peer']}",
+            "--quota-backend-bytes", str(4 << 30), "--unsafe-no-fsync", "--log-level", "warn"])
+        self._wait_http(f"http://127.0.0.1:{ports['etcd-client']}/health", "etcd", deadline)
+
+        log("starting kube-apiserver")
+        admission_off = ["ResourceQuota"] if "quota-not-enforced" in faults else []
+        self._spawn(state, "kube-apiserver", [
+            str(bindir / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--tls-cert-file={pki.server_cert}", f"--tls-private-key-file={pki.server_key}",
+            f"--client-ca-file={pki.ca_cert}", f"--token-auth-file={pki.token_file}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--enable-admission-plugins=NodeRestriction,ResourceQuota",
+            *([f"--disable-admission-plugins={','.join(admission_off)}"] if admission_off else []),
+            "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
+            "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
+            "--profiling=false", "--v=1"])
+        self._wait_http(f"{server}/readyz", "kube-apiserver", deadline, pki=pki)
+
+        log("starting kube-controller-manager, kube-scheduler and kwok")
+        self._spawn(state, "kube-controller-manager", [
+            str(bindir / "kube-controller-manager"),
+            f"--kubeconfig={self.dir / 'kube-controller-manager.kubeconfig'}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", "--v=1"])
+        self._spawn(state, "kube-scheduler", [
+            str(bindir / "kube-scheduler"),
+            f"--kubeconfig={self.dir / 'kube-scheduler.kubeconfig'}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+            "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"])
+        kwok_yaml = self.dir / "kwok.yaml"
+        kwok_yaml.write_text(kwok_config.render())
+        shim_dir = self._install_node_tools()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_")}
+        env["PATH"] = f"{shim_dir}{os.pathsep}{env.get('PATH', '')}"
+        self._spawn(state, "kwok", [
+            str(bindir / "kwok"), f"--kubeconfig={self.dir / 'kwok.kubeconfig'}",
+            f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
+            "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
+            f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
+            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"], env=env)
+
+        (self.dir / "inventory.json").write_text(json.dumps(_inventory_doc(inventory)))
+        log("starting the simulated NVIDIA DRA driver")
+        self._spawn(state, "nvidia-dra-driver", [
+            sys.executable, "-m", "draconf.testbed.agent", "--state-dir", str(self.dir),
+            "--crd-dir", str(build.crd_dir()), *[f"--fault={f}" for f in faults]])
+        log("waiting for nodes, ResourceSlices and DeviceClasses")
+        from draconf.testbed.readiness import wait_ready  # needs the kubernetes client; lazy
+        wait_ready(self, inventory, faults, deadline, log)
+
+    def _install_node_tools(self) -> Path:
+        """What a GPU container gets injected: an ``nvidia-smi`` reading the CDI state."""
+        shim_dir = self.dir / "node-tools"
+        shim_dir.mkdir(exist_ok=True)
+        shim = shim_dir / "nvidia-smi"
+        shim.write_text(f"#!{sys.executable}\nfrom draconf.testbed.nvidia_smi import main\n"
+                        "raise SystemExit(main())\n")
+        shim.chmod(0o755)
+        return shim_dir
+
+    def _write_kubeconfig(self, path: Path, server: str, pki, identity: str) -> None:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": f"draconf-{self.name}",
+            "clusters": [{"name": f"draconf-{self.name}", "cluster": {
+                "server": server, "certificate-authority": str(pki.ca_cert)}}],
+            "users": [{"name": identity, "user": {"token": pki.token(identity)}}],
+            "contexts": [{"name": f"draconf-{self.name}", "context": {
+                "cluster": f"draconf-{self.name}", "user": identity}}],
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+
+    def _spawn(self, state: dict, name: str, cmd: list[str], env: dict | None = None) -> None:
+        logfile = open(self.logs / f"{name}.log", "ab")
+        # If the bed runs with draconf installed from a source tree, the agent and the nvidia-smi
+        # shim must import that same tree.
+        env = dict(env or os.environ)
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=self.dir, env=env, start_new_session=True)
+        logfile.close()
+        marker = " ".join(cmd[:2]) if name == "nvidia-dra-driver" else cmd[0]
+        state["processes"][name] = {"pid": proc.pid, "marker": marker}
+        self._save(state)
+
+    def check_alive(self) -> None:
+        """Raise with the log tail of the first component that has exited."""
+        for name, alive in self.processes().items():
+            if not alive:
+                tail = self.log_tail(name)
+                hint = ""
+                if "address already in use" in tail:
+                    hint = " (a port it needs is taken by another process)"
+                raise DraconfError(f"{name} exited during start-up{hint}; last lines of "
+                                   f"{self.logs / (name + '.log')}:\n{tail}")
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            text = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return "  (no log)"
+        return "\n".join("  " + line[:300] for line in text[-lines:])
+
+    def _wait_http(self, url: str, name: str, deadline: float, pki=None) -> None:
+        context = None
+        headers = {}
+        if pki is not None:
+            context = ssl.create_default_context(cafile=str(pki.ca_cert))
+            headers["Authorization"] = f"Bearer {pki.token('admin')}"
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                req = urllib.request.Request(url, headers=headers)
+                with urllib.request.urlopen(req, timeout=2, context=context) as resp:
+                    if resp.status == 200:
+                        return
+            except urllib.error.HTTPError as err:
+                last = f"HTTP {err.code}"
+            except OSError as err:
+                last = str(getattr(err, "reason", err))
+            time.sleep(0.2)
+        raise DraconfError(f"{name} did not become ready at {url} (last answer: {last}); "
+                           f"see {self.logs / (name + '.log')}")
+
+    # --- down --------------------------------------------------------------------------------
+    def down(self, log=print) -> bool:
+        """Stop every process this bed started and remove its state. False if nothing was there."""
+        if not self.dir.exists():
+            return False
+        started = time.monotonic()
+        self._stop_processes(log)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        log(f"test bed {self.name!r} is down ({time.monotonic() - started:.1f}s)")
+        return True
+
+    def _stop_processes(self, log) -> None:
+        state = self.state() or {}
+        procs = state.get("processes", {})
+        # Reverse start order: the driver and kwok first, etcd last.
+        order = [c for c in reversed(COMPONENTS) if c in procs]
+        for name in order:
+            proc = procs[name]
+            if _pid_alive(proc["pid"], proc["marker"]):
+                try:
+                    os.killpg(proc["pid"], signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for name in order:
+            proc = procs[name]
+            while _pid_alive(proc["pid"], proc["marker"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _pid_alive(proc["pid"], proc["marker"]):
+                log(f"{name} did not stop on SIGTERM; killing it")
+                try:
+                    os.killpg(proc["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _reap(proc["pid"])
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _inventory_doc(inventory: Inventory) -> dict:
+    """The inventory as the agent reads it back (plain data, no classes)."""
+    return {"source": inventory.source, "nodes": [
+        {"name": n.name, "gpus": [{
+            "minor": g.minor, "uuid": g.uuid, "productName": g.model.product_name,
+            "architecture": g.model.architecture, "brand": g.model.brand,
+            "cudaComputeCapability": g.model.cuda_compute_capability,
+            "driverVersion": g.driver_version, "cudaDriverVersion": g.cuda_driver_version,
+            "pciBusID": g.pci_bus_id, "memory": g.model.memory_bytes} for g in n.gpus]}
+        for n in inventory.nodes]}

@@ -1,0 +1,46 @@
+"""The ways a test bed can be started broken, each mimicking one real-world failure.
+
+``draconf testbed up --fault NAME`` (repeatable) starts a bed with these faults.  Each fault
+acts where the real failure would: in the driver install, the node side, or the control plane
+flags, so the symptom reaches the suite through the real API server, scheduler and controllers.
+
+>>> validate(["cdi-wrong-device"])
+['cdi-wrong-device']
+"""
+
+from __future__ import annotations
+
+from draconf.errors import DraconfError
+
+FAULTS: dict[str, str] = {
+    "missing-deviceclass":
+        "the driver install created no `gpu.nvidia.com` DeviceClass (GPU part disabled in the chart)",
+    "no-resourceslices":
+        "the kubelet plugin publishes no ResourceSlices (it cannot discover its GPUs)",
+    "attribute-drift":
+        "devices are published without `productName`, as after a driver upgrade that renamed it",
+    "cdi-not-injected":
+        "claims are prepared and pods run, but the runtime injects no GPU (CDI disabled)",
+    "cdi-wrong-device":
+        "the container is given a GPU other than the one allocated to its claim",
+    "claims-not-released":
+        "the node never finishes unpreparing, so generated claims outlive their pods",
+    "quota-not-enforced":
+        "kube-apiserver runs without the ResourceQuota admission plugin",
+    "clusterpolicy-conflict":
+        "a device-plugin ClusterPolicy exists beside the GPUCluster",
+    "plugin-unhealthy":
+        "the kubelet plugin pods crash-loop; claims are never prepared and pods stay Pending",
+    "gpu-nodes-tainted":
+        "GPU nodes carry a NoSchedule taint that ordinary GPU workloads do not tolerate",
+}
+
+#: The taint the gpu-nodes-tainted fault puts on every GPU node.
+GPU_NODE_TAINT = {"key": "dedicated", "value": "gpu-reserved", "effect": "NoSchedule"}
+
+
+def validate(names: list[str] | tuple[str, ...]) -> list[str]:
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        raise DraconfError(f"unknown fault {', '.join(unknown)}; choose from: {', '.join(FAULTS)}")
+    return sorted(set(names))

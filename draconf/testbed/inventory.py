@@ -1,0 +1,170 @@
+"""The simulated GPU fleet: which nodes exist and which GPUs each one holds.
+
+An inventory is a YAML file (see ``data/inventories/mixed.yaml``) or a uniform fleet built
+from two numbers.  Every GPU gets a UUID and PCI bus id derived from its node and minor
+number, so they are unique across the fleet and the same on every start.
+
+>>> inv = uniform(nodes=2, gpus_per_node=8)
+>>> [n.name for n in inv.nodes]
+['gpu-node-0', 'gpu-node-1']
+>>> inv.nodes[0].gpus[3].device_name
+'gpu-3'
+>>> inv.nodes[0].gpus[0].uuid == uniform(2, 8).nodes[0].gpus[0].uuid
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from draconf.errors import DraconfError
+from draconf.quantity import parse_quantity
+
+DEFAULT_INVENTORY = Path(__file__).parent / "data" / "inventories" / "mixed.yaml"
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str
+    product_name: str
+    architecture: str
+    cuda_compute_capability: str
+    memory_bytes: int
+    brand: str = "Nvidia"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    node: str
+    minor: int
+    model: GpuModel
+    driver_version: str
+    cuda_driver_version: str
+
+    @property
+    def device_name(self) -> str:
+        """The ResourceSlice device name the NVIDIA plugin uses: ``gpu-<minor>``."""
+        return f"gpu-{self.minor}"
+
+    @property
+    def uuid(self) -> str:
+        digest = hashlib.sha256(f"{self.node}/{self.minor}".encode()).hexdigest()
+        return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+    @property
+    def pci_bus_id(self) -> str:
+        return f"0000:{0x18 + 0x10 * self.minor:02x}:00.0"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    gpus: tuple[Gpu, ...] = ()
+
+    @property
+    def has_gpus(self) -> bool:
+        return bool(self.gpus)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[Node, ...]
+    source: str = ""
+
+    @property
+    def gpu_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.has_gpus)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def describe(self) -> str:
+        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3``."""
+        return "\n".join(
+            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name}" if n.gpus
+            else f"{n.name}: no GPU" for n in self.nodes)
+
+
+def load(path: str | Path = DEFAULT_INVENTORY) -> Inventory:
+    """Read an inventory file; any mistake in it is a :class:`DraconfError` naming the field."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise DraconfError(f"cannot read inventory {path}: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise DraconfError(f"inventory {path} is not valid YAML: {err}") from err
+    return from_dict(data, source=str(path))
+
+
+def from_dict(data, source: str = "<inventory>") -> Inventory:
+    def fail(msg: str) -> DraconfError:
+        return DraconfError(f"inventory {source}: {msg}")
+
+    if not isinstance(data, dict):
+        raise fail("expected a mapping with `models` and `nodes`")
+    driver = str(data.get("driverVersion", "580.95.05"))
+    cuda = str(data.get("cudaDriverVersion", "13.0.0"))
+    models: dict[str, GpuModel] = {}
+    for key, spec in (data.get("models") or {}).items():
+        if not isinstance(spec, dict):
+            raise fail(f"model {key!r} must be a mapping")
+        missing = {"productName", "architecture", "memory"} - spec.keys()
+        if missing:
+            raise fail(f"model {key!r} lacks {', '.join(sorted(missing))}")
+        try:
+            memory = parse_quantity(spec["memory"])
+        except ValueError as err:
+            raise fail(f"model {key!r}: {err}") from err
+        models[key] = GpuModel(
+            key=key, product_name=str(spec["productName"]), architecture=str(spec["architecture"]),
+            cuda_compute_capability=str(spec.get("cudaComputeCapability", "9.0.0")),
+            memory_bytes=memory, brand=str(spec.get("brand", "Nvidia")))
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise fail("`nodes` must be a non-empty list")
+    nodes, seen = [], set()
+    for i, spec in enumerate(raw_nodes):
+        if not isinstance(spec, dict) or "name" not in spec:
+            raise fail(f"nodes[{i}] needs a `name`")
+        name = str(spec["name"])
+        if not _NODE_NAME.match(name) or len(name) > 63:
+            raise fail(f"node name {name!r} is not a valid Kubernetes node name")
+        if name in seen:
+            raise fail(f"node {name!r} is listed twice")
+        seen.add(name)
+        count = spec.get("gpus", 0) or 0
+        if not isinstance(count, int) or count < 0 or count > 128:
+            raise fail(f"node {name!r}: `gpus` must be an integer from 0 to 128")
+        gpus: tuple[Gpu, ...] = ()
+        if count:
+            model = models.get(spec.get("model"))
+            if model is None:
+                raise fail(f"node {name!r}: model {spec.get('model')!r} is not under `models` "
+                           f"(known: {', '.join(models) or 'none'})")
+            gpus = tuple(Gpu(name, minor, model, driver, cuda) for minor in range(count))
+        nodes.append(Node(name, gpus))
+    return Inventory(tuple(nodes), source=source)
+
+
+def uniform(nodes: int, gpus_per_node: int, model: str = "h100-80gb-hbm3") -> Inventory:
+    """``nodes`` GPU nodes with ``gpus_per_node`` GPUs each, all of one model from the default file."""
+    if nodes < 1 or gpus_per_node < 1:
+        raise DraconfError("--nodes and --gpus-per-node must both be at least 1")
+    base = yaml.safe_load(DEFAULT_INVENTORY.read_text())
+    base["nodes"] = [{"name": f"gpu-node-{i}", "model": model, "gpus": gpus_per_node}
+                     for i in range(nodes)]
+    return from_dict(base, source=f"uniform {nodes}x{gpus_per_node}")

@@ -1,0 +1,225 @@
+"""The KWOK configuration of the test bed: the stages that play kubelet, and the default exec rule.
+
+KWOK's stock "fast" pod stage marks every pod Running as soon as it is bound.  A real kubelet
+does not start a container until the DRA driver has prepared the pod's claims, so the bed
+splits that stage in two: pods without claims start at once; pods with claims start only when
+the simulated NVIDIA kubelet plugin (``draconf.testbed.agent``) has prepared every claim and
+set the ``PREPARED_ANNOTATION``.  Stage shapes follow kwok v0.8.0 ``kustomize/stage``.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+#: Set by the simulated kubelet plugin on a pod once all its claims are prepared.
+PREPARED_ANNOTATION = "testbed.draconf.dev/claims-prepared"
+#: Set on pods whose containers the bed keeps crash-looping (the plugin-unhealthy fault).
+SIMULATE_ANNOTATION = "testbed.draconf.dev/simulate"
+
+_NOT_DELETING = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+_PENDING = {"key": ".status.phase", "operator": "In", "values": ["Pending"]}
+_NOT_READY = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status',
+              "operator": "NotIn", "values": ["True"]}
+
+
+def _annotation(name: str) -> str:
+    return f'.metadata.annotations["{name}"]'
+
+
+_RUNNING_STATUS = """\
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+{{ range .spec.readinessGates }}
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: {{ .conditionType | Quote }}
+{{ end }}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+initContainerStatuses:
+{{ range .spec.initContainers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: 0
+      finishedAt: {{ $now | Quote }}
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+{{ end }}
+{{ $hostIPs := NodeIPsWith .spec.nodeName }}
+{{ with $hostIPs }}
+hostIP: {{ index . 0 | Quote }}
+hostIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+{{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+{{ with $podIPs }}
+podIP: {{ index . 0 | Quote }}
+podIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_CRASH_LOOP_STATUS = """\
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Ready
+  reason: ContainersNotReady
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: ContainersReady
+  reason: ContainersNotReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 7
+  state:
+    waiting:
+      reason: CrashLoopBackOff
+      message: "back-off 5m0s restarting failed container"
+  lastState:
+    terminated:
+      exitCode: 1
+      reason: Error
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+{{ $hostIPs := NodeIPsWith .spec.nodeName }}
+{{ with $hostIPs }}
+hostIP: {{ index . 0 | Quote }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_NODE_STATUS = """\
+{{ $now := Now }}
+{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $lastTransitionTime | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+addresses:
+{{ with NodeIP }}
+- address: {{ . | Quote }}
+  type: InternalIP
+{{ end }}
+{{ with NodeName }}
+- address: {{ . | Quote }}
+  type: Hostname
+{{ end }}
+{{ with NodePort }}
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ . }}
+{{ end }}
+allocatable:
+{{ with .status.allocatable }}
+{{ YAML . 1 }}
+{{ else }}
+  cpu: "64"
+  memory: 512Gi
+  pods: "110"
+{{ end }}
+capacity:
+{{ with .status.capacity }}
+{{ YAML . 1 }}
+{{ else }}
+  cpu: "64"
+  memory: 512Gi
+  pods: "110"
+{{ end }}
+nodeInfo:
+  architecture: amd64
+  containerRuntimeVersion: containerd://2.1.4
+  kernelVersion: 6.8.0-draconf-testbed
+  kubeletVersion: {{ Version }}
+  operatingSystem: linux
+  osImage: "draconf test bed (kwok)"
+phase: Running
+"""
+
+
+def _stage(name: str, kind: str, selector: list[dict], next_: dict, delay_ms: int = 0) -> dict:
+    spec: dict = {"resourceRef": {"apiGroup": "v1", "kind": kind},
+                  "selector": {"matchExpressions": selector}, "next": next_}
+    if delay_ms:
+        spec["delay"] = {"durationMilliseconds": delay_ms, "jitterDurationMilliseconds": delay_ms + 10000}
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
+            "spec": spec}
+
+
+def stages() -> list[dict]:
+    node_ready = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status',
+                  "operator": "In", "values": ["True"]}
+    not_simulated = {"key": _annotation(SIMULATE_ANNOTATION), "operator": "DoesNotExist"}
+    return [
+        _stage("node-initialize", "Node", [_NOT_READY], {"statusTemplate": _NODE_STATUS}),
+        _stage("node-heartbeat-with-lease", "Node",
+               [{"key": ".status.phase", "operator": "In", "values": ["Running"]}, node_ready],
+               {"statusTemplate": _NODE_STATUS}, delay_ms=600000),
+        _stage("pod-ready", "Pod",
+               [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
+                {"key": ".spec.resourceClaims", "operator": "DoesNotExist"}],
+               {"statusTemplate": _RUNNING_STATUS}),
+        _stage("pod-ready-claims-prepared", "Pod",
+               [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
+                {"key": ".spec.resourceClaims", "operator": "Exists"},
+                {"key": _annotation(PREPARED_ANNOTATION), "operator": "In", "values": ["true"]}],
+               {"statusTemplate": _RUNNING_STATUS}),
+        _stage("pod-crash-loop", "Pod",
+               [_NOT_DELETING, _PENDING,
+                {"key": _annotation(SIMULATE_ANNOTATION), "operator": "In", "values": ["crash-loop"]}],
+               {"statusTemplate": _CRASH_LOOP_STATUS}),
+        _stage("pod-delete", "Pod",
+               [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}], {"delete": True}),
+    ]
+
+
+def default_cluster_exec() -> dict:
+    """Every container can be exec'd into; what it sees is decided by per-pod Exec objects."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterExec",
+            "metadata": {"name": "default-container"},
+            "spec": {"execs": [{"local": {"envs": [{"name": "DRACONF_CONTAINER", "value": "plain"}]}}]}}
+
+
+def render() -> str:
+    return yaml.safe_dump_all([*stages(), default_cluster_exec()], sort_keys=False)

@@ -1,0 +1,72 @@
+"""Certificates and tokens for a test bed: one CA, one serving cert, a service-account key pair
+and a static token per component.  Made with the ``openssl`` command, once per bed."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from draconf.errors import DraconfError
+
+#: Identity per client, mapped to the same users and groups a kubeadm cluster gives them, so
+#: RBAC is the real bootstrap policy (the scheduler and controller manager are not masters).
+IDENTITIES = {
+    "admin": ("kubernetes-admin", "system:masters"),
+    "kube-scheduler": ("system:kube-scheduler", ""),
+    "kube-controller-manager": ("system:kube-controller-manager", ""),
+    "kwok": ("system:kwok-controller", "system:masters"),
+    "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", "system:masters"),
+}
+
+
+@dataclass(frozen=True)
+class Pki:
+    dir: Path
+
+    ca_cert = property(lambda self: self.dir / "ca.crt")
+    server_cert = property(lambda self: self.dir / "apiserver.crt")
+    server_key = property(lambda self: self.dir / "apiserver.key")
+    sa_key = property(lambda self: self.dir / "sa.key")
+    sa_pub = property(lambda self: self.dir / "sa.pub")
+    token_file = property(lambda self: self.dir / "tokens.csv")
+
+    def token(self, identity: str) -> str:
+        for line in self.token_file.read_text().splitlines():
+            token, user, *_ = line.split(",")
+            if user == IDENTITIES[identity][0]:
+                return token
+        raise KeyError(identity)
+
+
+def create(directory: Path) -> Pki:
+    if shutil.which("openssl") is None:
+        raise DraconfError("the test bed needs the `openssl` command to make its certificates; "
+                           "install it (Debian: apt-get install openssl)")
+    pki = Pki(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        proc = subprocess.run(["openssl", *args], cwd=directory, capture_output=True, text=True)
+        if proc.returncode:
+            raise DraconfError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=draconf-testbed-ca",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    (directory / "san.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,IP:10.96.0.1\nextendedKeyUsage=serverAuth\n")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
+        "-keyout", "apiserver.key", "-out", "apiserver.csr")
+    run("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "3650", "-extfile", "san.cnf", "-out", "apiserver.crt")
+    run("genrsa", "-out", "sa.key", "2048")
+    run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+    lines = []
+    for i, (user, group) in enumerate(IDENTITIES.values()):
+        lines.append(f'{secrets.token_hex(16)},{user},uid-{i},"{group}"' if group
+                     else f"{secrets.token_hex(16)},{user},uid-{i}")
+    pki.token_file.write_text("\n".join(lines) + "\n")
+    return pki

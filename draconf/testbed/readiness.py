@@ -1,0 +1,61 @@
+"""What "the test bed is ready" means, checked through the API: every node Ready, every GPU
+node's slice published, the DeviceClasses present and a kubelet-plugin pod on each GPU node
+(each unless a fault removes it on purpose)."""
+
+from __future__ import annotations
+
+import time
+
+from kubernetes.client.exceptions import ApiException
+
+from draconf.errors import DraconfError
+from draconf.kube import connect
+
+
+def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
+    """Check name -> (satisfied, what was seen)."""
+    nodes = api.core.list_node().items
+    ready = [n.metadata.name for n in nodes
+             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+    want_nodes = len(inventory.nodes)
+    slices = api.resource.list_resource_slice().items
+    gpu_nodes = {n.name for n in inventory.gpu_nodes}
+    published = {s.spec.node_name for s in slices if s.spec.devices}
+    want_slices = set() if "no-resourceslices" in faults else gpu_nodes
+    classes = {c.metadata.name for c in api.resource.list_device_class().items}
+    want_classes = {"mig.nvidia.com", "vfio.gpu.nvidia.com"}
+    if "missing-deviceclass" not in faults:
+        want_classes.add("gpu.nvidia.com")
+    try:
+        plugin_pods = api.core.list_namespaced_pod(
+            "gpu-operator", label_selector="app=nvidia-dra-driver-kubelet-plugin").items
+    except ApiException:
+        plugin_pods = []
+    running = {p.spec.node_name for p in plugin_pods if p.status.phase == "Running"}
+    return {
+        "nodes Ready": (len(ready) >= want_nodes, f"{len(ready)}/{want_nodes}"),
+        "ResourceSlices published": (want_slices <= published, f"{len(published & gpu_nodes)}/{len(want_slices)}"),
+        "DeviceClasses present": (want_classes <= classes, ", ".join(sorted(classes)) or "none"),
+        "kubelet plugin on GPU nodes": (gpu_nodes <= running, f"{len(running & gpu_nodes)}/{len(gpu_nodes)}"),
+    }
+
+
+def wait_ready(bed, inventory, faults, deadline: float, log) -> None:
+    api = connect(bed.kubeconfig)
+    seen: dict = {}
+    last_report = time.monotonic()
+    while time.monotonic() < deadline:
+        bed.check_alive()
+        try:
+            seen = observe(api, inventory, faults)
+        except ApiException as err:
+            seen = {"API": (False, f"{err.status} {err.reason}")}
+        if all(ok for ok, _ in seen.values()):
+            return
+        if time.monotonic() - last_report > 5:
+            last_report = time.monotonic()
+            log("  waiting: " + "; ".join(f"{k} {v}" for k, (ok, v) in seen.items() if not ok))
+        time.sleep(0.25)
+    detail = "; ".join(f"{k}: {v}" for k, (ok, v) in seen.items() if not ok)
+    raise DraconfError(f"test bed {bed.name!r} did not become ready in time ({detail}); "
+                       f"logs in {bed.logs}")
