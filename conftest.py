@@ -1,0 +1,3 @@
+"""Loads the draconf plugin when pytest runs from a source checkout."""
+
+pytest_plugins = ["draconf.pytest_plugin"]

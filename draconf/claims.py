@@ -1,0 +1,107 @@
+"""ResourceClaims as the suite asserts on them.
+
+>>> c = Claim.from_dict({"metadata": {"name": "gpu-pod-gpu-x7k2p", "namespace": "ns", "uid": "u1",
+...   "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+...   "ownerReferences": [{"kind": "Pod", "name": "gpu-pod", "uid": "p1", "controller": True}]},
+...   "status": {"allocation": {"devices": {"results": [
+...      {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]}},
+...   "reservedFor": [{"resource": "pods", "name": "gpu-pod", "uid": "p1"}]}})
+>>> c.is_allocated, c.is_generated, c.owner_pod_uid, c.reserved_for_uids
+(True, True, 'p1', {'p1'})
+>>> [str(r) for r in c.results]
+['gpu: gpu.nvidia.com/n1/gpu-0']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+@dataclass(frozen=True)
+class AllocationResult:
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+    def __str__(self) -> str:
+        return f"{self.request}: {self.key}"
+
+
+@dataclass
+class Claim:
+    raw: dict
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Claim":
+        return cls(raw)
+
+    @classmethod
+    def read(cls, api, namespace: str, name: str) -> "Claim":
+        obj = api.resource.read_namespaced_resource_claim(name, namespace)
+        return cls(api.api_client.sanitize_for_serialization(obj))
+
+    @classmethod
+    def list(cls, api, namespace: str) -> list["Claim"]:
+        items = api.resource.list_namespaced_resource_claim(namespace).items
+        return [cls(api.api_client.sanitize_for_serialization(i)) for i in items]
+
+    meta = property(lambda self: self.raw.get("metadata", {}))
+    name = property(lambda self: self.meta.get("name"))
+    namespace = property(lambda self: self.meta.get("namespace"))
+    uid = property(lambda self: self.meta.get("uid"))
+    status = property(lambda self: self.raw.get("status") or {})
+
+    @property
+    def requests(self) -> list[dict]:
+        return (self.raw.get("spec") or {}).get("devices", {}).get("requests", [])
+
+    @property
+    def is_allocated(self) -> bool:
+        return bool(self.status.get("allocation"))
+
+    @property
+    def is_deleting(self) -> bool:
+        return bool(self.meta.get("deletionTimestamp"))
+
+    @property
+    def is_generated(self) -> bool:
+        """Made by the resourceclaim controller from a template for one pod."""
+        return POD_CLAIM_ANNOTATION in (self.meta.get("annotations") or {})
+
+    @property
+    def owner_pod_uid(self) -> str | None:
+        for ref in self.meta.get("ownerReferences") or []:
+            if ref.get("kind") == "Pod" and ref.get("controller"):
+                return ref.get("uid")
+        return None
+
+    @property
+    def results(self) -> list[AllocationResult]:
+        alloc = self.status.get("allocation") or {}
+        return [AllocationResult(r.get("request", ""), r["driver"], r["pool"], r["device"])
+                for r in (alloc.get("devices") or {}).get("results") or []]
+
+    @property
+    def reserved_for_uids(self) -> set[str]:
+        return {r.get("uid") for r in self.status.get("reservedFor") or []}
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(self.meta.get("finalizers") or [])
+
+    def summary(self) -> str:
+        """One line for messages, e.g. ``claim ns/x: allocated gpu: drv/pool/dev, reserved for 1 pod``."""
+        if not self.is_allocated:
+            state = "not allocated"
+        else:
+            state = "allocated " + ", ".join(str(r) for r in self.results)
+        reserved = len(self.reserved_for_uids)
+        deleting = ", being deleted" if self.is_deleting else ""
+        return f"claim {self.namespace}/{self.name}: {state}, reserved for {reserved} pod(s){deleting}"

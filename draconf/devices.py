@@ -1,0 +1,120 @@
+"""The devices a cluster publishes, read from its ResourceSlices.
+
+>>> d = Device(driver="gpu.nvidia.com", pool="node-a", name="gpu-0", node="node-a",
+...            attributes={"gpu.nvidia.com/productName": "NVIDIA H100 80GB HBM3"},
+...            capacity={"gpu.nvidia.com/memory": 85899345920})
+>>> d.attribute("productName")
+'NVIDIA H100 80GB HBM3'
+>>> d.memory("memory") > 40 * 2**30
+True
+>>> d.key
+'gpu.nvidia.com/node-a/gpu-0'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from draconf.quantity import parse_quantity
+
+
+@dataclass(frozen=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    node: str | None
+    attributes: dict = field(default_factory=dict, hash=False, compare=False)
+    capacity: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+    def _qualified(self, name: str) -> str:
+        return name if "/" in name else f"{self.driver}/{name}"
+
+    def attribute(self, name: str, default=None):
+        """An attribute value by name; unqualified names are in the driver's own domain."""
+        return self.attributes.get(self._qualified(name), default)
+
+    def has_attribute(self, name: str) -> bool:
+        return self._qualified(name) in self.attributes
+
+    def memory(self, capacity_name: str) -> int | None:
+        return self.capacity.get(self._qualified(capacity_name))
+
+    def __str__(self) -> str:
+        return f"{self.pool}/{self.name}"
+
+
+def _attribute_value(attr) -> object:
+    for kind in ("string", "int", "bool", "version"):
+        value = getattr(attr, kind, None)
+        if value is not None:
+            return value
+    return None
+
+
+def devices_from_slices(slices) -> list[Device]:
+    """Flatten ResourceSlice objects (from the Python client) into devices.
+
+    Slices without devices (e.g. the shared-counter slice of 1.35+) contribute nothing.
+    """
+    devices = []
+    for s in slices:
+        driver = s.spec.driver
+        for dev in s.spec.devices or []:
+            attrs = {(k if "/" in k else f"{driver}/{k}"): _attribute_value(v)
+                     for k, v in (dev.attributes or {}).items()}
+            caps = {}
+            for k, v in (dev.capacity or {}).items():
+                try:
+                    caps[k if "/" in k else f"{driver}/{k}"] = parse_quantity(v.value)
+                except (ValueError, AttributeError):
+                    continue
+            devices.append(Device(driver, s.spec.pool.name, dev.name, s.spec.node_name, attrs, caps))
+    return devices
+
+
+@dataclass
+class PublishedDevices:
+    """Every device of one driver, as published right now."""
+
+    driver: str
+    devices: list[Device]
+
+    @classmethod
+    def read(cls, api, driver: str) -> "PublishedDevices":
+        slices = api.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
+        return cls(driver, devices_from_slices(slices))
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __iter__(self):
+        return iter(self.devices)
+
+    def lookup(self, driver: str, pool: str, name: str) -> Device | None:
+        for d in self.devices:
+            if (d.driver, d.pool, d.name) == (driver, pool, name):
+                return d
+        return None
+
+    def by_uuid(self, uuid_attribute: str) -> dict[str, Device]:
+        return {d.attribute(uuid_attribute): d for d in self.devices if d.has_attribute(uuid_attribute)}
+
+    def nodes(self) -> list[str]:
+        return sorted({d.node for d in self.devices if d.node})
+
+    def values_of(self, attribute: str) -> Counter:
+        """How many devices publish each value of ``attribute``."""
+        return Counter(d.attribute(attribute) for d in self.devices if d.has_attribute(attribute))
+
+    def max_per_node(self) -> int:
+        counts = Counter(d.node for d in self.devices)
+        return max(counts.values(), default=0)
+
+    def matching(self, predicate) -> list[Device]:
+        return [d for d in self.devices if predicate(d)]

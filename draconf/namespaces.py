@@ -1,0 +1,140 @@
+"""Namespaces the suite creates: one per test, named and labelled with the run id.
+
+Everything a test creates lives in its namespace, so deleting the namespace is the cleanup,
+and ``sweep`` can find what a killed run left behind by label, touching nothing else.
+
+>>> run = RunId("k3x9q2")
+>>> name = run.namespace_name("test_allocation[single-gpu]")
+>>> name.startswith("draconf-k3x9q2-test-allocation-single-gpu-"), len(name) <= 63
+(True, True)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+from kubernetes.client.exceptions import ApiException
+
+from draconf import waits
+
+log = logging.getLogger("draconf.namespaces")
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "draconf"}
+RUN_ID_LABEL = "draconf.dev/run-id"
+
+
+@dataclass(frozen=True)
+class RunId:
+    value: str
+
+    @classmethod
+    def for_this_run(cls) -> "RunId":
+        """Shared by every pytest-xdist worker of one run; random otherwise."""
+        shared = os.environ.get("DRACONF_RUN_ID") or os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        return cls((shared or secrets.token_hex(4))[:8].lower())
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {**MANAGED_BY, RUN_ID_LABEL: self.value}
+
+    def namespace_name(self, test_name: str) -> str:
+        slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")
+        prefix = f"draconf-{self.value}-"
+        suffix = "-" + secrets.token_hex(2)
+        return prefix + slug[: 63 - len(prefix) - len(suffix)].rstrip("-") + suffix
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NamespaceRegistry:
+    """Namespaces created in this process and not yet deleted (for Ctrl-C / SIGTERM cleanup)."""
+
+    def __init__(self):
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._names.add(name)
+
+    def discard(self, name: str) -> None:
+        with self._lock:
+            self._names.discard(name)
+
+    def pending(self) -> list[str]:
+        with self._lock:
+            return sorted(self._names)
+
+
+REGISTRY = NamespaceRegistry()
+
+
+def create(api, run: RunId, test_name: str, extra_labels: dict | None = None) -> str:
+    name = run.namespace_name(test_name)
+    body = {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {**run.labels, **(extra_labels or {})}}}
+    waits.call(api.core.create_namespace, body)
+    REGISTRY.add(name)
+    # Pods are rejected until the service account controller has made `default`.
+    waits.wait_until(f"service account default in {name}",
+                     lambda: _has_default_sa(api, name), bool, timeout=30, interval=0.1)
+    return name
+
+
+def _has_default_sa(api, namespace: str) -> bool:
+    try:
+        api.core.read_namespaced_service_account("default", namespace)
+        return True
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+
+
+def delete(api, name: str, wait: float = 0) -> None:
+    """Delete a namespace (idempotent); with ``wait`` > 0, until it is gone."""
+    try:
+        waits.call(api.core.delete_namespace, name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    REGISTRY.discard(name)
+    if wait > 0:
+        waits.wait_until(f"namespace {name} to be deleted", lambda: _exists(api, name),
+                         lambda exists: not exists, timeout=wait, interval=0.25,
+                         describe=lambda exists: "still terminating" if exists else "gone")
+
+
+def _exists(api, name: str) -> bool:
+    try:
+        api.core.read_namespace(name)
+        return True
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+
+
+def leftovers(api, run: RunId | None = None) -> list[str]:
+    selector = ",".join(f"{k}={v}" for k, v in (run.labels if run else MANAGED_BY).items())
+    return sorted(n.metadata.name for n in api.core.list_namespace(label_selector=selector).items)
+
+
+def sweep(api, run: RunId | None = None, wait: float = 120, log_fn=print) -> list[str]:
+    """Delete every namespace draconf created (optionally of one run); returns their names."""
+    names = leftovers(api, run)
+    for name in names:
+        log_fn(f"deleting namespace {name}")
+        delete(api, name)
+    deadline = time.monotonic() + wait
+    for name in names:
+        while _exists(api, name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    return names

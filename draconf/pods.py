@@ -1,0 +1,185 @@
+"""Pods as the suite asserts on them, and running a command in one of their containers.
+
+>>> p = Pod({"metadata": {"name": "gpu-pod", "namespace": "ns", "uid": "p1"},
+...   "spec": {"nodeName": "n1", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}],
+...            "containers": [{"name": "workload", "resources": {"claims": [{"name": "gpu"}]}},
+...                           {"name": "sidecar"}]},
+...   "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "gpu-pod-gpu-abc"}]}})
+>>> p.phase, p.claim_names(), p.container_claims("sidecar")
+('Running', {'gpu': 'gpu-pod-gpu-abc'}, [])
+>>> parse_nvidia_smi_uuids("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)\\n")
+['GPU-1234']
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import yaml
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+_UUID_LINE = re.compile(r"^\s*GPU \d+: .* \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
+
+
+def parse_nvidia_smi_uuids(text: str) -> list[str]:
+    """The GPU UUIDs in ``nvidia-smi -L`` output (MIG lines are not full GPUs)."""
+    return [m.group(1) for line in text.splitlines() if (m := _UUID_LINE.match(line))]
+
+
+@dataclass
+class Pod:
+    raw: dict
+
+    @classmethod
+    def read(cls, api, namespace: str, name: str) -> "Pod":
+        obj = api.core.read_namespaced_pod(name, namespace)
+        return cls(api.api_client.sanitize_for_serialization(obj))
+
+    @classmethod
+    def list(cls, api, namespace: str, selector: str | None = None) -> list["Pod"]:
+        items = api.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [cls(api.api_client.sanitize_for_serialization(i)) for i in items]
+
+    meta = property(lambda self: self.raw.get("metadata", {}))
+    spec = property(lambda self: self.raw.get("spec", {}))
+    status = property(lambda self: self.raw.get("status") or {})
+    name = property(lambda self: self.meta.get("name"))
+    namespace = property(lambda self: self.meta.get("namespace"))
+    uid = property(lambda self: self.meta.get("uid"))
+    node = property(lambda self: self.spec.get("nodeName"))
+    phase = property(lambda self: self.status.get("phase", "Pending"))
+
+    @property
+    def is_running(self) -> bool:
+        return self.phase == "Running" and self.condition("Ready") == "True"
+
+    @property
+    def is_deleting(self) -> bool:
+        return bool(self.meta.get("deletionTimestamp"))
+
+    def condition(self, kind: str) -> str | None:
+        for c in self.status.get("conditions") or []:
+            if c.get("type") == kind:
+                return c.get("status")
+        return None
+
+    @property
+    def unschedulable_message(self) -> str | None:
+        """The scheduler's verdict when it could not place the pod, else None."""
+        for c in self.status.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" \
+                    and c.get("reason") == "Unschedulable":
+                return c.get("message") or "Unschedulable"
+        return None
+
+    @property
+    def waiting_reasons(self) -> list[str]:
+        reasons = []
+        for cs in self.status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting")
+            if waiting:
+                reasons.append(f"{cs.get('name')}: {waiting.get('reason')}")
+        return reasons
+
+    def claim_names(self) -> dict[str, str]:
+        """Pod-level claim name -> ResourceClaim name (generated or named); only those known yet."""
+        generated = {s["name"]: s.get("resourceClaimName")
+                     for s in self.status.get("resourceClaimStatuses") or []}
+        names = {}
+        for ref in self.spec.get("resourceClaims") or []:
+            name = ref.get("resourceClaimName") or generated.get(ref["name"])
+            if name:
+                names[ref["name"]] = name
+        return names
+
+    def generated_claim_names(self) -> list[str]:
+        templated = {r["name"] for r in self.spec.get("resourceClaims") or []
+                     if r.get("resourceClaimTemplateName")}
+        return [n for k, n in self.claim_names().items() if k in templated]
+
+    @property
+    def containers(self) -> list[str]:
+        return [c["name"] for c in self.spec.get("containers") or []]
+
+    def container_claims(self, container: str) -> list[str]:
+        """Pod-level claim names a container lists in ``resources.claims``."""
+        for c in self.spec.get("containers") or []:
+            if c["name"] == container:
+                return [r["name"] for r in (c.get("resources") or {}).get("claims") or []]
+        raise KeyError(container)
+
+    def summary(self) -> str:
+        parts = [f"pod {self.namespace}/{self.name}: {self.phase}"]
+        if self.node:
+            parts.append(f"on {self.node}")
+        if self.unschedulable_message:
+            parts.append(f"unschedulable: {self.unschedulable_message}")
+        if self.waiting_reasons:
+            parts.append("waiting: " + ", ".join(self.waiting_reasons))
+        if self.is_deleting:
+            parts.append("being deleted")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    error: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def command_not_found(self) -> bool:
+        text = f"{self.stderr}\n{self.error}"
+        return self.exit_code in (126, 127) or "not found" in text or "No such file" in text
+
+    def describe(self) -> str:
+        out = f"exit {self.exit_code}"
+        if self.stdout.strip():
+            out += f"; stdout: {self.stdout.strip()[:400]}"
+        if self.stderr.strip():
+            out += f"; stderr: {self.stderr.strip()[:400]}"
+        if self.error:
+            out += f"; {self.error[:400]}"
+        return out
+
+
+_EXIT_STATUS = re.compile(r"exit (?:status|code) (\d+)")
+
+
+def exec_in_container(api, namespace: str, pod: str, container: str, command: list[str],
+                      timeout: float = 30) -> ExecResult:
+    """Run ``command`` like ``kubectl exec``; the exit code comes from the status channel.
+
+    A runtime that reports a non-zero exit only in the status message (kwok does) is understood
+    too: the code is read from ``exit status N`` in that message.
+    """
+    ws = stream(api.core.connect_get_namespaced_pod_exec, pod, namespace, container=container,
+                command=command, stdout=True, stderr=True, stdin=False, tty=False,
+                _preload_content=False, _request_timeout=timeout)
+    stdout, stderr = [], []
+    try:
+        ws.run_forever(timeout=timeout)
+        stdout.append(ws.read_stdout() or "")
+        stderr.append(ws.read_stderr() or "")
+        status_text = ws.read_channel(ERROR_CHANNEL)
+    finally:
+        ws.close()
+    status = yaml.safe_load(status_text) if status_text else None
+    if not status:
+        return ExecResult("".join(stdout), "".join(stderr), None, "no exit status received")
+    if status.get("status") == "Success":
+        return ExecResult("".join(stdout), "".join(stderr), 0)
+    message = status.get("message", "")
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode" or cause.get("type") == "ExitCode":
+            return ExecResult("".join(stdout), "".join(stderr), int(cause["message"]), message)
+    match = _EXIT_STATUS.search(message)
+    code = int(match.group(1)) if match else None
+    return ExecResult("".join(stdout), "".join(stderr), code, message)

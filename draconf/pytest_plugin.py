@@ -1,0 +1,150 @@
+"""The draconf pytest plugin: target selection, profile, namespaces, cleanup and reports.
+
+Loaded by the repo's ``conftest.py`` and, when draconf is installed, by the ``pytest11`` entry
+point, so ``pytest suites/`` works from anywhere.  Options::
+
+    --target testbed|kubeconfig   the embedded test bed (default) or $KUBECONFIG
+    --kube-context NAME           context within the kubeconfig (target kubeconfig)
+    --profile NAME|FILE           how to talk to the driver (default: nvidia)
+    --keep-on-failure             keep a failed test's namespace for inspection
+    --testbed-name NAME           which embedded test bed to start or reuse
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import pytest
+
+from draconf import namespaces
+from draconf.errors import DraconfError
+from draconf.kube import connect
+from draconf.profile import resolve as resolve_profile
+
+log = logging.getLogger("draconf")
+
+FAILED = pytest.StashKey[bool]()
+_failed_nodeids: set[str] = set()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("draconf", "draconf: GPU DRA conformance")
+    group.addoption("--target", choices=["testbed", "kubeconfig"], default="testbed",
+                    help="cluster under test: the embedded test bed (default) or $KUBECONFIG")
+    group.addoption("--kube-context", default=None,
+                    help="kubeconfig context to use with --target kubeconfig")
+    group.addoption("--profile", default="nvidia",
+                    help="driver profile: a built-in name (nvidia) or a YAML file")
+    group.addoption("--keep-on-failure", action="store_true",
+                    help="keep the namespace of a failed test for inspection")
+    group.addoption("--testbed-name", default="default",
+                    help="name of the embedded test bed to start or reuse (target testbed)")
+    try:
+        from draconf import reporting
+        reporting.pytest_addoption(parser)
+    except ImportError:  # reporting is optional while it is being built
+        pass
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "draconf(workload, check): a conformance check of one workload")
+    config.addinivalue_line("markers", "conformance: part of the conformance suite")
+    try:
+        config.draconf_profile = resolve_profile(config.getoption("--profile"))
+    except DraconfError as err:
+        raise pytest.UsageError(str(err)) from None
+    try:
+        from draconf import reporting
+        config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
+    except ImportError:
+        pass
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (CI cancel, kill) unwinds like Ctrl-C, so fixtures and the sweep below run.
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        item.stash[FAILED] = True
+        _failed_nodeids.add(item.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Whatever a test could not delete (interrupted, crashed fixture), delete it now."""
+    api = getattr(session.config, "draconf_api", None)
+    pending = namespaces.REGISTRY.pending()
+    if api is None or not pending:
+        return
+    for name in pending:
+        try:
+            namespaces.delete(api, name)
+        except Exception as err:  # best effort: report, never mask the run's own outcome
+            log.warning("could not delete namespace %s: %s; run `draconf sweep`", name, err)
+
+
+# --- fixtures --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def profile(pytestconfig):
+    """The driver profile chosen with --profile (validated before anything is created)."""
+    return pytestconfig.draconf_profile
+
+
+@pytest.fixture(scope="session")
+def run_id():
+    return namespaces.RunId.for_this_run()
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig):
+    """An API connection to the cluster under test; starts the embedded test bed if needed."""
+    target = pytestconfig.getoption("--target")
+    try:
+        if target == "testbed":
+            from draconf.testbed.cluster import Testbed
+            from draconf.testbed import inventory
+            bed = Testbed.named(pytestconfig.getoption("--testbed-name"))
+            if not bed.is_up:
+                reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+                say = (lambda m: reporter.write_line(f"[draconf] {m}")) if reporter else print
+                bed.up(inventory.load(), faults=[], log=say)
+            api = connect(bed.kubeconfig)
+        else:
+            api = connect(None, pytestconfig.getoption("--kube-context"))
+    except DraconfError as err:
+        pytest.exit(f"draconf: {err}", returncode=3)
+    pytestconfig.draconf_api = api
+    return api
+
+
+def make_namespace(request, api, run_id, label: str) -> str:
+    """Create a run-labelled namespace and arrange its deletion at the end of ``request``'s scope
+    (kept when a test in that scope failed and --keep-on-failure is set)."""
+    name = namespaces.create(api, run_id, label)
+    scope_items = [request.node] if isinstance(request.node, pytest.Item) else None
+
+    def finish():
+        failed = (request.node.stash.get(FAILED, False) if scope_items
+                  else any(n.startswith(request.node.nodeid) for n in _failed_nodeids))
+        if failed and request.config.getoption("--keep-on-failure"):
+            namespaces.REGISTRY.discard(name)
+            log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
+            return
+        namespaces.delete(api, name, wait=120)
+
+    request.addfinalizer(finish)
+    return name
+
+
+@pytest.fixture
+def namespace(request, cluster, run_id):
+    """A fresh namespace for this test, deleted afterwards."""
+    return make_namespace(request, cluster, run_id, request.node.name)

@@ -1,0 +1,103 @@
+"""Polling waits that fail fast on terminal states and say what they last saw.
+
+Every wait polls (list/get, never a bare watch) with tenacity.  Transient API trouble (429,
+5xx, a dropped connection) is retried; anything else (RBAC denial, validation) is raised at
+once.  A ``verdict`` callback turns a terminal state (say, an unschedulable pod) into an
+immediate failure instead of a timeout.
+
+>>> n = iter(range(10))
+>>> wait_until("a number above 2", lambda: next(n), lambda v: v > 2, timeout=5, interval=0.01)
+3
+>>> wait_until("never", lambda: 0, lambda v: False, timeout=0.05, interval=0.01,
+...            describe=lambda v: f"value {v}")
+Traceback (most recent call last):
+...
+draconf.waits.WaitTimeout: timed out after 0.05s waiting for never; last observed: value 0
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, TypeVar
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from tenacity import RetryError, Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
+
+log = logging.getLogger("draconf.wait")
+T = TypeVar("T")
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+
+
+class WaitFailed(AssertionError):
+    """A wait ended without the expected state; the cluster failed the check."""
+
+    def __init__(self, message: str, last_observed: str = ""):
+        super().__init__(message)
+        self.last_observed = last_observed
+
+
+class WaitTimeout(WaitFailed):
+    """No definitive signal before the deadline."""
+
+
+class TerminalState(WaitFailed):
+    """The observed state can no longer turn into the expected one."""
+
+
+def is_transient(err: BaseException) -> bool:
+    """True for errors worth retrying: throttling, server errors and dropped connections."""
+    if isinstance(err, ApiException):
+        return err.status in TRANSIENT_STATUS or err.status == 0
+    return isinstance(err, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
+
+
+def retrying(timeout: float = 30, interval: float = 0.5) -> Retrying:
+    """A tenacity policy for single API calls: retry transient errors only."""
+    return Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
+                    retry=retry_if_exception(is_transient), reraise=True)
+
+
+def call(fn: Callable[..., T], *args, timeout: float = 30, **kwargs) -> T:
+    """``fn(*args, **kwargs)``, retried through transient API errors."""
+    return retrying(timeout)(fn, *args, **kwargs)
+
+
+def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], *, timeout: float,
+               describe: Callable[[T], str] = str, verdict: Callable[[T], str | None] | None = None,
+               interval: float = 0.5, progress_every: float = 15) -> T:
+    """Poll ``observe`` until ``ready(state)``; return that state.
+
+    Raises :class:`TerminalState` as soon as ``verdict(state)`` returns a message, and
+    :class:`WaitTimeout` (with ``describe`` of the last state) when ``timeout`` runs out.
+    """
+    started = time.monotonic()
+    last: list = []
+    next_progress = [started + progress_every]
+
+    def attempt():
+        state = observe()
+        last[:] = [state]
+        if verdict is not None and not ready(state):
+            message = verdict(state)
+            if message:
+                raise TerminalState(f"{what}: {message}", describe(state))
+        now = time.monotonic()
+        if now >= next_progress[0]:
+            next_progress[0] = now + progress_every
+            log.info("still waiting (%.0fs) for %s; now: %s", now - started, what, describe(state))
+        return state
+
+    policy = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
+                      retry=retry_if_result(lambda s: not ready(s)) | retry_if_exception(is_transient))
+    try:
+        return policy(attempt)
+    except RetryError as err:
+        outcome = err.last_attempt
+        if outcome.failed:
+            seen = f"API error {outcome.exception()}"
+        else:
+            seen = describe(last[0]) if last else "nothing"
+        raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what}; last observed: {seen}",
+                          seen) from None

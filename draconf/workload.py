@@ -1,0 +1,380 @@
+"""A GPU workload deployed into a test namespace, and the three checks every workload gets.
+
+``Workload`` is what a scenario declares: which manifests, which selectors to put into which
+claim (template), how many pods consume it.  ``DeployedWorkload`` is that workload running in
+a cluster, with ``check_allocation``, ``check_injection`` and ``check_cleanup``; each raises
+``AssertionError`` with a message an operator can act on, and returns the evidence it read.
+
+Example (the single-GPU walkthrough)::
+
+    workload = Workload("single-gpu", ["01-single-gpu.yaml"], expected_pods=1)
+    deployed = DeployedWorkload.deploy(api, namespace, workload, profile, labels)
+    deployed.wait_running()
+    deployed.check_allocation(published)
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+
+from kubernetes.client.exceptions import ApiException
+
+from draconf import manifests, waits
+from draconf import selectors as sel
+from draconf.claims import Claim
+from draconf.devices import PublishedDevices
+from draconf.pods import Pod, exec_in_container, parse_nvidia_smi_uuids
+from draconf.profile import Profile
+
+log = logging.getLogger("draconf.workload")
+
+#: Scheduler messages that will not change by waiting (see dra-facts §2 and the seeds).
+DEFINITIVE_UNSCHEDULABLE = ("cannot allocate all claims", "does not exist", "untolerated taint",
+                            "didn't match Pod's node affinity/selector", "CEL runtime error",
+                            "exceeded quota")
+
+
+@dataclass
+class Workload:
+    name: str
+    manifests: list[str]
+    expected_pods: int
+    #: claim or template name -> selectors to set on its (first) request
+    selectors: dict[str, list[sel.Selector]] = field(default_factory=dict)
+    #: label selector finding the pods of a controller (Deployment); None: the manifest's pods
+    pod_selector: str | None = None
+
+    def documents(self, profile: Profile) -> list[dict]:
+        """The manifests with the profile's class, image and tolerations and this run's selectors."""
+        docs = [doc for name in self.manifests for doc in manifests.load(name)]
+        for doc in docs:
+            spec = _claim_spec(doc)
+            if spec is not None:
+                for request in spec.get("devices", {}).get("requests", []):
+                    exactly = request.get("exactly", {})
+                    exactly["deviceClassName"] = profile.device_class
+                    if doc["metadata"]["name"] in self.selectors:
+                        exactly["selectors"] = [{"cel": {"expression": s.cel}}
+                                                for s in self.selectors[doc["metadata"]["name"]]]
+            pod_spec = _pod_spec(doc)
+            if pod_spec is not None:
+                pod_spec["tolerations"] = [dict(t) for t in profile.tolerations]
+                for container in pod_spec.get("containers", []):
+                    container["image"] = profile.image
+        return docs
+
+
+def _claim_spec(doc: dict) -> dict | None:
+    if doc["kind"] == "ResourceClaim":
+        return doc.setdefault("spec", {})
+    if doc["kind"] == "ResourceClaimTemplate":
+        return doc.setdefault("spec", {}).setdefault("spec", {})
+    return None
+
+
+def _pod_spec(doc: dict) -> dict | None:
+    if doc["kind"] == "Pod":
+        return doc["spec"]
+    if doc["kind"] in {"Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet"}:
+        return doc["spec"]["template"]["spec"]
+    return None
+
+
+@dataclass
+class DeployedWorkload:
+    api: object
+    namespace: str
+    workload: Workload
+    profile: Profile
+    documents: list[dict]
+    #: claims seen while the workload ran, kept for the cleanup check
+    seen_claims: dict[str, Claim] = field(default_factory=dict)
+
+    @classmethod
+    def deploy(cls, api, namespace: str, workload: Workload, profile: Profile,
+               labels: dict | None = None) -> "DeployedWorkload":
+        docs = workload.documents(profile)
+        manifests.create(api, namespace, docs, labels)
+        return cls(api, namespace, workload, profile, docs)
+
+    # --- observing ---------------------------------------------------------------------------
+    def pods(self) -> list[Pod]:
+        if self.workload.pod_selector:
+            return [p for p in Pod.list(self.api, self.namespace, self.workload.pod_selector)
+                    if not p.is_deleting]
+        names = [d["metadata"]["name"] for d in self.documents if d["kind"] == "Pod"]
+        pods = []
+        for name in names:
+            try:
+                pods.append(Pod.read(self.api, self.namespace, name))
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        return pods
+
+    def claims(self) -> dict[str, Claim]:
+        claims = {c.name: c for c in Claim.list(self.api, self.namespace)}
+        self.seen_claims.update(claims)
+        return claims
+
+    def describe(self, pods: list[Pod] | None = None) -> str:
+        pods = self.pods() if pods is None else pods
+        claims = self.claims()
+        lines = [p.summary() for p in pods] or ["no pods"]
+        lines += [c.summary() for c in claims.values()]
+        return "; ".join(lines)
+
+    def events(self) -> list[str]:
+        items = self.api.core.list_namespaced_event(self.namespace).items
+        items.sort(key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
+        return [f"{e.type} {e.reason} {e.involved_object.kind}/{e.involved_object.name}: {e.message}"
+                for e in items]
+
+    def _verdict(self, pods: list[Pod]) -> str | None:
+        for pod in pods:
+            message = pod.unschedulable_message
+            if message and any(m in message for m in DEFINITIVE_UNSCHEDULABLE):
+                return f"the scheduler cannot place pod {pod.name}: {message}"
+            if pod.phase == "Failed":
+                return f"pod {pod.name} failed: {pod.summary()}"
+        return None
+
+    def wait_running(self, timeout: float | None = None) -> list[Pod]:
+        """Every pod of the workload Running; a definitive scheduler verdict fails at once."""
+        want = self.workload.expected_pods
+        return waits.wait_until(
+            f"{want} pod(s) of {self.workload.name} to run",
+            self.pods, lambda pods: len(pods) == want and all(p.is_running for p in pods),
+            timeout=timeout or self.profile.timeouts.running, describe=self.describe,
+            verdict=self._verdict, interval=0.5)
+
+    def wait_pending_with(self, text: str, timeout: float | None = None) -> Pod:
+        """The (single) pod stays unscheduled and the scheduler's message names ``text``."""
+        def observe():
+            pods = self.pods()
+            return pods[0] if pods else None
+        return waits.wait_until(
+            f"the scheduler to report {text!r} for {self.workload.name}", observe,
+            lambda p: p is not None and text in (p.unschedulable_message or ""),
+            timeout=timeout or self.profile.timeouts.schedule,
+            describe=lambda p: p.summary() if p else "no pod",
+            verdict=lambda p: f"pod {p.name} was scheduled to {p.node}" if p and p.node else None)
+
+    # --- checks --------------------------------------------------------------------------------
+    def check_allocation(self, published: PublishedDevices) -> list[str]:
+        """Claims allocated by the scheduler to published devices that satisfy their selectors."""
+        pods = self.pods()
+        claims = self.claims()
+        evidence, problems = [], []
+        class_rule = sel.device_class(self.profile.driver, self.profile.attributes["type"],
+                                      self.profile.device_type)
+        owners: dict[str, str] = {}
+        if len(pods) != self.workload.expected_pods:
+            problems.append(f"expected {self.workload.expected_pods} pod(s), found {len(pods)}")
+        for pod in pods:
+            if pod.unschedulable_message:
+                problems.append(f"pod {pod.name} is not scheduled: {pod.unschedulable_message}")
+                continue
+            refs = {r["name"]: r for r in pod.spec.get("resourceClaims") or []}
+            names = pod.claim_names()
+            for ref_name, ref in refs.items():
+                claim_name = names.get(ref_name)
+                if claim_name is None:
+                    problems.append(f"pod {pod.name}: status.resourceClaimStatuses does not name the "
+                                    f"claim generated for {ref_name!r}")
+                    continue
+                claim = claims.get(claim_name)
+                if claim is None:
+                    problems.append(f"pod {pod.name}: claim {claim_name} does not exist")
+                    continue
+                evidence.append(claim.summary())
+                if ref.get("resourceClaimTemplateName") and claim.owner_pod_uid != pod.uid:
+                    problems.append(f"generated claim {claim_name} is not owned by pod {pod.name}")
+                if not claim.is_allocated:
+                    problems.append(f"claim {claim_name} of pod {pod.name} is not allocated")
+                    continue
+                if pod.uid not in claim.reserved_for_uids:
+                    problems.append(f"claim {claim_name}: reservedFor does not hold pod {pod.name}")
+                want = sum(r.get("exactly", {}).get("count", 1) for r in claim.requests)
+                if len(claim.results) != want:
+                    problems.append(f"claim {claim_name}: {len(claim.results)} device(s) allocated, "
+                                    f"{want} requested")
+                if len({r.key for r in claim.results}) != len(claim.results):
+                    problems.append(f"claim {claim_name}: the same device allocated twice")
+                template = ref.get("resourceClaimTemplateName") or ref.get("resourceClaimName")
+                for result in claim.results:
+                    other = owners.setdefault(result.key, claim_name)
+                    if other != claim_name:
+                        problems.append(f"device {result.key} is allocated to both {other} and {claim_name}")
+                    device = published.lookup(result.driver, result.pool, result.device)
+                    if device is None:
+                        problems.append(f"claim {claim_name}: device {result.key} is not in any "
+                                        "published ResourceSlice")
+                        continue
+                    if not class_rule.matches(device):
+                        problems.append(f"claim {claim_name}: device {result.key} fails the "
+                                        f"DeviceClass {self.profile.device_class} ({class_rule})")
+                    for rule in self.workload.selectors.get(template, []):
+                        if not rule.matches(device):
+                            problems.append(f"claim {claim_name}: device {result.key} does not satisfy "
+                                            f"the selector ({rule}); it publishes "
+                                            f"{_published_summary(device, self.profile)}")
+                    if device.node and pod.node and device.node != pod.node:
+                        problems.append(f"pod {pod.name} runs on {pod.node} but its device "
+                                        f"{result.key} is on {device.node}")
+        assert not problems, "allocation is wrong: " + "; ".join(problems)
+        return evidence
+
+    def expected_uuids(self, pod: Pod, container: str, claims: dict[str, Claim],
+                       published: PublishedDevices) -> list[str]:
+        names = pod.claim_names()
+        uuids = []
+        for ref in pod.container_claims(container):
+            claim = claims.get(names.get(ref, ""))
+            for result in claim.results if claim else []:
+                device = published.lookup(result.driver, result.pool, result.device)
+                if device is not None:
+                    uuids.append(device.attribute(self.profile.attributes["uuid"]))
+        return sorted(set(u for u in uuids if u))
+
+    def check_injection(self, published: PublishedDevices) -> list[str]:
+        """``nvidia-smi -L`` in every container shows exactly the GPUs allocated to its claims."""
+        pods = self.pods()
+        not_running = [p.summary() for p in pods if not p.is_running]
+        assert pods and not not_running, ("injection cannot be checked: the workload is not running ("
+                                          + ("; ".join(not_running) or "no pods") + ")")
+        claims = self.claims()
+        problems, evidence = [], []
+        for pod in pods:
+            for container in pod.containers:
+                expected = self.expected_uuids(pod, container, claims, published)
+                result = exec_in_container(self.api, self.namespace, pod.name, container,
+                                           ["nvidia-smi", "-L"], timeout=self.profile.timeouts.exec)
+                seen = sorted(parse_nvidia_smi_uuids(result.stdout))
+                evidence.append(f"{pod.name}/{container}: expected {expected or 'no GPU'}; "
+                                f"nvidia-smi -L: {result.describe()}")
+                if not expected:
+                    # No claim listed: nvidia-smi must be absent or list nothing.
+                    if seen:
+                        problems.append(f"{pod.name}/{container} lists no claim but sees {seen}")
+                    elif result.exit_code is None:
+                        problems.append(f"{pod.name}/{container}: exec failed ({result.describe()})")
+                    continue
+                if not result.succeeded and not seen:
+                    problems.append(f"{pod.name}/{container} sees no GPU: nvidia-smi -L {result.describe()}"
+                                    f" (allocated: {', '.join(expected)})")
+                elif seen != expected:
+                    missing = sorted(set(expected) - set(seen))
+                    extra = sorted(set(seen) - set(expected))
+                    problems.append(f"{pod.name}/{container} sees {seen}, allocated {expected}"
+                                    + (f"; missing {missing}" if missing else "")
+                                    + (f"; not allocated to it {extra}" if extra else ""))
+        assert not problems, "CDI injection is wrong: " + "; ".join(problems)
+        return evidence
+
+    def delete_consumers(self) -> None:
+        """Delete what consumes the claims (pods, controllers); claims and templates stay."""
+        for doc in self.documents:
+            if _pod_spec(doc) is None:
+                continue
+            kind, name = doc["kind"], doc["metadata"]["name"]
+            try:
+                if kind == "Pod":
+                    self.api.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                elif kind == "Deployment":
+                    self.api.apps.delete_namespaced_deployment(
+                        name, self.namespace, propagation_policy="Foreground")
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+
+    def check_cleanup(self, published: PublishedDevices, probe) -> list[str]:
+        """After the consumers are gone: generated claims deleted, named claims deallocated, and
+        the freed devices allocatable again (``probe(devices)`` allocates them to prove it)."""
+        claims = self.claims()
+        held = {k: c for k, c in claims.items() if c.is_allocated}
+        freed = [published.lookup(r.driver, r.pool, r.device)
+                 for c in held.values() for r in c.results]
+        freed = [d for d in freed if d is not None]
+        self.delete_consumers()
+        timeout = self.profile.timeouts.cleanup
+
+        def state():
+            pods = self.pods()
+            current = {c.name: c for c in Claim.list(self.api, self.namespace)}
+            return pods, current
+
+        def done(s):
+            pods, current = s
+            if pods:
+                return False
+            for name, claim in current.items():
+                if claim.is_generated or claim.is_allocated or claim.reserved_for_uids:
+                    return False
+            return True
+
+        def describe(s):
+            pods, current = s
+            return "; ".join([p.summary() for p in pods] + [c.summary() for c in current.values()]) \
+                or "nothing left"
+
+        try:
+            waits.wait_until(f"{self.workload.name}'s claims to be released", state, done,
+                             timeout=timeout, describe=describe, interval=0.5)
+        except waits.WaitFailed as err:
+            raise AssertionError(f"cleanup is incomplete: {err}") from None
+        evidence = [f"released {c.summary()}" for c in held.values()]
+        if freed:
+            evidence += probe(freed)
+        return evidence
+
+
+def _published_summary(device, profile: Profile) -> str:
+    attrs = {role: device.attribute(name) for role, name in profile.attributes.items()}
+    attrs["memory"] = device.memory(profile.memory_capacity)
+    return ", ".join(f"{k}={v}" for k, v in attrs.items())
+
+
+def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
+                      labels: dict | None = None) -> list[str]:
+    """Allocate exactly ``devices`` again (one probe pod per node, selecting them by UUID) and
+    release them; proves that cleanup really returned them to the pool."""
+    uuid_attr = profile.attributes["uuid"]
+    by_node: dict[str, list] = {}
+    for device in devices:
+        by_node.setdefault(device.node or device.pool, []).append(device)
+    evidence = []
+    for node, group in sorted(by_node.items()):
+        uuids = sorted(d.attribute(uuid_attr) for d in group)
+        rule = sel.uuid_in(profile.domain, uuid_attr, uuids)
+        name = f"probe-{len(evidence)}"
+        docs = [
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": profile.device_class, "count": len(uuids),
+                 "selectors": [{"cel": {"expression": rule.cel}}]}}]}}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+             "spec": {"restartPolicy": "Never", "tolerations": [dict(t) for t in profile.tolerations],
+                      "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                      "containers": [{"name": "probe", "image": profile.image, "command": ["sleep", "3600"],
+                                      "resources": {"claims": [{"name": "gpu"}]}}]}},
+        ]
+        manifests.create(api, namespace, docs, labels)
+        probe = DeployedWorkload(api, namespace, Workload(name, [], 1), profile, docs)
+        try:
+            waits.wait_until(f"the freed devices {', '.join(str(d) for d in group)} to be allocated "
+                             "again", lambda: Claim.read(api, namespace, name), lambda c: c.is_allocated,
+                             timeout=profile.timeouts.schedule, describe=lambda c: probe.describe(),
+                             verdict=lambda c: probe._verdict(probe.pods()))
+        except waits.WaitFailed as err:
+            raise AssertionError(f"freed devices are not allocatable again: {err}") from None
+        claim = Claim.read(api, namespace, name)
+        got = sorted(r.key for r in claim.results)
+        assert got == sorted(d.key for d in group), (
+            f"probe for the freed devices got {got}, expected {sorted(d.key for d in group)}")
+        evidence.append(f"re-allocated {', '.join(got)} to a probe claim")
+        api.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        api.resource.delete_namespaced_resource_claim(name, namespace)
+    return evidence
