@@ -1,0 +1,760 @@
+"""What a draconf run leaves behind: ``summary.json``, a terminal matrix, and Allure extras.
+
+The main plugin registers one :class:`ReportingPlugin` per pytest process and re-exports this
+module's :func:`pytest_addoption`::
+
+    from draconf.reporting import ReportingPlugin, pytest_addoption  # noqa: F401
+
+    def pytest_configure(config):
+        config.pluginmanager.register(ReportingPlugin(config), "draconf-reporting")
+
+Tests say what they exercise with a marker, and explain a failure with a diagnosis code::
+
+    @pytest.mark.draconf(workload="single-gpu", check="cdi")
+    def test_container_sees_its_gpu(request, pod):
+        if pod.visible_gpu != pod.allocated_gpu:
+            record_diagnosis(request.node, "cdi-wrong-device",
+                             evidence={"nvidia-smi -L": pod.nvidia_smi})
+            pytest.fail(diagnosis_prefix("cdi-wrong-device") + "container sees the wrong GPU")
+
+At the end of the session the plugin writes ``<--draconf-reports>/summary.json`` (one row per
+test, see :class:`ReportingPlugin`), prints a workload x check matrix, and, when allure-pytest
+is writing results (``--alluredir``), adds ``environment.properties`` and ``categories.json``
+there so that Allure groups failures by diagnosis. :func:`build_html_report` turns such a
+results directory into one self-contained HTML file with Allure 3 (Node, no Java).
+
+Outcomes follow Allure's vocabulary, so the matrix, summary.json and the HTML report agree:
+
+========  ==========================================================================
+passed    every phase passed
+failed    the test body raised AssertionError (or called ``pytest.fail``): the cluster
+          does not conform
+broken    the test body raised anything else: the test could not reach a verdict
+error     setup or teardown (a fixture) failed
+skipped   skipped or xfailed
+========  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import pytest
+
+from draconf.errors import DraconfError
+from draconf.testbed.pins import cache_root
+
+#: Every diagnosis a test may record, with what it means for the cluster and where to look.
+#: The wording is for the operator reading a failed run, modelled on the NVIDIA DRA driver's
+#: troubleshooting list.
+DIAGNOSES: dict[str, str] = {
+    "api-unavailable":
+        "The API server does not serve resource.k8s.io/v1, so no DRA workload can run: check "
+        "the Kubernetes version (1.34 or later) and the API server's --runtime-config and "
+        "feature gates (`kubectl api-resources --api-group=resource.k8s.io`).",
+    "missing-deviceclass":
+        "The DeviceClass the workload requests does not exist, which usually means the DRA "
+        "driver was installed with that device type turned off: fix the driver's Helm values "
+        "(for NVIDIA, resources.gpus.enabled) and check `kubectl get deviceclasses`.",
+    "no-resourceslices":
+        "The driver publishes no ResourceSlices, so the scheduler sees no GPUs: the kubelet "
+        "plugin cannot discover the GPUs on its node; check its pod logs and the node's GPU "
+        "driver, then `kubectl get resourceslices`.",
+    "attribute-missing":
+        "A CEL selector uses a device attribute the driver does not publish (wrong name, "
+        "domain or type), so no device can ever match: compare the selector with the "
+        "attributes in `kubectl get resourceslices -o yaml`.",
+    "selector-unmatched":
+        "The selectors are valid but no published GPU satisfies them (for example a product "
+        "or memory size the cluster does not have): check the claim's CEL expressions "
+        "against the devices listed in the ResourceSlices.",
+    "capacity-exhausted":
+        "Every GPU that matches the request is already allocated, so the pod stays Pending: "
+        "free GPUs by deleting finished pods and claims (`kubectl get resourceclaims -A`) or "
+        "add capacity.",
+    "node-excluded":
+        "The pod's node selector, affinity or an untolerated taint keeps it off every node "
+        "that has a matching GPU: compare the pod spec with the GPU nodes' labels and taints "
+        "(including DRA device taints).",
+    "plugin-unhealthy":
+        "The driver's kubelet plugin is absent or unhealthy on the GPU node, so allocated "
+        "claims cannot be prepared: check the kubelet-plugin DaemonSet pods, their logs, and "
+        "the kubelet's plugin registration.",
+    "cdi-not-injected":
+        "The container started without its allocated GPU, which means CDI is not enabled in "
+        "the container runtime: enable CDI in containerd or CRI-O and check the CDI specs the "
+        "driver writes (e.g. under /var/run/cdi).",
+    "cdi-wrong-device":
+        "The container sees a GPU other than the one allocated to its claim, so device "
+        "isolation is broken: compare the claim's status.allocation with nvidia-smi inside "
+        "the container and check the driver's CDI specs.",
+    "claim-not-released":
+        "ResourceClaims generated for pods outlive those pods, so their GPUs stay allocated: "
+        "check the kube-controller-manager's resourceclaim controller and the claims' owner "
+        "references and finalizers.",
+    "quota-not-enforced":
+        "A ResourceQuota on a DeviceClass (<class>.deviceclass.resource.k8s.io/devices) was "
+        "not enforced: check that the ResourceQuota admission plugin is enabled on the API "
+        "server and that the quota names the right DeviceClass.",
+    "policy-conflict":
+        "A GPU Operator ClusterPolicy (device plugin) exists beside the GPUCluster (DRA), and a "
+        "cluster may have one or the other but not both: delete the one you do not use.",
+    "timeout":
+        "The check ran out of time without a definitive signal from the cluster, so it says "
+        "nothing about conformance yet: read the events of the objects involved and rerun "
+        "with a longer timeout.",
+}
+
+#: Where each test's diagnosis code lives between record_diagnosis() and the report.
+DIAGNOSIS_KEY = pytest.StashKey[str]()
+#: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
+RUN_INFO_KEY = pytest.StashKey[dict]()
+
+#: Outcomes from best to worst; a matrix cell shows the worst of its tests. ``failed`` is
+#: worst because it is the one definitive "does not conform"; the others mean "no verdict".
+OUTCOMES = ("passed", "skipped", "error", "broken", "failed")
+OUTCOME_LABELS = {"passed": "PASS", "skipped": "SKIP", "error": "ERROR",
+                  "broken": "BROKEN", "failed": "FAIL"}
+_OUTCOME_COLOURS = {"passed": {"green": True}, "skipped": {"yellow": True},
+                    "error": {"red": True}, "broken": {"purple": True},
+                    "failed": {"red": True, "bold": True}}
+
+SUMMARY_FILENAME = "summary.json"
+ALLURE_NPM_PACKAGE = "allure@3"
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the helpers test code calls
+# ---------------------------------------------------------------------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--draconf-reports DIR`` (default ``reports``, relative to the invocation dir)."""
+    parser.getgroup("draconf").addoption(
+        "--draconf-reports", dest="draconf_reports", default="reports", metavar="DIR",
+        help="directory for summary.json (default: reports)")
+
+
+def diagnosis_prefix(code: str) -> str:
+    """The text to start a failure message with, so Allure can file it under ``code``.
+
+    >>> diagnosis_prefix("cdi-wrong-device")
+    '[cdi-wrong-device] '
+    """
+    _require_known_code(code)
+    return f"[{code}] "
+
+
+def record_diagnosis(node: pytest.Item, code: str,
+                     evidence: Mapping[str, Any] | None = None) -> None:
+    """Say why ``node`` (the test item: ``request.node``) is failing, with optional evidence.
+
+    The code lands in the test's summary.json row and matrix cell. When Allure is recording,
+    the test also gets the tag ``diagnosis:<code>`` and one text attachment per evidence entry,
+    e.g. ``evidence={"kubectl describe pod": text}``. If the test then fails without the
+    :func:`diagnosis_prefix` in its message, the plugin prepends it so Allure's categories can
+    still match (see ``ReportingPlugin._add_prefix_to``). Recording again replaces the code.
+    """
+    _require_known_code(code)
+    if not isinstance(node, pytest.Item):
+        raise TypeError("record_diagnosis() needs the test item (request.node inside the test "
+                        f"or a function-scoped fixture), not {type(node).__name__} {node.nodeid}")
+    node.stash[DIAGNOSIS_KEY] = code
+    if _allure_is_recording(node.config):
+        import allure  # only here: reporting works without allure-pytest installed
+        allure.dynamic.tag(f"diagnosis:{code}")
+        for name, text in (evidence or {}).items():
+            allure.attach(text if isinstance(text, str) else str(text), name=name,
+                          attachment_type=allure.attachment_type.TEXT)
+
+
+def set_run_info(config: pytest.Config, **info: Any) -> None:
+    """Add metadata about this run (target, versions, inventory...) to summary.json and Allure.
+
+    >>> class FakeConfig: stash = pytest.Stash()
+    >>> config = FakeConfig()
+    >>> set_run_info(config, target="testbed", driver="gpu.nvidia.com")
+    >>> set_run_info(config, run_id="abc123")
+    >>> get_run_info(config)
+    {'target': 'testbed', 'driver': 'gpu.nvidia.com', 'run_id': 'abc123'}
+    """
+    config.stash.setdefault(RUN_INFO_KEY, {}).update(info)
+
+
+def get_run_info(config: pytest.Config) -> dict[str, Any]:
+    """A copy of everything given to :func:`set_run_info` so far."""
+    return dict(config.stash.get(RUN_INFO_KEY, {}))
+
+
+def _require_known_code(code: str) -> None:
+    # A typo would yield a code that no Allure category and no operator doc knows about.
+    if code not in DIAGNOSES:
+        raise ValueError(f"unknown diagnosis {code!r}; known: {', '.join(DIAGNOSES)}")
+
+
+def _allure_is_recording(config: pytest.Config) -> bool:
+    """True when allure-pytest is installed and this run was given ``--alluredir``."""
+    if not getattr(config.option, "allure_report_dir", None):
+        return False
+    try:
+        import allure  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# One phase (setup / call / teardown) of one test, as seen by pytest_runtest_makereport
+# ---------------------------------------------------------------------------------------------
+
+def phase_outcome(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | None) -> str:
+    """Classify one phase the way Allure does (see the module docstring).
+
+    ``excinfo`` is None for a strict XPASS, which pytest reports as a failed call.
+    """
+    if report.passed:
+        return "passed"
+    if report.skipped:
+        return "skipped"
+    if report.when != "call":
+        return "error"
+    if excinfo is None or excinfo.errisinstance((AssertionError, pytest.fail.Exception)):
+        return "failed"
+    return "broken"
+
+
+def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | None) -> str | None:
+    """First line of why the phase did not pass, or None if it passed.
+
+    Assertion failures give their message (the diagnosis prefix comes first); other
+    exceptions keep their type, which is what tells a reader why the test broke.
+    """
+    if report.passed:
+        return None
+    if hasattr(report, "wasxfail"):
+        return first_line(f"XFAIL {report.wasxfail}".strip())
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return first_line(report.longrepr[2].removeprefix("Skipped: "))
+    if excinfo is not None:
+        if excinfo.errisinstance((AssertionError, pytest.fail.Exception)):
+            return first_line(str(excinfo.value)) or first_line(excinfo.exconly())
+        return first_line(excinfo.exconly())
+    return first_line(report.longreprtext)
+
+
+def first_line(text: str | None) -> str | None:
+    """The first non-blank line of ``text``, stripped; None when there is none.
+
+    >>> first_line("\\n  [timeout] no pod\\nassert False")
+    '[timeout] no pod'
+    >>> first_line("  ") is None
+    True
+    """
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def marker_fields(item: pytest.Item) -> tuple[str | None, str | None]:
+    """``(workload, check)`` from the closest ``@pytest.mark.draconf(...)``; None when absent."""
+    marker = item.get_closest_marker("draconf")
+    if marker is None:
+        return None, None
+    return marker.kwargs.get("workload"), marker.kwargs.get("check")
+
+
+# ---------------------------------------------------------------------------------------------
+# Folding the three phases of a test into one summary row
+# ---------------------------------------------------------------------------------------------
+
+def new_row(nodeid: str, phase: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary.json row, started from a test's setup phase."""
+    return {"id": nodeid, "workload": phase.get("workload"), "check": phase.get("check"),
+            "outcome": phase["outcome"], "duration": 0.0,
+            "diagnosis": phase.get("diagnosis"), "message": phase.get("message")}
+
+
+def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duration: float) -> None:
+    """Update ``row`` with one more phase of its test.
+
+    The call phase decides the outcome unless setup already failed or skipped; a failing
+    teardown turns a passed or skipped test into an error (as pytest counts it) but does not
+    hide a real failure.
+
+    >>> row = new_row("t.py::test", {"outcome": "passed"})
+    >>> fold_phase(row, "call", {"outcome": "failed", "message": "boom"}, 0.5)
+    >>> fold_phase(row, "teardown", {"outcome": "error", "message": "cleanup"}, 0.25)
+    >>> row["outcome"], row["message"], row["duration"]
+    ('failed', 'boom', 0.75)
+    """
+    row["duration"] = round(row["duration"] + duration, 6)  # microseconds are plenty
+    row["diagnosis"] = phase.get("diagnosis") or row["diagnosis"]
+    if when == "setup":
+        return  # new_row() already took setup's outcome
+    takes_over = (
+        (when == "call" and row["outcome"] == "passed")
+        or (when == "teardown" and phase["outcome"] == "error"
+            and row["outcome"] in ("passed", "skipped")))
+    if takes_over:
+        row["outcome"] = phase["outcome"]
+        row["message"] = phase.get("message")
+
+
+def worst_outcome(outcomes: Iterable[str]) -> str:
+    """The worst of ``outcomes`` by :data:`OUTCOMES` order.
+
+    >>> worst_outcome(["passed", "failed", "skipped"])
+    'failed'
+    """
+    return max(outcomes, key=OUTCOMES.index)
+
+
+def count_outcomes(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """``{"passed": n, "failed": n, ...}`` with every outcome present, zero or not."""
+    counts = Counter(row["outcome"] for row in rows)
+    return {outcome: counts.get(outcome, 0)
+            for outcome in ("passed", "failed", "broken", "skipped", "error")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload x check matrix
+# ---------------------------------------------------------------------------------------------
+
+_NO_CHECK = "(no check)"
+
+
+def matrix_cells(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str], dict]:
+    """Workloads and checks in first-seen order, and ``{(workload, check): (outcome, code)}``.
+
+    A cell holds the worst outcome of its tests; its diagnosis is the one recorded on a test
+    with that outcome, if any. Tests without a workload are left out.
+    """
+    workloads: list[str] = []
+    checks: list[str] = []
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if not row.get("workload"):
+            continue
+        workload, check = row["workload"], row.get("check") or _NO_CHECK
+        if workload not in workloads:
+            workloads.append(workload)
+        if check not in checks:
+            checks.append(check)
+        grouped.setdefault((workload, check), []).append(row)
+    cells = {}
+    for key, group in grouped.items():
+        outcome = worst_outcome(row["outcome"] for row in group)
+        codes = [row["diagnosis"] for row in group
+                 if row["outcome"] == outcome and row.get("diagnosis")]
+        cells[key] = (outcome, codes[0] if codes else None)
+    return workloads, checks, cells
+
+
+def cell_label(outcome: str, diagnosis: str | None) -> str:
+    """The text of one matrix cell.
+
+    >>> cell_label("failed", "cdi-wrong-device")
+    'FAIL[cdi-wrong-device]'
+    """
+    return OUTCOME_LABELS[outcome] + (f"[{diagnosis}]" if diagnosis else "")
+
+
+def matrix_lines(rows: Iterable[Mapping[str, Any]]) -> list[list[tuple[str, str | None]]]:
+    """The matrix as lines of ``(padded text, outcome or None)`` segments, for colouring.
+
+    Empty when no test carries a workload.
+    """
+    workloads, checks, cells = matrix_cells(rows)
+    if not workloads:
+        return []
+    labels = {key: cell_label(*value) for key, value in cells.items()}
+    first_width = max(len("workload"), *(len(w) for w in workloads))
+    widths = [max(len(check), *(len(labels.get((w, check), "-")) for w in workloads))
+              for check in checks]
+    widths[-1] = 0  # no padding after the last column: lines end without trailing spaces
+    gap = "  "
+    header = [("workload".ljust(first_width), None)]
+    header += [(gap + check.ljust(width), None) for check, width in zip(checks, widths)]
+    lines = [header]
+    for workload in workloads:
+        line = [(workload.ljust(first_width), None)]
+        for check, width in zip(checks, widths):
+            outcome = cells.get((workload, check), (None, None))[0]
+            text = labels.get((workload, check), "-")
+            line += [(gap, None), (text.ljust(width), outcome)]
+        lines.append(line)
+    return lines
+
+
+def render_matrix(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The matrix as plain text, or "" when no test has a workload.
+
+    >>> print(render_matrix([
+    ...     {"workload": "single-gpu", "check": "allocation", "outcome": "passed"},
+    ...     {"workload": "single-gpu", "check": "cdi", "outcome": "failed",
+    ...      "diagnosis": "cdi-wrong-device"},
+    ...     {"workload": "multi-gpu", "check": "allocation", "outcome": "skipped"}]))
+    workload    allocation  cdi
+    single-gpu  PASS        FAIL[cdi-wrong-device]
+    multi-gpu   SKIP        -
+    """
+    return "\n".join("".join(text for text, _ in line) for line in matrix_lines(rows))
+
+
+# ---------------------------------------------------------------------------------------------
+# Files written at the end of the session
+# ---------------------------------------------------------------------------------------------
+
+def allure_categories() -> list[dict[str, Any]]:
+    """One Allure category per diagnosis, matching messages that carry ``[code]``.
+
+    Allure 2 (Java) requires the regex to match the whole message, Allure 3 searches for it,
+    so the pattern allows anything around the tag: allure-pytest's message starts with the
+    exception type ("AssertionError: [code] ..."). Only ``messageRegex`` is set because a
+    ``traceRegex`` too would have to match as well, which only narrows the category.
+    """
+    return [{"name": code, "description": meaning,
+             "matchedStatuses": ["failed", "broken"],
+             "messageRegex": category_regex(code)}
+            for code, meaning in DIAGNOSES.items()]
+
+
+def category_regex(code: str) -> str:
+    r"""A regex, valid in Java, JavaScript and Python, for a message containing ``[code]``.
+
+    ``[\s\S]`` rather than ``.`` so that it spans lines without a DOTALL flag.
+
+    >>> import re
+    >>> bool(re.fullmatch(category_regex("timeout"), "AssertionError: [timeout] pod\nassert 0"))
+    True
+    >>> bool(re.fullmatch(category_regex("timeout"), "AssertionError: timeout"))
+    False
+    """
+    escaped = "".join("\\" + ch if ch in "[]().*+?{}|^$\\" else ch for ch in code)
+    return rf"[\s\S]*\[{escaped}\][\s\S]*"
+
+
+def environment_properties(info: Mapping[str, Any]) -> str:
+    """Run info as Java properties lines for Allure's Environment widget.
+
+    Lists are joined with ", ", a dict becomes one ``key.subkey`` line per entry, None is
+    left out.
+
+    >>> print(environment_properties({"target": "testbed", "driver": None,
+    ...        "inventory": ["node-a", "node-b"], "gpus": {"node-a": 2}}), end="")
+    target=testbed
+    inventory=node-a, node-b
+    gpus.node-a=2
+    """
+    lines = []
+    for key, value in _flatten_properties(info):
+        lines.append(f"{_escape_property(key, is_key=True)}={_escape_property(value)}\n")
+    return "".join(lines)
+
+
+def _flatten_properties(info: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    pairs = []
+    for key, value in info.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            pairs += _flatten_properties(value, prefix=f"{prefix}{key}.")
+        else:
+            pairs.append((f"{prefix}{key}", _property_text(value)))
+    return pairs
+
+
+def _property_text(value: Any) -> str:
+    """One property value: lists joined with ", ", dicts inside them in parentheses.
+
+    >>> _property_text([{"name": "n1", "gpus": 2}, "n2"])
+    '(name: n1, gpus: 2), n2'
+    """
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(_property_text(item) for item in value)
+    if isinstance(value, Mapping):
+        return "(" + ", ".join(f"{k}: {_property_text(v)}" for k, v in value.items()) + ")"
+    return str(value)
+
+
+def _escape_property(text: str, is_key: bool = False) -> str:
+    # Java properties treat backslash as an escape and a newline as the end of the entry;
+    # in keys, '=', ':' and spaces would also end the key early.
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    if is_key:
+        for ch in "=: ":
+            text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def write_allure_extras(allure_dir: Path, info: Mapping[str, Any]) -> None:
+    """Write ``environment.properties`` and ``categories.json`` into an Allure results dir."""
+    allure_dir.mkdir(parents=True, exist_ok=True)
+    (allure_dir / "environment.properties").write_text(environment_properties(info),
+                                                       encoding="utf-8")
+    (allure_dir / "categories.json").write_text(json.dumps(allure_categories(), indent=2),
+                                                encoding="utf-8")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _resolve(config: pytest.Config, path: str | os.PathLike) -> Path:
+    # Relative paths are relative to where pytest was started, like --alluredir, even if a
+    # test changed the working directory since.
+    return config.invocation_params.dir / Path(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plugin
+# ---------------------------------------------------------------------------------------------
+
+class ReportingPlugin:
+    """Collects one row per test and writes the reports; register one per pytest process.
+
+    A row is ``{"id", "workload", "check", "outcome", "duration", "diagnosis", "message"}``.
+    Rows are built from ``pytest_runtest_logreport`` using facts attached to each report in
+    ``pytest_runtest_makereport``, so they come out the same under pytest-xdist (the reports
+    travel from the workers to the controller, which alone writes files and prints).
+    Collection errors get a row too, with outcome ``error`` and no workload.
+    """
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.started = _now()
+        self.summary_path: Path | None = None
+        config.addinivalue_line(
+            "markers", "draconf(workload=None, check=None): what a draconf test exercises, "
+                       "for the summary matrix")
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.started = _now()
+
+    # -- make sure a diagnosed failure's message carries its [code] -------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        return (yield from self._with_prefixed_failure(item))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        return (yield from self._with_prefixed_failure(item))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item):
+        return (yield from self._with_prefixed_failure(item))
+
+    def _with_prefixed_failure(self, item: pytest.Item):
+        # Shared body of the three wrappers above: a generator that pluggy drives.
+        try:
+            return (yield)
+        except BaseException as exc:
+            code = item.stash.get(DIAGNOSIS_KEY, None)
+            if code:
+                self._add_prefix_to(exc, code)
+            raise
+
+    @staticmethod
+    def _add_prefix_to(exc: BaseException, code: str) -> None:
+        """Prepend ``[code] `` to the exception's message unless it is already there.
+
+        Done before pytest and allure-pytest format the exception, so both see it. Skips and
+        xfails are left alone (they are not failures); so are exceptions whose message does
+        not come from ``args[0]``, where callers must use :func:`diagnosis_prefix` themselves.
+        """
+        prefix = diagnosis_prefix(code)
+        if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
+            return
+        if prefix.strip() in str(exc):
+            return
+        if isinstance(exc, pytest.fail.Exception):
+            exc.msg = prefix + (exc.msg or "")
+            exc.args = (exc.msg,)
+        elif isinstance(exc, Exception):
+            if not exc.args:
+                exc.args = (prefix.strip(),)
+            elif isinstance(exc.args[0], str):
+                exc.args = (prefix + exc.args[0], *exc.args[1:])
+
+    # -- collect rows ------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        workload, check = marker_fields(item)
+        # Plain values only: under xdist this attribute is serialised to the controller.
+        report.draconf_phase = {
+            "workload": workload, "check": check,
+            "outcome": phase_outcome(report, call.excinfo),
+            "message": phase_message(report, call.excinfo),
+            "diagnosis": item.stash.get(DIAGNOSIS_KEY, None),
+        }
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        phase = getattr(report, "draconf_phase", None) or {
+            # A process without this plugin made the report: classify with what we have.
+            "outcome": phase_outcome(report, None), "message": phase_message(report, None)}
+        if report.when == "setup" or report.nodeid not in self.rows:
+            # A new setup starts the row afresh, so a rerun replaces the earlier attempt.
+            self.rows[report.nodeid] = new_row(report.nodeid, phase)
+        fold_phase(self.rows[report.nodeid], report.when, phase, report.duration)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.rows[report.nodeid] = {
+                "id": report.nodeid, "workload": None, "check": None, "outcome": "error",
+                "duration": 0.0, "diagnosis": None, "message": first_line(report.longreprtext)}
+
+    # -- write and print ---------------------------------------------------------------------
+
+    def summary(self, exit_status: int) -> dict[str, Any]:
+        """The content of summary.json for the rows collected so far."""
+        run = {**get_run_info(self.config), "started": self.started, "finished": _now(),
+               "exit_status": int(exit_status)}
+        rows = list(self.rows.values())
+        return {"run": run, "totals": count_outcomes(rows), "tests": rows}
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_xdist_worker or self.config.option.collectonly:
+            return
+        reports_dir = _resolve(self.config, self.config.getoption("draconf_reports", "reports"))
+        reports_dir.mkdir(parents=True, exist_ok=True)
+        self.summary_path = reports_dir / SUMMARY_FILENAME
+        self.summary_path.write_text(
+            json.dumps(self.summary(exitstatus), indent=2, default=str) + "\n", encoding="utf-8")
+        allure_dir = getattr(self.config.option, "allure_report_dir", None)
+        if allure_dir:
+            write_allure_extras(_resolve(self.config, allure_dir), get_run_info(self.config))
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        lines = matrix_lines(self.rows.values())
+        if not lines or self.summary_path is None:
+            return
+        terminalreporter.write_sep("=", "draconf conformance matrix")
+        for line in lines:
+            for text, outcome in line:
+                terminalreporter.write(text, **_OUTCOME_COLOURS.get(outcome, {}))
+            terminalreporter.line("")
+        terminalreporter.line(f"summary: {self.summary_path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-file HTML report with Allure 3
+# ---------------------------------------------------------------------------------------------
+
+def build_html_report(results_dir: str | os.PathLike, output_dir: str | os.PathLike,
+                      log: Callable[[str], None] = print) -> Path:
+    """Turn an Allure results dir into one self-contained HTML file; returns its path.
+
+    Uses the npm package ``allure`` (version 3, Node only), installed on first use under
+    ``<cache_root()>/node``. The report groups failures by diagnosis (:func:`allure_categories`)
+    and shows the run info from ``environment.properties``. Example::
+
+        html = build_html_report("reports/allure-results", "reports/html")
+        # -> reports/html/index.html
+
+    Raises DraconfError when node or npm is missing, the results dir holds no results, or
+    Allure fails.
+    """
+    results_dir, output_dir = Path(results_dir).resolve(), Path(output_dir).resolve()
+    _require_allure_results(results_dir)
+    allure_cli = ensure_allure_cli(log)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="draconf-allure-") as workdir:
+        config_path = Path(workdir) / "allurerc.json"
+        config_path.write_text(json.dumps(allure_config()), encoding="utf-8")
+        command = [str(allure_cli), "generate", str(results_dir),
+                   "--output", str(output_dir), "--config", str(config_path)]
+        log(f"building HTML report from {results_dir}")
+        # cwd is the temp dir so that no allurerc.* lying around the user's cwd is picked up.
+        _run(command, cwd=workdir, what="Allure could not build the HTML report", timeout=600)
+    html = output_dir / "index.html"
+    if not html.is_file():
+        raise DraconfError(f"Allure finished but wrote no {html}; see its output above")
+    log(f"HTML report: {html}")
+    return html
+
+
+def allure_config() -> dict[str, Any]:
+    """The Allure 3 config: the Awesome report as one file, failures grouped by diagnosis."""
+    return {"name": "draconf conformance",
+            "plugins": {"awesome": {"options": {"singleFile": True,
+                                                "reportName": "draconf conformance"}}},
+            "categories": allure_categories()}
+
+
+def allure_node_dir() -> Path:
+    """``~/.cache/draconf/node`` (or under ``$DRACONF_CACHE_DIR``): the npm prefix for Allure."""
+    return cache_root() / "node"
+
+
+def ensure_allure_cli(log: Callable[[str], None] = print) -> Path:
+    """Path of the ``allure`` 3 CLI, installing it with npm on first use."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise DraconfError(
+                f"{tool} is not installed; the HTML report needs Node.js and npm "
+                "(e.g. `apt-get install nodejs npm`)")
+    prefix = allure_node_dir()
+    cli = prefix / "node_modules" / ".bin" / "allure"
+    if not cli.exists():
+        log(f"installing {ALLURE_NPM_PACKAGE} with npm into {prefix} (first use only)")
+        prefix.mkdir(parents=True, exist_ok=True)
+        _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
+              ALLURE_NPM_PACKAGE],
+             cwd=prefix, what=f"npm could not install {ALLURE_NPM_PACKAGE}", timeout=900)
+        if not cli.exists():
+            raise DraconfError(f"npm installed {ALLURE_NPM_PACKAGE} but {cli} is missing; "
+                               f"delete {prefix} and try again")
+    return cli
+
+
+def _require_allure_results(results_dir: Path) -> None:
+    if not results_dir.is_dir():
+        raise DraconfError(f"no Allure results directory at {results_dir}; run pytest with "
+                           f"--alluredir {results_dir} first")
+    if not any(results_dir.glob("*-result.json")):
+        raise DraconfError(f"{results_dir} holds no Allure test results (*-result.json); "
+                           f"run pytest with --alluredir {results_dir} first")
+
+
+def _run(command: list[str], cwd: str | os.PathLike, what: str, timeout: float) -> str:
+    """Run ``command``; on failure raise DraconfError(``what``) with the tail of its output."""
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
+    except subprocess.TimeoutExpired as err:
+        raise DraconfError(f"{what}: `{' '.join(command)}` took longer than {timeout:.0f}s\n"
+                           f"{_tail(_text(err.stdout) + _text(err.stderr))}") from None
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise DraconfError(f"{what}: `{' '.join(command)}` exited with {done.returncode}\n"
+                           f"{_tail(output)}")
+    return output
+
+
+def _text(data: str | bytes | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
+
+
+def _tail(output: str, lines: int = 20) -> str:
+    """The last ``lines`` lines of ``output``, indented to set them apart from our message."""
+    return "\n".join("    " + line for line in output.strip().splitlines()[-lines:])
