@@ -1,0 +1,111 @@
+"""Six GPU workloads x three checks: allocation, CDI injection, cleanup.
+
+Each workload follows the source documents' walkthrough: apply the manifest from
+``manifests/``, wait for its pods, then check
+
+* **allocation** - the scheduler gave every claim published devices that satisfy its
+  DeviceClass and selectors, the right number of them, reserved for the consuming pods;
+* **cdi-injection** - ``nvidia-smi -L`` in each container lists exactly the allocated GPUs;
+* **cleanup** - once the pods are gone, generated claims are deleted, named claims are
+  deallocated, and the freed devices can be allocated again.
+
+Selectors are chosen from what the cluster publishes: the model-selected workload asks for a
+model that exists, the memory-selected one for a threshold some but not all GPUs pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from draconf import selectors as sel
+from draconf.workload import DeployedWorkload, Workload, prove_allocatable
+
+WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
+CHECKS = ["allocation", "cdi-injection", "cleanup"]
+
+
+def choose_model(published, profile) -> str:
+    """The most common published product name (ties: alphabetical)."""
+    counts = published.values_of(profile.attributes["model"])
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def memory_threshold(sizes: list[int]) -> int:
+    """A floor that the largest GPUs pass and the smallest do not (half the size if uniform)."""
+    distinct = sorted(set(sizes))
+    return distinct[-2] if len(distinct) > 1 else distinct[0] // 2
+
+
+def build_workload(name: str, published, profile) -> Workload:
+    domain, attrs, memory = profile.domain, profile.attributes, profile.memory_capacity
+    if name == "single-gpu":
+        return Workload(name, ["01-single-gpu.yaml"], expected_pods=1)
+    if name == "model-selected":
+        product = choose_model(published, profile)
+        return Workload(name, ["02-model-selected.yaml"], expected_pods=1,
+                        selectors={"h100-gpu": [sel.model(domain, attrs["model"], product)]})
+    if name == "memory-selected":
+        sizes = [d.memory(memory) for d in published if d.memory(memory)]
+        floor = sel.memory_above(domain, memory, memory_threshold(sizes)) if sizes else None
+        # The combined form: the architecture of the largest GPU, above that architecture's
+        # next-smaller memory size, so it picks the biggest cards of that family only.
+        largest = max(published, key=lambda d: d.memory(memory) or 0)
+        arch = largest.attribute(attrs["architecture"])
+        arch_sizes = [d.memory(memory) for d in published
+                      if d.attribute(attrs["architecture"]) == arch and d.memory(memory)]
+        combined = sel.architecture_and_memory_above(domain, attrs["architecture"], arch, memory,
+                                                     memory_threshold(arch_sizes))
+        return Workload(name, ["03-memory-selected.yaml", "04-architecture-and-memory.yaml"],
+                        expected_pods=2, selectors={"large-memory-gpu": [floor] if floor else [],
+                                                    "hopper-large-memory-gpu": [combined]})
+    if name == "two-gpu":
+        return Workload(name, ["05-two-gpus.yaml"], expected_pods=1)
+    if name == "shared-claim":
+        return Workload(name, ["06-shared-claim.yaml"], expected_pods=2)
+    if name == "deployment":
+        return Workload(name, ["07-deployment.yaml"], expected_pods=2, pod_selector="app=gpu-worker")
+    raise ValueError(name)
+
+
+@pytest.fixture(scope="class", params=WORKLOADS)
+def deployed(request, cluster, profile, run_id, published_devices):
+    """The workload applied in its own namespace; waits for its pods (a failure is kept for the
+    checks to report, so each check still gets its own verdict)."""
+    from draconf.pytest_plugin import make_namespace
+    workload = build_workload(request.param, published_devices, profile)
+    ns = make_namespace(request, cluster, run_id, request.param)
+    deployed = DeployedWorkload.deploy(cluster, ns, workload, profile, run_id.labels)
+    try:
+        deployed.wait_running()
+        deployed.start_error = None
+    except AssertionError as err:
+        deployed.start_error = err
+    return deployed
+
+
+@pytest.fixture(scope="class")
+def published_devices(cluster, profile):
+    from draconf.devices import PublishedDevices
+    published = PublishedDevices.read(cluster, profile.driver)
+    if not len(published):
+        pytest.fail(f"no devices of driver {profile.driver} are published in any ResourceSlice")
+    return published
+
+
+@pytest.mark.conformance
+class TestWorkload:
+    """One class instance per workload; the checks run in this order."""
+
+    def test_allocation(self, deployed, published_devices):
+        if deployed.start_error and "scheduler" in str(deployed.start_error):
+            raise AssertionError(f"allocation failed: {deployed.start_error}")
+        deployed.check_allocation(published_devices)
+
+    def test_cdi_injection(self, deployed, published_devices):
+        if deployed.start_error:
+            raise AssertionError(f"injection cannot be checked: {deployed.start_error}")
+        deployed.check_injection(published_devices)
+
+    def test_cleanup(self, deployed, published_devices, cluster, profile, run_id):
+        deployed.check_cleanup(published_devices, lambda devices: prove_allocatable(
+            cluster, deployed.namespace, devices, profile, run_id.labels))
