@@ -15,8 +15,8 @@ Example (the single-GPU walkthrough)::
 
 from __future__ import annotations
 
-import copy
 import logging
+import time
 from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
@@ -34,6 +34,25 @@ log = logging.getLogger("draconf.workload")
 DEFINITIVE_UNSCHEDULABLE = ("cannot allocate all claims", "does not exist", "untolerated taint",
                             "didn't match Pod's node affinity/selector", "CEL runtime error",
                             "exceeded quota")
+#: Parts of a scheduler message that say "not yet" rather than "never".
+TRANSIENT_UNSCHEDULABLE = ("resourceclaim not available on the node", "not created yet",
+                           "waiting for", "timed out trying to allocate", "is being deleted",
+                           "in use by", "no longer")
+#: Seconds a definitive scheduler message must stand before it is a verdict.
+VERDICT_AFTER = 3.0
+
+
+def is_definitive(message: str) -> bool:
+    """True when a scheduler message says the pod cannot be placed, not that it must wait.
+
+    >>> is_definitive("0/4 nodes are available: 4 cannot allocate all claims.")
+    True
+    >>> is_definitive("0/4 nodes are available: 2 cannot allocate all claims, "
+    ...               "2 resourceclaim not available on the node.")
+    False
+    """
+    return any(m in message for m in DEFINITIVE_UNSCHEDULABLE) and \
+        not any(m in message for m in TRANSIENT_UNSCHEDULABLE)
 
 
 @dataclass
@@ -91,6 +110,7 @@ class DeployedWorkload:
     documents: list[dict]
     #: claims seen while the workload ran, kept for the cleanup check
     seen_claims: dict[str, Claim] = field(default_factory=dict)
+    _unschedulable_since: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def deploy(cls, api, namespace: str, workload: Workload, profile: Profile,
@@ -133,10 +153,14 @@ class DeployedWorkload:
                 for e in items]
 
     def _verdict(self, pods: list[Pod]) -> str | None:
+        now = time.monotonic()
         for pod in pods:
             message = pod.unschedulable_message
-            if message and any(m in message for m in DEFINITIVE_UNSCHEDULABLE):
-                return f"the scheduler cannot place pod {pod.name}: {message}"
+            if message and is_definitive(message):
+                # The scheduler retries; a verdict needs the same answer to stand for a while.
+                first = self._unschedulable_since.setdefault((pod.uid, message), now)
+                if now - first >= VERDICT_AFTER:
+                    return f"the scheduler cannot place pod {pod.name}: {message}"
             if pod.phase == "Failed":
                 return f"pod {pod.name} failed: {pod.summary()}"
         return None
