@@ -112,9 +112,8 @@ class PublishedDevices:
         """How many devices publish each value of ``attribute``."""
         return Counter(d.attribute(attribute) for d in self.devices if d.has_attribute(attribute))
 
-    def max_per_node(self) -> int:
-        counts = Counter(d.node for d in self.devices)
-        return max(counts.values(), default=0)
+    def devices_per_node(self) -> dict[str, int]:
+        return dict(Counter(d.node for d in self.devices if d.node))
 
     def matching(self, predicate) -> list[Device]:
         return [d for d in self.devices if predicate(d)]

@@ -64,6 +64,8 @@ class Workload:
     selectors: dict[str, list[sel.Selector]] = field(default_factory=dict)
     #: label selector finding the pods of a controller (Deployment); None: the manifest's pods
     pod_selector: str | None = None
+    #: run every pod on this node (kubernetes.io/hostname); None: the scheduler chooses
+    node: str | None = None
 
     def documents(self, profile: Profile) -> list[dict]:
         """The manifests with the profile's class, image and tolerations and this run's selectors."""
@@ -82,6 +84,8 @@ class Workload:
                 pod_spec["tolerations"] = [dict(t) for t in profile.tolerations]
                 for container in pod_spec.get("containers", []):
                     container["image"] = profile.image
+                if self.node:
+                    pod_spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = self.node
         return docs
 
 

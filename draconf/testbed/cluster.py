@@ -243,7 +243,7 @@ class Testbed:
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
             "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"])
         kwok_yaml = self.dir / "kwok.yaml"
-        kwok_yaml.write_text(kwok_config.render())
+        kwok_yaml.write_text(kwok_config.render(pins.KUBERNETES_VERSION))
         shim_dir = self._install_node_tools()
         env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_")}
         env["PATH"] = f"{shim_dir}{os.pathsep}{env.get('PATH', '')}"
@@ -362,13 +362,14 @@ class Testbed:
                     os.killpg(proc["pid"], signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + 10
+        # Everything is thrown away afterwards, so a short grace is enough (kube-apiserver
+        # would otherwise drain its watches for up to a minute).
+        deadline = time.monotonic() + 3
         for name in order:
             proc = procs[name]
             while _pid_alive(proc["pid"], proc["marker"]) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if _pid_alive(proc["pid"], proc["marker"]):
-                log(f"{name} did not stop on SIGTERM; killing it")
                 try:
                     os.killpg(proc["pid"], signal.SIGKILL)
                 except ProcessLookupError:

@@ -171,7 +171,7 @@ nodeInfo:
   architecture: amd64
   containerRuntimeVersion: containerd://2.1.4
   kernelVersion: 6.8.0-draconf-testbed
-  kubeletVersion: {{ Version }}
+  kubeletVersion: KUBELET_VERSION
   operatingSystem: linux
   osImage: "draconf test bed (kwok)"
 phase: Running
@@ -221,5 +221,11 @@ def default_cluster_exec() -> dict:
             "spec": {"execs": [{"local": {"envs": [{"name": "DRACONF_CONTAINER", "value": "plain"}]}}]}}
 
 
-def render() -> str:
-    return yaml.safe_dump_all([*stages(), default_cluster_exec()], sort_keys=False)
+def render(kubelet_version: str) -> str:
+    """The kwok --config file; nodes report ``kubelet_version`` like a real kubelet would."""
+    docs = [*stages(), default_cluster_exec()]
+    for doc in docs:
+        next_ = doc["spec"].get("next", {})
+        if "statusTemplate" in next_:
+            next_["statusTemplate"] = next_["statusTemplate"].replace("KUBELET_VERSION", kubelet_version)
+    return yaml.safe_dump_all(docs, sort_keys=False)

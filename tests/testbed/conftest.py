@@ -1,0 +1,55 @@
+"""Fixtures that start real test beds for the project's own tests.
+
+``healthy_bed`` is shared by the whole session; ``fault_bed(name)`` starts a bed broken in one
+way.  Beds are stopped at the end unless DRACONF_KEEP_BEDS=1 (handy while iterating).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from draconf.kube import connect
+from draconf.testbed import inventory
+from draconf.testbed.cluster import Testbed
+
+
+def _start(name: str, faults: list[str]) -> Testbed:
+    bed = Testbed.named(name)
+    if bed.is_up and (bed.state() or {}).get("faults") != sorted(faults):
+        bed.down(log=lambda *_: None)
+    bed.up(inventory.load(), faults=faults, log=lambda *_: None)
+    return bed
+
+
+def _stop(bed: Testbed) -> None:
+    if os.environ.get("DRACONF_KEEP_BEDS") != "1":
+        bed.down(log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def healthy_bed():
+    bed = _start("selftest", [])
+    yield bed
+    _stop(bed)
+
+
+@pytest.fixture(scope="session")
+def api(healthy_bed):
+    return connect(healthy_bed.kubeconfig)
+
+
+@pytest.fixture
+def start_fault_bed():
+    """Start a bed with one fault; returns (bed, api). Stopped after the test."""
+    started = []
+
+    def start(fault: str):
+        bed = _start(f"selftest-{fault}", [fault])
+        started.append(bed)
+        return bed, connect(bed.kubeconfig)
+
+    yield start
+    for bed in started:
+        _stop(bed)
