@@ -69,8 +69,9 @@ class Pod:
     def unschedulable_message(self) -> str | None:
         """The scheduler's verdict when it could not place the pod, else None."""
         for c in self.status.get("conditions") or []:
+            # SchedulerError: a filter failed outright, e.g. "CEL runtime error: no such key".
             if c.get("type") == "PodScheduled" and c.get("status") == "False" \
-                    and c.get("reason") == "Unschedulable":
+                    and c.get("reason") in ("Unschedulable", "SchedulerError"):
                 return c.get("message") or "Unschedulable"
         return None
 

@@ -208,7 +208,11 @@ class Testbed:
         self._wait_http(f"http://127.0.0.1:{ports['etcd-client']}/health", "etcd", deadline)
 
         log("starting kube-apiserver")
-        admission_off = ["ResourceQuota"] if "quota-not-enforced" in faults else []
+        admission_on = ["NodeRestriction", "ResourceQuota"]
+        admission_off = []
+        if "quota-not-enforced" in faults:
+            admission_on.remove("ResourceQuota")
+            admission_off.append("ResourceQuota")
         self._spawn(state, "kube-apiserver", [
             str(bindir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
@@ -221,7 +225,7 @@ class Testbed:
             f"--service-account-signing-key-file={pki.sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--enable-admission-plugins=NodeRestriction,ResourceQuota",
+            f"--enable-admission-plugins={','.join(admission_on)}",
             *([f"--disable-admission-plugins={','.join(admission_off)}"] if admission_off else []),
             "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
             "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",

@@ -1,0 +1,162 @@
+"""Each test bed fault produces the symptom a real broken cluster shows, through the real API.
+
+One bed per fault; the assertions read what a user would read (scheduler messages, events,
+exec output, objects that should or should not exist).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from draconf import namespaces, selectors, waits
+from draconf.claims import Claim
+from draconf.devices import PublishedDevices
+from draconf.pods import Pod, exec_in_container, parse_nvidia_smi_uuids
+from draconf.profile import builtin
+from draconf.testbed import agent, faults
+from draconf.workload import DeployedWorkload, Workload
+
+PROFILE = builtin("nvidia")
+RUN = namespaces.RunId("selftest")
+SINGLE = Workload("single-gpu", ["01-single-gpu.yaml"], 1)
+
+
+def deploy(api, workload=SINGLE):
+    ns = namespaces.create(api, RUN, workload.name)
+    return DeployedWorkload.deploy(api, ns, workload, PROFILE)
+
+
+def pending_reason(deployed, timeout=20) -> str:
+    pod = waits.wait_until("an unschedulable verdict", lambda: deployed.pods()[0],
+                           lambda p: bool(p.unschedulable_message), timeout=timeout,
+                           describe=lambda p: p.summary())
+    return pod.unschedulable_message
+
+
+def test_every_fault_is_covered_here():
+    tested = {name[len("test_"):].replace("_", "-") for name in globals() if name.startswith("test_")}
+    assert set(faults.FAULTS) <= tested
+
+
+def test_missing_deviceclass(start_fault_bed):
+    bed, api = start_fault_bed("missing-deviceclass")
+    assert "gpu.nvidia.com" not in {c.metadata.name for c in api.resource.list_device_class().items}
+    assert "device class gpu.nvidia.com does not exist" in pending_reason(deploy(api))
+
+
+def test_no_resourceslices(start_fault_bed):
+    bed, api = start_fault_bed("no-resourceslices")
+    assert api.resource.list_resource_slice().items == []
+    assert "cannot allocate all claims" in pending_reason(deploy(api))
+
+
+def test_attribute_drift(start_fault_bed):
+    bed, api = start_fault_bed("attribute-drift")
+    published = PublishedDevices.read(api, "gpu.nvidia.com")
+    assert len(published) == 8 and not any(d.has_attribute("productName") for d in published)
+    h100 = Workload("model", ["02-model-selected.yaml"], 1,
+                    selectors={"h100-gpu": [selectors.model("gpu.nvidia.com", "productName", "h100")]})
+    reason = pending_reason(deploy(api, h100))
+    assert "cannot allocate all claims" in reason or "no such key" in reason
+
+
+def test_cdi_not_injected(start_fault_bed):
+    bed, api = start_fault_bed("cdi-not-injected")
+    deployed = deploy(api)
+    (pod,) = deployed.wait_running(timeout=30)
+    assert Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).is_allocated
+    out = exec_in_container(api, pod.namespace, pod.name, "workload", ["nvidia-smi", "-L"])
+    assert out.exit_code == 127 and parse_nvidia_smi_uuids(out.stdout) == []
+
+
+def test_cdi_wrong_device(start_fault_bed):
+    bed, api = start_fault_bed("cdi-wrong-device")
+    deployed = deploy(api)
+    (pod,) = deployed.wait_running(timeout=30)
+    (result,) = Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).results
+    allocated = PublishedDevices.read(api, "gpu.nvidia.com").lookup(result.driver, result.pool, result.device)
+    seen = parse_nvidia_smi_uuids(
+        exec_in_container(api, pod.namespace, pod.name, "workload", ["nvidia-smi", "-L"]).stdout)
+    assert len(seen) == 1 and seen != [allocated.attribute("uuid")]
+    assert seen[0] in PublishedDevices.read(api, "gpu.nvidia.com").by_uuid("uuid")
+
+
+def test_claims_not_released(start_fault_bed):
+    bed, api = start_fault_bed("claims-not-released")
+    deployed = deploy(api)
+    (pod,) = deployed.wait_running(timeout=30)
+    (claim_name,) = pod.generated_claim_names()
+    api.core.delete_namespaced_pod(pod.name, pod.namespace)
+    waits.wait_until("the pod to be gone", deployed.pods, lambda pods: not pods, timeout=30)
+    time.sleep(3)  # the resourceclaim controller deletes a healthy bed's claim well within this
+    claim = Claim.read(api, pod.namespace, claim_name)
+    assert claim.is_deleting and agent.UNPREPARE_FINALIZER in claim.finalizers
+
+
+def test_quota_not_enforced(start_fault_bed):
+    bed, api = start_fault_bed("quota-not-enforced")
+    ns = namespaces.create(api, RUN, "quota")
+    api.core.create_namespaced_resource_quota(ns, {
+        "metadata": {"name": "no-gpus"},
+        "spec": {"hard": {"gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "0"}}})
+    claim = {"metadata": {"name": "over-quota"}, "spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+    api.resource.create_namespaced_resource_claim(ns, claim)  # admitted: nothing enforces the cap
+
+
+def test_quota_is_enforced_on_a_healthy_bed(api):
+    """The twin of test_quota_not_enforced: proves that test asserts a real difference."""
+    ns = namespaces.create(api, RUN, "quota")
+    try:
+        api.core.create_namespaced_resource_quota(ns, {
+            "metadata": {"name": "no-gpus"},
+            "spec": {"hard": {"gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "0"}}})
+        claim = {"metadata": {"name": "over-quota"}, "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+        with pytest.raises(ApiException):
+            waits.wait_until("the quota to reject a claim", lambda: _try_create(api, ns, claim),
+                             lambda rejected: rejected is not None, timeout=20)
+            raise AssertionError("unreachable")
+    except waits.WaitFailed:
+        pytest.fail("a DeviceClass quota of 0 never rejected a claim")
+    finally:
+        namespaces.delete(api, ns)
+
+
+def _try_create(api, ns, claim):
+    try:
+        api.resource.create_namespaced_resource_claim(ns, claim)
+    except ApiException as err:
+        if err.status == 403 and "exceeded quota" in str(err.body):
+            raise
+        return None
+    api.resource.delete_namespaced_resource_claim(claim["metadata"]["name"], ns)
+    return None
+
+
+def test_clusterpolicy_conflict(start_fault_bed):
+    bed, api = start_fault_bed("clusterpolicy-conflict")
+    policies = api.custom.list_cluster_custom_object("nvidia.com", "v1", "clusterpolicies")["items"]
+    clusters = api.custom.list_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters")["items"]
+    assert policies and clusters
+
+
+def test_plugin_unhealthy(start_fault_bed):
+    bed, api = start_fault_bed("plugin-unhealthy")
+    plugin = api.core.list_namespaced_pod(agent.PLUGIN_NAMESPACE).items
+    assert plugin and all(p.status.container_statuses[0].state.waiting.reason == "CrashLoopBackOff"
+                          for p in plugin)
+    deployed = deploy(api)
+    waits.wait_until("a FailedPrepareDynamicResources event", deployed.events,
+                     lambda events: any("FailedPrepareDynamicResources" in e for e in events), timeout=20)
+    (pod,) = deployed.pods()
+    assert pod.node and pod.phase == "Pending"
+    assert Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).is_allocated
+
+
+def test_gpu_nodes_tainted(start_fault_bed):
+    bed, api = start_fault_bed("gpu-nodes-tainted")
+    assert "untolerated taint" in pending_reason(deploy(api))
