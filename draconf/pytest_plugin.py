@@ -41,6 +41,8 @@ def pytest_addoption(parser):
                     help="keep the namespace of a failed test for inspection")
     group.addoption("--testbed-name", default="default",
                     help="name of the embedded test bed to start or reuse (target testbed)")
+    group.addoption("--no-preflight-gate", action="store_true",
+                    help="run workload tests even when a blocking preflight check fails")
     try:
         from draconf import reporting
         reporting.pytest_addoption(parser)
@@ -51,6 +53,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "draconf(workload, check): a conformance check of one workload")
     config.addinivalue_line("markers", "conformance: part of the conformance suite")
+    config.addinivalue_line("markers", "preflight: read-only readiness checks of the cluster")
+    config.addinivalue_line("markers", "quota: ResourceQuota behaviour for DRA claims")
+    config.addinivalue_line("markers", "failure_modes: the source documents' failure scenarios")
+    config.addinivalue_line("markers", "audit: read-only audit of the cluster's quotas")
     try:
         config.draconf_profile = resolve_profile(config.getoption("--profile"))
     except DraconfError as err:
@@ -119,6 +125,10 @@ def cluster(pytestconfig):
             api = connect(bed.kubeconfig)
         else:
             api = connect(None, pytestconfig.getoption("--kube-context"))
+        from draconf.preflight import probe
+        unreachable = probe(api)
+        if unreachable:
+            raise DraconfError(unreachable)
     except DraconfError as err:
         pytest.exit(f"draconf: {err}", returncode=3)
     pytestconfig.draconf_api = api
@@ -148,3 +158,41 @@ def make_namespace(request, api, run_id, label: str) -> str:
 def namespace(request, cluster, run_id):
     """A fresh namespace for this test, deleted afterwards."""
     return make_namespace(request, cluster, run_id, request.node.name)
+
+
+#: Preflight checks whose failure leaves no point in deploying GPU workloads.
+GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-slices",
+                 "device-attributes", "kubelet-plugin", "gpu-cluster"}
+
+
+@pytest.fixture(scope="session")
+def preflight(pytestconfig, cluster, profile):
+    """The read-only preflight results, run once per session and shown on the terminal."""
+    from draconf import preflight as pf
+    results = pf.run_all(cluster, profile)
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line("")
+        reporter.write_line(pf.describe(results))
+    _set_run_info(pytestconfig, preflight={r.name: r.status for r in results})
+    return results
+
+
+@pytest.fixture(scope="session")
+def preflight_gate(pytestconfig, preflight):
+    """Skip GPU workloads, with the reason, when the cluster failed a check they depend on."""
+    if pytestconfig.getoption("--no-preflight-gate"):
+        return
+    from draconf.preflight import blocking_failures
+    blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
+    if blocking:
+        pytest.skip("cluster not ready for DRA workloads (preflight): " + "; ".join(
+            f"{r.name} [{r.diagnosis}] {r.summary}" for r in blocking))
+
+
+def _set_run_info(config, **info) -> None:
+    try:
+        from draconf.reporting import set_run_info
+    except ImportError:
+        return
+    set_run_info(config, **info)

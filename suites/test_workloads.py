@@ -98,6 +98,7 @@ def published_devices(cluster, profile):
 
 
 @pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
 class TestWorkload:
     """One class instance per workload; the checks run in this order."""
 

@@ -1,0 +1,46 @@
+"""Preflight: is the cluster ready for DRA GPU workloads at all? Read-only.
+
+One test per check of :mod:`draconf.preflight` (server version, resource.k8s.io/v1 API,
+DeviceClasses, ResourceSlices per GPU node, minimum attribute set, kubelet plugin health,
+GPUCluster state, ClusterPolicy conflict). Run them alone with ``pytest -m preflight``.
+
+Outcomes:
+
+* a blocking check the cluster fails -> **failed**, with the check's diagnosis code and
+  evidence (``[code] summary``);
+* a check that could not reach a verdict (e.g. RBAC forbids a read) -> **broken**: the message
+  names the missing permission;
+* an info check never fails; a check with nothing to look at (no GPUCluster CRD on a
+  standalone driver install) is **skipped** with the reason;
+* an unreachable API server ends the run with one message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from draconf import preflight
+from draconf.reporting import diagnosis_prefix, record_diagnosis
+
+pytestmark = pytest.mark.preflight
+
+
+@pytest.mark.parametrize("check_name", [
+    pytest.param(name, id=name, marks=pytest.mark.draconf(workload="preflight", check=name))
+    for name in preflight.CHECKS])
+def test_preflight(request, cluster, profile, check_name):
+    result = preflight.run_check(check_name, cluster, profile)
+    if result.unreachable:
+        pytest.exit(f"draconf: {result.summary}", returncode=3)
+    if result.inconclusive:
+        if result.severity == preflight.INFO:
+            pytest.skip(f"{check_name}: {result.summary}")
+        raise preflight.Inconclusive(f"{check_name} could not be evaluated: {result.summary}",
+                                     result.evidence)
+    if not result.applicable:
+        pytest.skip(result.summary)
+    if result.ok or result.severity == preflight.INFO:
+        return
+    record_diagnosis(request.node, result.diagnosis, result.evidence)
+    passed = result.ok  # a plain name, so the assertion does not print the whole CheckResult
+    assert passed, diagnosis_prefix(result.diagnosis) + result.summary
