@@ -1,5 +1,8 @@
 """The ``draconf`` command.
 
+    draconf run [--target T] [--profile P] [pytest args]   run the conformance suite, write reports/
+    draconf report                   single-file HTML report from reports/allure-results
+    draconf sweep                    delete what a killed run left in the cluster
     draconf testbed build            build the pinned control plane into the cache
     draconf testbed up [--fault F]   start the embedded test bed (idempotent)
     draconf testbed status | env     where it is and how to point kubectl at it
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from draconf.errors import DraconfError
 
@@ -66,9 +70,95 @@ def cmd_testbed_env(args) -> int:
     return 0
 
 
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+
+
+def cmd_run(args, pytest_args: list[str]) -> int:
+    """Run the suite in-process with the reports switched on."""
+    import pytest
+    if not SUITES_DIR.is_dir():
+        raise DraconfError(f"the suites directory {SUITES_DIR} is missing; run draconf from a "
+                           "checkout installed with `pip install -e .`")
+    reports = Path(args.reports).resolve()
+    reports.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(SUITES_DIR), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
+        f"--target={args.target}", f"--profile={args.profile}", f"--testbed-name={args.testbed_name}",
+        f"--junitxml={reports / 'junit.xml'}",
+        f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",
+        f"--draconf-reports={reports}",
+        "-o", "log_cli=true", "--log-cli-level=INFO", "-o", "log_cli_format=%(asctime)s %(message)s",
+        "-rfEs",
+    ]
+    if args.kube_context:
+        argv.append(f"--kube-context={args.kube_context}")
+    if args.keep_on_failure:
+        argv.append("--keep-on-failure")
+    code = int(pytest.main(argv + pytest_args))
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        print("draconf: error: no tests were selected; check the -k/-m arguments", file=sys.stderr)
+        return 1
+    print(f"reports: {reports / 'summary.json'}, {reports / 'junit.xml'}, "
+          f"{reports / 'allure-results'} (HTML: draconf report)")
+    return code
+
+
+def cmd_report(args) -> int:
+    from draconf.reporting import build_html_report
+    html = build_html_report(args.results, args.output)
+    print(f"report: {html}")
+    return 0
+
+
+def _target_api(args):
+    from draconf.kube import connect
+    if args.target == "testbed":
+        bed = _bed(args)
+        if not bed.is_up:
+            raise DraconfError(f"test bed {args.name!r} is not up; nothing to sweep there")
+        return connect(bed.kubeconfig)
+    return connect(None, args.kube_context)
+
+
+def cmd_sweep(args) -> int:
+    from draconf import namespaces
+    api = _target_api(args)
+    run = namespaces.RunId(args.run_id) if args.run_id else None
+    removed = namespaces.sweep(api, run)
+    print(f"removed {len(removed)} namespace(s) left by draconf"
+          + (f" run {args.run_id}" if args.run_id else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_target(p, name_flag="--testbed-name"):
+        p.add_argument("--target", choices=["testbed", "kubeconfig"], default="testbed",
+                       help="the embedded test bed (default) or the cluster of $KUBECONFIG")
+        p.add_argument("--kube-context", help="kubeconfig context (with --target kubeconfig)")
+        p.add_argument(name_flag, dest="testbed_name" if name_flag != "--name" else "name",
+                       default="default", help="which embedded test bed (default: %(default)s)")
+        return p
+
+    p = with_target(sub.add_parser(
+        "run", help="run the conformance suite and write reports (extra args go to pytest)"))
+    p.add_argument("--profile", default="nvidia", help="driver profile: nvidia or a YAML file")
+    p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
+    p.add_argument("--keep-on-failure", action="store_true",
+                   help="keep a failed test's namespace for inspection")
+    p.set_defaults(func=cmd_run, passthrough=True)
+
+    p = sub.add_parser("report", help="build a single-file HTML report from the Allure results")
+    p.add_argument("--results", default="reports/allure-results")
+    p.add_argument("--output", default="reports/html")
+    p.set_defaults(func=cmd_report)
+
+    p = with_target(sub.add_parser("sweep", help="delete namespaces a killed draconf run left behind"),
+                    name_flag="--name")
+    p.add_argument("--run-id", help="only this run's namespaces (default: every draconf namespace)")
+    p.set_defaults(func=cmd_sweep)
 
     testbed = sub.add_parser("testbed", help="the embedded test bed (real control plane, simulated GPU nodes)")
     tsub = testbed.add_subparsers(dest="action", required=True)
@@ -103,8 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if getattr(args, "passthrough", False):
+            return args.func(args, rest)
         return args.func(args)
     except DraconfError as err:
         print(f"draconf: error: {err}", file=sys.stderr)

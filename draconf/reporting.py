@@ -370,8 +370,32 @@ def cell_label(outcome: str, diagnosis: str | None) -> str:
 def matrix_lines(rows: Iterable[Mapping[str, Any]]) -> list[list[tuple[str, str | None]]]:
     """The matrix as lines of ``(padded text, outcome or None)`` segments, for colouring.
 
-    Empty when no test carries a workload.
+    Workloads that share no check (preflight vs the GPU workloads) get a block of their own,
+    each with its own header, so no block is mostly empty cells.  Empty when no test carries
+    a workload.
     """
+    rows = list(rows)
+    checks_of: dict[str, set] = {}
+    for row in rows:
+        if row.get("workload"):
+            checks_of.setdefault(row["workload"], set()).add(row.get("check") or _NO_CHECK)
+    blocks: list[set] = []
+    for workload, checks in checks_of.items():
+        for block in blocks:
+            if any(checks & checks_of[w] for w in block):
+                block.add(workload)
+                break
+        else:
+            blocks.append({workload})
+    lines: list[list[tuple[str, str | None]]] = []
+    for block in blocks:
+        if lines:
+            lines.append([])
+        lines += _block_lines([r for r in rows if r.get("workload") in block])
+    return lines
+
+
+def _block_lines(rows: list[Mapping[str, Any]]) -> list[list[tuple[str, str | None]]]:
     workloads, checks, cells = matrix_cells(rows)
     if not workloads:
         return []

@@ -15,8 +15,10 @@ model that exists, the memory-selected one for a threshold some but not all GPUs
 
 from __future__ import annotations
 
+import allure
 import pytest
 
+from draconf import manifests
 from draconf import selectors as sel
 from draconf.workload import DeployedWorkload, Workload, prove_allocatable
 
@@ -80,6 +82,7 @@ def deployed(request, cluster, profile, run_id, published_devices):
     workload = build_workload(request.param, published_devices, profile)
     ns = make_namespace(request, cluster, run_id, request.param)
     deployed = DeployedWorkload.deploy(cluster, ns, workload, profile, run_id.labels)
+    deployed.applied_yaml = manifests.dump(deployed.documents)
     try:
         deployed.wait_running()
         deployed.start_error = None
@@ -103,15 +106,34 @@ class TestWorkload:
     """One class instance per workload; the checks run in this order."""
 
     def test_allocation(self, deployed, published_devices):
+        attach_state(deployed)
         if deployed.start_error and "scheduler" in str(deployed.start_error):
             raise AssertionError(f"allocation failed: {deployed.start_error}")
-        deployed.check_allocation(published_devices)
+        with allure.step("claims are allocated to published devices that satisfy the request"):
+            attach_evidence("allocation", deployed.check_allocation(published_devices))
 
     def test_cdi_injection(self, deployed, published_devices):
         if deployed.start_error:
             raise AssertionError(f"injection cannot be checked: {deployed.start_error}")
-        deployed.check_injection(published_devices)
+        with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):
+            attach_evidence("nvidia-smi -L", deployed.check_injection(published_devices))
 
     def test_cleanup(self, deployed, published_devices, cluster, profile, run_id):
-        deployed.check_cleanup(published_devices, lambda devices: prove_allocatable(
-            cluster, deployed.namespace, devices, profile, run_id.labels))
+        with allure.step("delete the consumers; claims are released and the devices reusable"):
+            attach_evidence("cleanup", deployed.check_cleanup(
+                published_devices, lambda devices: prove_allocatable(
+                    cluster, deployed.namespace, devices, profile, run_id.labels)))
+
+
+def attach_state(deployed) -> None:
+    """The applied manifests, claims and events, attached to the Allure result."""
+    allure.attach(deployed.applied_yaml, name="applied manifests", attachment_type=allure.attachment_type.YAML)
+    claims = [c.raw for c in deployed.claims().values()]
+    allure.attach(manifests.dump(claims) if claims else "no claims", name="claims",
+                  attachment_type=allure.attachment_type.YAML)
+    allure.attach("\n".join(deployed.events()) or "no events", name="events",
+                  attachment_type=allure.attachment_type.TEXT)
+
+
+def attach_evidence(name: str, lines: list[str]) -> None:
+    allure.attach("\n".join(lines) or "(none)", name=name, attachment_type=allure.attachment_type.TEXT)
