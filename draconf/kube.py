@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -57,14 +58,19 @@ class Api:
 def connect(kubeconfig: str | Path | None = None, context: str | None = None) -> Api:
     """Build an :class:`Api` from a kubeconfig file (default: ``$KUBECONFIG`` / ``~/.kube/config``)."""
     where = str(kubeconfig) if kubeconfig else "$KUBECONFIG or ~/.kube/config"
+    if kubeconfig is None and os.environ.get("KUBECONFIG"):
+        paths = [p for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+        if len(paths) == 1:
+            kubeconfig = paths[0]
+            where = f"{kubeconfig} (from $KUBECONFIG)"
     if kubeconfig is not None:
         path = Path(kubeconfig)
         if not path.is_file():
-            raise DraconfError(f"kubeconfig {path} does not exist")
+            raise DraconfError(f"kubeconfig {where} does not exist")
         try:
             yaml.safe_load(path.read_text())
         except yaml.YAMLError as err:
-            raise DraconfError(f"kubeconfig {path} is not valid YAML: {err}") from err
+            raise DraconfError(f"kubeconfig {where} is not valid YAML: {err}") from err
     try:
         api_client = config.new_client_from_config(
             config_file=str(kubeconfig) if kubeconfig else None, context=context)

@@ -74,6 +74,8 @@ def _pid_alive(pid: int, marker: str) -> bool:
 
 @dataclass
 class Testbed:
+    __test__ = False  # not a pytest test class, whatever its name
+
     name: str
     dir: Path
 

@@ -1,0 +1,166 @@
+"""The draconf command as a user meets it: lifecycle of a bed, and bad input that must give one
+clear error and change nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from draconf import namespaces
+from draconf.kube import connect
+from draconf.testbed.cluster import Testbed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def draconf(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "draconf.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def test_up_is_idempotent_and_status_env_report_it(healthy_bed):
+    again = draconf("testbed", "up", "--name", healthy_bed.name)
+    assert again.returncode == 0 and "already up" in again.stdout
+    assert f"export KUBECONFIG={healthy_bed.kubeconfig}" in again.stdout
+    status = draconf("testbed", "status", "--name", healthy_bed.name)
+    assert status.returncode == 0 and "state: up" in status.stdout
+    env = draconf("testbed", "env", "--name", healthy_bed.name)
+    assert env.stdout.strip() == f"export KUBECONFIG={healthy_bed.kubeconfig}"
+
+
+def test_up_with_other_faults_than_the_running_bed_is_refused(healthy_bed):
+    result = draconf("testbed", "up", "--name", healthy_bed.name, "--fault", "cdi-wrong-device")
+    assert result.returncode == 2 and "already up with faults none" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert healthy_bed.is_up
+
+
+@pytest.mark.parametrize("args, message", [
+    (["testbed", "up", "--name", "bad-input", "--fault", "no-such-fault"], "invalid choice"),
+    (["testbed", "up", "--name", "bad-input", "--inventory", "/nonexistent.yaml"], "cannot read inventory"),
+    (["testbed", "up", "--name", "bad input!"], "letters, digits and dashes"),
+    (["testbed", "env", "--name", "never-started"], "is not up"),
+])
+def test_bad_input_is_one_clear_error_and_starts_nothing(args, message):
+    result = draconf(*args)
+    assert result.returncode != 0 and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not Testbed.named("bad-input").dir.exists()
+
+
+def test_malformed_inventory_names_the_problem(tmp_path):
+    inventory = tmp_path / "fleet.yaml"
+    inventory.write_text("nodes:\n  - name: gpu-0\n    gpus: 2\n    model: b300\n")
+    result = draconf("testbed", "up", "--name", "bad-input", "--inventory", str(inventory))
+    assert result.returncode == 2 and "model 'b300' is not under `models`" in result.stderr
+    assert not Testbed.named("bad-input").dir.exists()
+
+
+def test_a_taken_port_is_reported_before_anything_starts():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = draconf("testbed", "up", "--name", "bad-input", "--port", str(port))
+    assert result.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert not Testbed.named("bad-input").dir.exists()
+
+
+def test_a_half_up_bed_is_named_as_such_and_down_clears_it():
+    bed = Testbed.named("half-up")
+    assert draconf("testbed", "up", "--name", bed.name).returncode == 0
+    try:
+        scheduler = bed.state()["processes"]["kube-scheduler"]["pid"]
+        os.kill(scheduler, signal.SIGKILL)
+        time.sleep(0.5)
+        status = draconf("testbed", "status", "--name", bed.name)
+        assert status.returncode == 1 and "half-up" in status.stdout and "kube-scheduler STOPPED" in status.stdout
+        again = draconf("testbed", "up", "--name", bed.name)
+        assert again.returncode == 2 and "half up (kube-scheduler not running)" in again.stderr
+    finally:
+        down = draconf("testbed", "down", "--name", bed.name)
+    assert down.returncode == 0 and not bed.dir.exists()
+    assert not any(p["marker"] in _cmdlines() for p in [])  # state is gone; processes checked below
+    for proc in ("kube-apiserver", "etcd", "kwok"):
+        assert str(bed.dir) not in _cmdlines(), f"{proc} of {bed.name} still running"
+
+
+def _cmdlines() -> str:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                pass
+    return "\n".join(out)
+
+
+def test_invalid_profile_is_one_clear_error_before_anything_is_created(tmp_path, healthy_bed):
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("image: 42\nflavour: vanilla\n")
+    api = connect(healthy_bed.kubeconfig)
+    before = namespaces.leftovers(api)
+    result = draconf("run", "--testbed-name", healthy_bed.name, "--profile", str(profile),
+                     "--reports", str(tmp_path / "reports"))
+    assert result.returncode != 0 and "unknown key(s) flavour" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert namespaces.leftovers(api) == before
+
+
+@pytest.mark.parametrize("kubeconfig, message", [
+    ("does-not-exist", "does not exist"),
+    ("malformed", "not valid YAML"),
+    ("unreachable", "cannot reach the API server"),
+])
+def test_bad_kubeconfig_is_one_clear_error(tmp_path, healthy_bed, kubeconfig, message):
+    path = tmp_path / "kubeconfig"
+    if kubeconfig == "malformed":
+        path.write_text("clusters: [unclosed\n")
+    elif kubeconfig == "unreachable":
+        text = healthy_bed.kubeconfig.read_text()
+        server = healthy_bed.state()["server"]
+        path.write_text(text.replace(server, "https://127.0.0.1:1"))
+    result = draconf("run", "--target", "kubeconfig", "--reports", str(tmp_path / "reports"),
+                     "-k", "single-gpu", env={"KUBECONFIG": str(path)})
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed):
+    api = connect(healthy_bed.kubeconfig)
+    proc = subprocess.Popen([sys.executable, "-m", "draconf.cli", "run", "--testbed-name", healthy_bed.name,
+                             "--reports", str(tmp_path / "reports"), "-k", "TestWorkload"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not namespaces.leftovers(api) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert namespaces.leftovers(api), "the run never created a namespace"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    deadline = time.monotonic() + 60
+    while namespaces.leftovers(api) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert namespaces.leftovers(api) == []
+
+
+def test_sweep_removes_only_what_draconf_labelled(healthy_bed):
+    api = connect(healthy_bed.kubeconfig)
+    run = namespaces.RunId("sweeptest")
+    mine = namespaces.create(api, run, "left-behind")
+    api.core.create_namespace({"metadata": {"name": "not-draconfs"}})
+    try:
+        result = draconf("sweep", "--name", healthy_bed.name, "--run-id", "sweeptest")
+        assert result.returncode == 0 and "removed 1 namespace" in result.stdout
+        assert mine not in namespaces.leftovers(api)
+        assert api.core.read_namespace("not-draconfs").status.phase == "Active"
+    finally:
+        api.core.delete_namespace("not-draconfs")
