@@ -6,7 +6,17 @@ CHECK_OF_TEST = {"test_allocation": "allocation", "test_cdi_injection": "cdi-inj
                  "test_cleanup": "cleanup"}
 
 
+#: Run order: read-only checks first, then the workloads, then quota and failure scenarios.
+MODULE_ORDER = ["test_preflight", "test_audit", "test_workloads", "test_quota", "test_failure_modes"]
+
+
+def _rank(item) -> int:
+    name = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
+    return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+
+
 def pytest_collection_modifyitems(items):
+    items.sort(key=_rank)  # stable: keeps pytest's order within a module
     for item in items:
         callspec = getattr(item, "callspec", None)
         workload = callspec.params.get("deployed") if callspec else None

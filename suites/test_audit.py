@@ -1,0 +1,43 @@
+"""Cluster audit: namespaces whose GPU quota no longer binds once workloads move to DRA.
+
+A ResourceQuota on ``requests.nvidia.com/gpu`` (or ``nvidia.com/gpu``, ``limits.nvidia.com/gpu``)
+counts the device plugin's extended resource only; pods that get GPUs through ResourceClaims
+are not charged to it (see ``test_quota.py::test_extended_resource_quota_does_not_cap_dra_claims``).
+A namespace with such a cap and no ``<class>.deviceclass.resource.k8s.io/devices`` key has no
+GPU limit for DRA workloads. This check reads every ResourceQuota (read-only) and fails, with
+the diagnosis ``quota-not-enforced``, listing each such namespace and its fix.
+
+The suite's own namespaces (label ``app.kubernetes.io/managed-by=draconf``) are left out: the
+quota tests create this very situation on purpose.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from draconf.audit import audit_quotas, format_findings
+from draconf.namespaces import MANAGED_BY
+from draconf.reporting import diagnosis_prefix, record_diagnosis
+
+log = logging.getLogger("draconf")
+
+SUITE_NAMESPACES = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+
+
+@pytest.mark.audit
+@pytest.mark.draconf(workload="audit", check="gpu-quota")
+def test_gpu_quotas_also_cap_deviceclasses(request, cluster, profile):
+    findings = audit_quotas(cluster, device_class=profile.device_class,
+                            exclude_selector=SUITE_NAMESPACES)
+    report = format_findings(findings)
+    log.info(report)
+    if findings:
+        record_diagnosis(request.node, "quota-not-enforced", {"quota audit": report})
+        pytest.fail(diagnosis_prefix("quota-not-enforced")
+                    + f"{len(findings)} namespace(s) cap nvidia.com/gpu but no DeviceClass, so "
+                    "DRA GPUs there are unlimited: "
+                    + "; ".join(f"{f.namespace} ({', '.join(f'{k}: {v}' for k, v in f.keys.items())})"
+                                for f in findings)
+                    + "\n" + report, pytrace=False)

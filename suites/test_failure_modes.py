@@ -1,0 +1,348 @@
+"""The cluster fails GPU requests correctly: quickly, with the message an operator can act on.
+
+Each test provokes one of the seed's failure modes in its own namespace and asserts the
+scheduler's verdict (PodScheduled=False / FailedScheduling), measured in seconds:
+
+* **missing-deviceclass** - a claim naming a DeviceClass that does not exist: the pod stays
+  Pending with ``device class <name> does not exist``;
+* **selector-unmatched** - a valid selector that no published device satisfies (exact memory
+  size, the seed's example): ``cannot allocate all claims``; the test names the selector and
+  counts the published devices it matches (zero, with the Python twin);
+* **capacity-exhausted** - every free GPU of one model is held, one more pod asks for that
+  model: it stays Pending with ``cannot allocate all claims``, and runs once a holder is
+  deleted.
+
+On a healthy cluster these tests pass; they fail when the cluster places a pod it should not,
+reports the wrong reason, or never reaches a verdict.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from draconf import manifests, waits
+from draconf import selectors as sel
+from draconf.claims import Claim
+from draconf.devices import PublishedDevices
+from draconf.pods import Pod
+from draconf.quantity import format_binary, parse_quantity
+from draconf.reporting import diagnosis_prefix, record_diagnosis
+from draconf.workload import VERDICT_AFTER, DeployedWorkload, Workload, is_definitive
+
+# Quota and failure behaviour only means something on a cluster that passes preflight.
+pytestmark = pytest.mark.usefixtures("preflight_gate")
+
+log = logging.getLogger("draconf")
+
+NO_CAPACITY = "cannot allocate all claims"
+#: Most holders the capacity test will start (one pod per free device of the chosen model).
+MAX_HOLDERS = 32
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def report_time(request, what: str, seconds: float) -> None:
+    log.info("%s: %.2fs to verdict (%s)", request.node.name, seconds, what)
+    request.node.user_properties.append((f"seconds to verdict: {what}", round(seconds, 2)))
+
+
+def wait_unschedulable(deployed: DeployedWorkload, pod_name: str, text: str,
+                       hold: float = VERDICT_AFTER) -> tuple[Pod, float]:
+    """Wait until the scheduler says ``text`` about ``pod_name`` and keeps saying it for
+    ``hold`` seconds without placing the pod; returns the pod and seconds to the first message.
+
+    Fails at once (no timeout) if the pod is scheduled, fails, or gets a different definitive
+    verdict that stands for ``hold`` seconds.
+    """
+    api, namespace, profile = deployed.api, deployed.namespace, deployed.profile
+    started = time.monotonic()
+    other_since: dict[str, float] = {}
+
+    def observe():
+        try:
+            return Pod.read(api, namespace, pod_name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def verdict(pod):
+        if pod is None:
+            return None
+        if pod.node:
+            return f"pod {pod_name} was scheduled to {pod.node}"
+        if pod.phase == "Failed":
+            return f"pod {pod_name} failed: {pod.summary()}"
+        message = pod.unschedulable_message or ""
+        if message and is_definitive(message):
+            first = other_since.setdefault(message, time.monotonic())
+            if time.monotonic() - first >= hold:
+                return f"the scheduler reports {message!r} instead of {text!r}"
+        return None
+
+    describe = lambda pod: pod.summary() if pod else f"pod {pod_name} not found"  # noqa: E731
+    waits.wait_until(f"the scheduler to report {text!r} for pod {pod_name}", observe,
+                     lambda pod: pod is not None and text in (pod.unschedulable_message or ""),
+                     timeout=profile.timeouts.schedule, describe=describe, verdict=verdict,
+                     interval=0.25)
+    seconds = time.monotonic() - started
+
+    # A verdict must stand: the pod stays unscheduled with the same reason.
+    def no_longer(pod):
+        if pod is None or pod.node or text not in (pod.unschedulable_message or ""):
+            return f"pod {pod_name} no longer reports {text!r}: {describe(pod)}"
+        return None
+
+    until = time.monotonic() + hold
+    waits.wait_until(f"pod {pod_name} to stay unscheduled for {hold:g}s", observe,
+                     lambda pod: time.monotonic() >= until and no_longer(pod) is None,
+                     timeout=hold + 30, describe=describe, verdict=no_longer, interval=0.25)
+    return Pod.read(api, namespace, pod_name), seconds
+
+
+def scheduler_events(api, namespace: str, pod: str) -> list[str]:
+    items = api.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}").items
+    return [e.message or "" for e in items if e.reason == "FailedScheduling"]
+
+
+def memory_equals(domain: str, capacity: str, size: int) -> sel.Selector:
+    """The seed's exact-size selector (``memory == quantity("64Gi")``) with its Python twin."""
+    q = format_binary(size)
+    return sel.Selector(
+        cel=f"device.capacity['{domain}'].{capacity} == quantity(\"{q}\")",
+        predicate=lambda d: d.memory(f"{domain}/{capacity}") == size,
+        description=f"{capacity} == {q}")
+
+
+def allocated_keys(api) -> set[str]:
+    """``driver/pool/device`` of every device allocated to any claim in the cluster."""
+    return {r.key for c in api.resource.list_resource_claim_for_all_namespaces().items
+            for r in Claim(api.api_client.sanitize_for_serialization(c)).results}
+
+
+def wait_holders_settled(holders: DeployedWorkload) -> list[Pod]:
+    """Every holder pod Running, or told ``cannot allocate all claims`` for VERDICT_AFTER seconds
+    (its device went to another workload); at least one must run. Other verdicts fail at once."""
+    since: dict[str, float] = {}
+
+    def waiting_for_capacity(pods) -> list[Pod]:
+        """Pending holders told NO_CAPACITY for VERDICT_AFTER seconds already."""
+        now, out = time.monotonic(), []
+        for pod in pods:
+            if not pod.is_running and NO_CAPACITY in (pod.unschedulable_message or ""):
+                if now - since.setdefault(pod.uid, now) >= VERDICT_AFTER:
+                    out.append(pod)
+        return out
+
+    def settled(pods) -> bool:
+        running = [p for p in pods if p.is_running]
+        return (len(pods) == holders.workload.expected_pods and bool(running)
+                and len(running) + len(waiting_for_capacity(pods)) == len(pods))
+
+    def verdict(pods):
+        if pods and len(waiting_for_capacity(pods)) == len(pods):
+            return f"none of the holders got a GPU: {pods[0].unschedulable_message}"
+        message = holders._verdict(pods)
+        return None if message is None or NO_CAPACITY in message else message
+
+    return waits.wait_until(f"{holders.workload.expected_pods} holder pod(s) to run", holders.pods,
+                            settled, timeout=holders.profile.timeouts.running,
+                            describe=holders.describe, verdict=verdict, interval=0.5)
+
+
+def diagnose_start_failure(request, message: str) -> None:
+    """Name the cause when pods that should run do not (a broken bed, not this test's mode)."""
+    for needle, code in (("does not exist", "missing-deviceclass"),
+                         ("CEL runtime error", "attribute-missing"),
+                         ("untolerated taint", "node-excluded")):
+        if needle in message:
+            record_diagnosis(request.node, code, {"scheduler": message})
+            return
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+@pytest.mark.failure_modes
+@pytest.mark.draconf(workload="failure-modes", check="missing-deviceclass")
+def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, run_id):
+    """A claim naming an absent DeviceClass: Pending with ``device class … does not exist``."""
+    api = cluster
+    existing = {c.metadata.name for c in api.resource.list_device_class().items}
+    missing = "no-such-class.nvidia.com"
+    while missing in existing:
+        missing = f"x{run_id}-{missing}"
+    workload = Workload("missing-deviceclass", ["30-missing-deviceclass.yaml"], expected_pods=1)
+    docs = workload.documents(profile)
+    template = manifests.find(docs, "ResourceClaimTemplate")
+    request_name = template["spec"]["spec"]["devices"]["requests"][0]["name"]
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = missing
+    manifests.create(api, namespace, docs, run_id.labels)
+    deployed = DeployedWorkload(api, namespace, workload, profile, docs)
+    pod_name = manifests.find(docs, "Pod")["metadata"]["name"]
+
+    text = f"device class {missing} does not exist"
+    pod, seconds = wait_unschedulable(deployed, pod_name, text)
+    report_time(request, f"'{text}'", seconds)
+    message = pod.unschedulable_message
+    assert f"request {request_name}: {text}" in message, (
+        f"the scheduler's message does not name request {request_name!r}: {message}")
+    events = scheduler_events(api, namespace, pod_name)
+    log.info("FailedScheduling events of %s: %s", pod_name, events[-1:] or "none yet")
+    assert not events or any(text in e for e in events), (
+        f"FailedScheduling events of {pod_name} do not mention {text!r}: {events}")
+    claims = [c for c in Claim.list(api, namespace) if c.is_generated]
+    assert claims and not any(c.is_allocated for c in claims), (
+        "the generated claim should exist, unallocated: "
+        + ("; ".join(c.summary() for c in claims) or "no generated claim"))
+
+
+@pytest.mark.failure_modes
+@pytest.mark.draconf(workload="failure-modes", check="selector-unmatched")
+def test_unmatched_selector_is_reported(request, cluster, namespace, profile, run_id):
+    """A selector matching no published device: Pending with ``cannot allocate all claims``."""
+    api = cluster
+    published = PublishedDevices.read(api, profile.driver)
+    sizes = {d.memory(profile.memory_capacity) for d in published}
+    size = parse_quantity("64Gi")  # the seed's example; moved if some device has exactly that
+    while size in sizes:
+        size += parse_quantity("1Gi")
+    rule = memory_equals(profile.domain, profile.memory_capacity, size)
+    in_class = published.matching(sel.device_class(profile.driver, profile.attributes["type"],
+                                                   profile.device_type).matches)
+    matching = [d for d in in_class if rule.matches(d)]
+    published_sizes = sorted({format_binary(s) for s in sizes if s})
+    summary = (f"selector `{rule.cel}` ({rule}) matches {len(matching)} of {len(in_class)} "
+               f"published {profile.device_class} device(s) (published memory sizes: "
+               f"{', '.join(published_sizes) or 'none'})")
+    log.info(summary)
+    request.node.user_properties.append(("selector", summary))
+    assert not matching, f"test set-up: {summary}"
+
+    workload = Workload("selector-unmatched", ["31-unmatched-selector.yaml"], expected_pods=1,
+                        selectors={"exact-64gi-gpu": [rule]})
+    deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
+    pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
+    try:
+        pod, seconds = wait_unschedulable(deployed, pod_name, NO_CAPACITY)
+    except waits.WaitFailed as err:
+        diagnose_start_failure(request, str(err))
+        raise AssertionError(f"{summary}, yet: {err}") from None
+    report_time(request, f"'{NO_CAPACITY}'", seconds)
+    claims = [c for c in Claim.list(api, namespace) if c.is_generated]
+    assert claims and not any(c.is_allocated for c in claims), (
+        f"{summary}, but a claim was allocated: " + "; ".join(c.summary() for c in claims))
+    log.info("%s: %s", pod_name, pod.unschedulable_message)
+
+
+@pytest.mark.failure_modes
+@pytest.mark.draconf(workload="failure-modes", check="capacity-exhausted")
+def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, profile, run_id):
+    """All free GPUs of one model held: one more waits with ``cannot allocate all claims`` and
+    runs once a holder is deleted."""
+    api = cluster
+    published = PublishedDevices.read(api, profile.driver)
+    if not len(published):
+        record_diagnosis(request.node, "no-resourceslices")
+        pytest.fail(diagnosis_prefix("no-resourceslices")
+                    + f"no devices of driver {profile.driver} are published", pytrace=False)
+    class_rule = sel.device_class(profile.driver, profile.attributes["type"], profile.device_type)
+    model_attr = profile.attributes["model"]
+    allocated = allocated_keys(api)
+    free_by_model: dict[str, list] = {}
+    for d in published:
+        if class_rule.matches(d) and d.key not in allocated and d.has_attribute(model_attr):
+            free_by_model.setdefault(d.attribute(model_attr), []).append(d)
+    if not free_by_model:
+        pytest.skip("every published GPU is allocated already; nothing to exhaust")
+    product = sorted(free_by_model, key=lambda m: (len(free_by_model[m]), m))[0]
+    rule = sel.model(profile.domain, model_attr, product)
+    matching = [d for d in published if class_rule.matches(d) and rule.matches(d)]
+    free = [d for d in matching if d.key not in allocated]
+    if len(free) > MAX_HOLDERS:
+        pytest.skip(f"the least common model {product!r} has {len(free)} free GPUs "
+                    f"(more than {MAX_HOLDERS} holder pods)")
+    log.info("exhausting %s: selector %s matches %d published device(s), %d free: %s", product,
+             rule, len(matching), len(free), ", ".join(str(d) for d in free))
+
+    selectors = {"one-model-gpu": [rule]}
+    docs = Workload("capacity", ["32-capacity-exhausted.yaml"], 0, selectors).documents(profile)
+    template = manifests.find(docs, "ResourceClaimTemplate")
+    proto, extra_doc = manifests.find(docs, "Pod", "gpu-holder-0"), manifests.find(docs, "Pod", "gpu-extra")
+    holder_docs = []
+    for i in range(len(free)):
+        doc = copy.deepcopy(proto)
+        doc["metadata"]["name"] = f"gpu-holder-{i}"
+        holder_docs.append(doc)
+    manifests.create(api, namespace, [template] + holder_docs, run_id.labels)
+    holders = DeployedWorkload(api, namespace, Workload("capacity-holders", [], len(free), selectors),
+                               profile, [template] + holder_docs)
+    try:
+        settled = wait_holders_settled(holders)
+    except waits.WaitFailed as err:
+        diagnose_start_failure(request, str(err))
+        raise AssertionError(f"the {len(free)} holder pod(s) for the free {product} GPUs did not "
+                             f"run, so capacity cannot be exhausted: {err}") from None
+    # Another workload may have taken a device between our count and the holders' scheduling
+    # (e.g. under pytest-xdist): the holders it left without a GPU would compete with the extra
+    # pod for the released device, so they go.
+    running = [p for p in settled if p.is_running]
+    for pod in settled:
+        if not pod.is_running:
+            log.info("%s found its GPU taken by another workload; deleting it", pod.name)
+            api.core.delete_namespaced_pod(pod.name, namespace, grace_period_seconds=0)
+    running_names = {p.name for p in running}
+    holders = DeployedWorkload(api, namespace,
+                               Workload("capacity-holders", [], len(running), selectors), profile,
+                               [template] + [d for d in holder_docs
+                                             if d["metadata"]["name"] in running_names])
+    holders.check_allocation(published)
+    claims = holders.claims()
+    held_claims = {p.name: p.generated_claim_names() for p in holders.pods()}
+    held = {pod: [r.key for n in names if n in claims for r in claims[n].results]
+            for pod, names in held_claims.items()}
+    log.info("holders: %s", held)
+    now_free = [d for d in matching if d.key not in allocated_keys(api)]
+    if now_free:
+        raise RuntimeError(f"could not exhaust {product}: {', '.join(map(str, now_free))} became "
+                           "free while the holders started (another workload released it)")
+
+    manifests.create(api, namespace, [extra_doc], run_id.labels)
+    extra = DeployedWorkload(api, namespace, Workload("capacity-extra", [], 1, selectors), profile,
+                             [template, extra_doc])
+    extra_name = extra_doc["metadata"]["name"]
+    pod, seconds = wait_unschedulable(extra, extra_name, NO_CAPACITY)
+    report_time(request, f"'{NO_CAPACITY}' with all {len(matching)} {product} GPU(s) allocated",
+                seconds)
+
+    # Release one: delete a holder; its generated claim is deallocated and deleted, the
+    # scheduler retries the extra pod.
+    victim = sorted(held)[0]
+    api.core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
+    released = time.monotonic()
+    victim_claims = held_claims.get(victim, [])
+    try:
+        waits.wait_until(f"pod {extra_name} to run after {victim} was deleted", extra.pods,
+                         lambda pods: len(pods) == 1 and pods[0].is_running,
+                         timeout=profile.timeouts.cleanup, describe=lambda _: extra.describe())
+    except waits.WaitFailed as err:
+        left = [c for c in Claim.list(api, namespace) if c.name in victim_claims]
+        if left:
+            record_diagnosis(request.node, "claim-not-released",
+                             {"claims": "\n".join(c.summary() for c in left)})
+        raise AssertionError(f"{extra_name} did not run after {victim} released its GPU: {err}"
+                             + (f"; {victim}'s claim is still there: "
+                                + "; ".join(c.summary() for c in left) if left else "")) from None
+    report_time(request, f"{extra_name} Running after {victim} was deleted",
+                time.monotonic() - released)
+    extra.check_allocation(published)
+    results = [r for c in extra.claims().values() if c.owner_pod_uid == pod.uid for r in c.results]
+    got = [r.key for r in results]
+    log.info("%s got %s; %s had held %s", extra_name, got, victim, held.get(victim))
+    assert results and all(rule.matches(published.lookup(r.driver, r.pool, r.device))
+                           for r in results), f"{extra_name} got {got}, which does not satisfy {rule}"
