@@ -3,6 +3,7 @@
     draconf run [--target T] [--profile P] [pytest args]   run the conformance suite, write reports/
     draconf report                   single-file HTML report from reports/allure-results
     draconf sweep                    delete what a killed run left in the cluster
+    draconf audit                    namespaces whose GPU quota DRA claims bypass (read-only)
     draconf testbed build            build the pinned control plane into the cache
     draconf testbed up [--fault F]   start the embedded test bed (idempotent)
     draconf testbed status | env     where it is and how to point kubectl at it
@@ -115,7 +116,7 @@ def _target_api(args):
     if args.target == "testbed":
         bed = _bed(args)
         if not bed.is_up:
-            raise DraconfError(f"test bed {args.name!r} is not up; nothing to sweep there")
+            raise DraconfError(f"test bed {args.name!r} is not up; start it or use --target kubeconfig")
         return connect(bed.kubeconfig)
     return connect(None, args.kube_context)
 
@@ -128,6 +129,18 @@ def cmd_sweep(args) -> int:
     print(f"removed {len(removed)} namespace(s) left by draconf"
           + (f" run {args.run_id}" if args.run_id else ""))
     return 0
+
+
+def cmd_audit(args) -> int:
+    """Read-only: namespaces whose GPU quota no longer binds after a move to DRA claims."""
+    from draconf.audit import audit_quotas, format_findings
+    from draconf.namespaces import MANAGED_BY
+    from draconf.profile import resolve
+    api = _target_api(args)
+    findings = audit_quotas(api, device_class=resolve(args.profile).device_class,
+                            exclude_selector=",".join(f"{k}={v}" for k, v in MANAGED_BY.items()))
+    print(format_findings(findings))
+    return 1 if findings else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
                     name_flag="--name")
     p.add_argument("--run-id", help="only this run's namespaces (default: every draconf namespace)")
     p.set_defaults(func=cmd_sweep)
+
+    p = with_target(sub.add_parser(
+        "audit", help="read-only: list namespaces capping nvidia.com/gpu but no DeviceClass quota"),
+        name_flag="--name")
+    p.add_argument("--profile", default="nvidia", help="driver profile (gives the DeviceClass)")
+    p.set_defaults(func=cmd_audit)
 
     testbed = sub.add_parser("testbed", help="the embedded test bed (real control plane, simulated GPU nodes)")
     tsub = testbed.add_subparsers(dest="action", required=True)

@@ -103,7 +103,9 @@ DIAGNOSES: dict[str, str] = {
     "quota-not-enforced":
         "A ResourceQuota on a DeviceClass (<class>.deviceclass.resource.k8s.io/devices) was "
         "not enforced: check that the ResourceQuota admission plugin is enabled on the API "
-        "server and that the quota names the right DeviceClass.",
+        "server and that the quota names the right DeviceClass; or a namespace caps GPUs only "
+        "via requests.nvidia.com/gpu, which DRA claims bypass: add a "
+        "<class>.deviceclass.resource.k8s.io/devices quota.",
     "policy-conflict":
         "A GPU Operator ClusterPolicy (device plugin) exists beside the GPUCluster (DRA), and a "
         "cluster may have one or the other but not both: delete the one you do not use.",

@@ -40,6 +40,8 @@ TRANSIENT_UNSCHEDULABLE = ("resourceclaim not available on the node", "not creat
                            "in use by", "no longer")
 #: Seconds a definitive scheduler message must stand before it is a verdict.
 VERDICT_AFTER = 3.0
+#: Seconds a deleted claim may be held by a driver's finalizer before that is a verdict.
+STUCK_CLAIM_AFTER = 10.0
 
 
 def is_definitive(message: str) -> bool:
@@ -167,6 +169,15 @@ class DeployedWorkload:
                     return f"the scheduler cannot place pod {pod.name}: {message}"
             if pod.phase == "Failed":
                 return f"pod {pod.name} failed: {pod.summary()}"
+            if pod.phase == "Pending" and not pod.node and not pod.claim_names() \
+                    and pod.spec.get("resourceClaims"):
+                # The claim was never created (e.g. quota): the reason is only in an event.
+                first = self._unschedulable_since.setdefault((pod.uid, "no-claim"), now)
+                if now - first >= VERDICT_AFTER:
+                    refused = [e for e in self.events()
+                               if "FailedResourceClaimCreation" in e and pod.name in e]
+                    if refused:
+                        return f"the claim of pod {pod.name} cannot be created: {refused[-1]}"
         return None
 
     def wait_running(self, timeout: float | None = None) -> list[Pod]:
@@ -348,9 +359,26 @@ class DeployedWorkload:
             return "; ".join([p.summary() for p in pods] + [c.summary() for c in current.values()]) \
                 or "nothing left"
 
+        stuck_since: dict[str, float] = {}
+
+        def verdict(s):
+            """A claim whose consumers are all gone, held only by someone else's finalizer."""
+            pods, current = s
+            if pods:
+                return None
+            now = time.monotonic()
+            for claim in current.values():
+                foreign = [f for f in claim.finalizers if not f.startswith("resource.kubernetes.io/")]
+                if claim.is_deleting and foreign and not claim.reserved_for_uids:
+                    if now - stuck_since.setdefault(claim.name, now) >= STUCK_CLAIM_AFTER:
+                        return (f"claim {claim.name} is being deleted but finalizer "
+                                f"{', '.join(foreign)} still holds it {STUCK_CLAIM_AFTER:.0f}s after its "
+                                "last consumer went away (the node never finished unpreparing it)")
+            return None
+
         try:
             waits.wait_until(f"{self.workload.name}'s claims to be released", state, done,
-                             timeout=timeout, describe=describe, interval=0.5)
+                             timeout=timeout, describe=describe, interval=0.5, verdict=verdict)
         except waits.WaitFailed as err:
             raise AssertionError(f"cleanup is incomplete: {err}") from None
         evidence = [f"released {c.summary()}" for c in held.values()]

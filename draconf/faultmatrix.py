@@ -1,0 +1,181 @@
+"""The fault-detection matrix: run the whole suite against a bed broken in one way and judge it.
+
+A conformance suite is only worth the failures it catches.  For every test bed fault this
+module knows which checks must catch it and with which diagnosis, and which other checks may
+be dragged into failure with it; ``run_against`` runs ``draconf run`` on such a bed and
+``judge`` compares the outcome with that expectation.
+
+Example::
+
+    result = run_against("cdi-wrong-device", reports_dir)
+    verdict = judge(result)
+    assert verdict.ok, verdict.problems
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+from draconf import namespaces
+from draconf.kube import connect
+from draconf.testbed import inventory
+from draconf.testbed.cluster import Testbed
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a run against one fault must show.
+
+    ``catch``: (workload, check) patterns that must fail, each with ``diagnosis``.
+    ``dragged``: patterns that may also fail (a consequence, not a miss).
+    ``verdict_seconds``: the longest a catching test may take (a definitive signal is quick).
+    """
+    catch: tuple[str, ...]
+    diagnosis: dict[str, str]
+    dragged: tuple[str, ...] = ()
+    verdict_seconds: float = 45
+
+
+def _all(check: str) -> tuple[str, ...]:
+    return tuple(f"{w}/{check}" for w in GPU_WORKLOADS)
+
+
+EXPECTED: dict[str, Expectation] = {
+    "missing-deviceclass": Expectation(
+        ("preflight/device-class",), {"preflight/device-class": "missing-deviceclass"}),
+    "no-resourceslices": Expectation(
+        ("preflight/resource-slices",), {"preflight/resource-slices": "no-resourceslices"}),
+    "attribute-drift": Expectation(
+        ("preflight/device-attributes",), {"preflight/device-attributes": "attribute-missing"}),
+    "plugin-unhealthy": Expectation(
+        ("preflight/kubelet-plugin",), {"preflight/kubelet-plugin": "plugin-unhealthy"},
+        dragged=("preflight/gpu-cluster",)),
+    "clusterpolicy-conflict": Expectation(
+        ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
+    "cdi-not-injected": Expectation(
+        _all("cdi-injection"), {p: "cdi-not-injected" for p in _all("cdi-injection")}),
+    "cdi-wrong-device": Expectation(
+        _all("cdi-injection"), {p: "cdi-wrong-device" for p in _all("cdi-injection")}),
+    "claims-not-released": Expectation(
+        _all("cleanup"), {p: "claim-not-released" for p in _all("cleanup")},
+        dragged=("quota/*",), verdict_seconds=150),
+    "quota-not-enforced": Expectation(
+        ("quota/deviceclass-quota",), {"quota/deviceclass-quota": "quota-not-enforced"},
+        dragged=("quota/*",)),
+    "gpu-nodes-tainted": Expectation(
+        _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
+        dragged=_all("cdi-injection") + ("quota/*", "failure-modes/*")),
+}
+
+
+@dataclass
+class RunResult:
+    fault: str | None
+    exit_code: int
+    seconds: float
+    rows: list[dict]
+    leftovers: list[str]
+    output_tail: str = ""
+
+    def failed(self) -> list[dict]:
+        return [r for r in self.rows if r["outcome"] in ("failed", "broken", "error")]
+
+
+@dataclass
+class Verdict:
+    fault: str | None
+    ok: bool
+    detected_by: list[str] = field(default_factory=list)
+    diagnoses: list[str] = field(default_factory=list)
+    seconds_to_verdict: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+def _key(row: dict) -> str:
+    return f"{row.get('workload')}/{row.get('check')}"
+
+
+def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
+                extra_args: list[str] | None = None) -> RunResult:
+    """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed."""
+    bed = Testbed.named(bed_name or f"matrix-{fault or 'healthy'}")
+    bed.down(log=lambda *_: None)
+    bed.up(inventory.load(), faults=[fault] if fault else [], log=lambda *_: None)
+    try:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
+             "--reports", str(reports), *(extra_args or [])],
+            cwd=REPO, capture_output=True, text=True, timeout=1800)
+        seconds = time.monotonic() - started
+        api = connect(bed.kubeconfig)
+        leftovers = _wait_no_leftovers(api)
+        summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").exists() \
+            else {"tests": []}
+        return RunResult(fault, proc.returncode, seconds, summary["tests"], leftovers,
+                         "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]))
+    finally:
+        bed.down(log=lambda *_: None)
+
+
+def _wait_no_leftovers(api, timeout: float = 90) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = namespaces.leftovers(api)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
+def judge(result: RunResult) -> Verdict:
+    """Compare a run with what its fault must show (a healthy run: no failure at all)."""
+    verdict = Verdict(result.fault, ok=True)
+    problems = verdict.problems
+    if result.leftovers:
+        problems.append(f"left behind: {', '.join(result.leftovers)}")
+    if not result.rows:
+        problems.append("the run produced no test results:\n" + result.output_tail)
+    failed = {(_key(r), r["id"]): r for r in result.failed()}
+    if result.fault is None:
+        if result.exit_code != 0 or failed:
+            problems.append(f"healthy run failed (exit {result.exit_code}): "
+                            + "; ".join(f"{k[1]}: {r.get('message')}" for k, r in failed.items()))
+        verdict.ok = not problems
+        return verdict
+    expected = EXPECTED[result.fault]
+    if result.exit_code == 0:
+        problems.append("the run passed: the fault went undetected")
+    for pattern in expected.catch:
+        hits = [r for (key, _), r in failed.items() if fnmatch(key, pattern)]
+        if not hits:
+            problems.append(f"{pattern} did not fail")
+            continue
+        for row in hits:
+            verdict.detected_by.append(_key(row))
+            verdict.diagnoses.append(row.get("diagnosis") or "none")
+            want = expected.diagnosis.get(pattern)
+            if want and row.get("diagnosis") != want:
+                problems.append(f"{row['id']}: diagnosis {row.get('diagnosis')}, expected {want}")
+            if row.get("duration", 0) > expected.verdict_seconds:
+                problems.append(f"{row['id']}: verdict took {row['duration']:.0f}s "
+                                f"(bound {expected.verdict_seconds:.0f}s)")
+    allowed = expected.catch + expected.dragged
+    for (key, nodeid), row in failed.items():
+        if not any(fnmatch(key, p) for p in allowed):
+            problems.append(f"unrelated check failed: {nodeid} [{row.get('diagnosis')}] {row.get('message')}")
+    catching = [r.get("duration", 0) for (key, _), r in failed.items()
+                if any(fnmatch(key, p) for p in expected.catch)]
+    verdict.seconds_to_verdict = max(catching, default=0.0)
+    verdict.detected_by = sorted(set(verdict.detected_by))
+    verdict.diagnoses = sorted(set(verdict.diagnoses))
+    verdict.ok = not problems
+    return verdict
