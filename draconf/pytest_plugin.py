@@ -75,6 +75,33 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_setup(item):
+    """A setup that fails (a workload that never came up) is diagnosed like a failed check."""
+    try:
+        return (yield)
+    except BaseException as exc:
+        _diagnose(item, exc)
+        raise
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    """Every failed check gets one diagnosis code read from the cluster, before its namespace
+    goes.  trylast makes this the innermost wrapper, so the code is stashed before the
+    reporting plugin builds the report and prefixes the message with it."""
+    try:
+        return (yield)
+    except BaseException as exc:
+        _diagnose(item, exc)
+        raise
+
+
+def _diagnose(item, exc) -> None:
+    from draconf.diagnosis import record_failure_diagnosis
+    record_failure_diagnosis(item, exc)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -1,5 +1,7 @@
 """Labels every conformance test with its workload and check, for the reports and xdist."""
 
+from pathlib import Path
+
 import pytest
 
 CHECK_OF_TEST = {"test_allocation": "allocation", "test_cdi_injection": "cdi-injection",
@@ -10,9 +12,14 @@ CHECK_OF_TEST = {"test_allocation": "allocation", "test_cdi_injection": "cdi-inj
 MODULE_ORDER = ["test_preflight", "test_audit", "test_workloads", "test_quota", "test_failure_modes"]
 
 
+SUITES = Path(__file__).parent
+
+
 def _rank(item) -> int:
-    name = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
-    return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+    """Position of the item's suite module; items outside suites/ keep their place in front."""
+    if item.path.parent != SUITES:
+        return -1
+    return MODULE_ORDER.index(item.path.stem) if item.path.stem in MODULE_ORDER else len(MODULE_ORDER)
 
 
 def pytest_collection_modifyitems(items):
@@ -20,7 +27,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         callspec = getattr(item, "callspec", None)
         workload = callspec.params.get("deployed") if callspec else None
-        check = CHECK_OF_TEST.get(item.originalname)
+        check = CHECK_OF_TEST.get(getattr(item, "originalname", None))
         if workload and check:
             item.add_marker(pytest.mark.draconf(workload=workload, check=check))
             # Allure groups by feature (the workload) and story (the check).

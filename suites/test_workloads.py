@@ -20,6 +20,7 @@ import pytest
 
 from draconf import manifests
 from draconf import selectors as sel
+from draconf.reporting import diagnosis_prefix
 from draconf.workload import DeployedWorkload, Workload, prove_allocatable
 
 WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
@@ -29,6 +30,9 @@ CHECKS = ["allocation", "cdi-injection", "cleanup"]
 def choose_model(published, profile) -> str:
     """The most common published product name (ties: alphabetical)."""
     counts = published.values_of(profile.attributes["model"])
+    if not counts:
+        pytest.fail(diagnosis_prefix("attribute-missing") + f"no published device has the "
+                    f"{profile.attributes['model']!r} attribute, so no model can be selected")
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
 
 

@@ -1,0 +1,292 @@
+"""Diagnoses proved on real test beds: start a bed broken one way, make a workload fail the way
+the suite would see it, and check that ``diagnose`` names the fault from cluster evidence alone.
+
+Beds are named ``dg-<fault>`` and started one at a time (each test asks for its bed; asking for
+another stops the previous one), so the file needs about one bed's worth of CPU and memory.
+Set DRACONF_DIAGNOSIS_LOG=path to append one JSON line per diagnosis (code, timings, reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import pytest
+
+from draconf import namespaces, waits
+from draconf import selectors as sel
+from draconf.devices import PublishedDevices
+from draconf.diagnosis import diagnose
+from draconf.kube import connect
+from draconf.profile import builtin
+from draconf.testbed import inventory
+from draconf.testbed import cluster
+from draconf.workload import DeployedWorkload, Workload
+
+RUN = namespaces.RunId("dgself")
+PROFILE = dataclasses.replace(
+    builtin("nvidia"),
+    timeouts=dataclasses.replace(builtin("nvidia").timeouts, schedule=30, running=30, cleanup=20))
+DRIVER = PROFILE.driver
+
+
+class Beds:
+    """At most one ``dg-*`` bed up at a time; the last one is stopped at module teardown."""
+
+    def __init__(self):
+        self.bed: cluster.Testbed | None = None
+        self.fault: str | None = None
+        self.api = None
+
+    def get(self, fault: str | None):
+        if self.bed is not None and self.fault == fault:
+            return self.api
+        self.stop()
+        bed = cluster.Testbed.named(f"dg-{fault or 'healthy'}")
+        if bed.dir.exists():
+            bed.down(log=lambda *_: None)  # left over by an interrupted run
+        self.bed, self.fault = bed, fault
+        bed.up(inventory.load(), faults=[fault] if fault else [], log=lambda *_: None)
+        self.api = connect(bed.kubeconfig)
+        return self.api
+
+    def stop(self):
+        if self.bed is not None:
+            self.bed.down(log=lambda *_: None)
+        self.bed = self.fault = self.api = None
+
+
+@pytest.fixture(scope="module")
+def dg_beds():
+    beds = Beds()
+    yield beds
+    beds.stop()
+
+
+@pytest.fixture
+def dg_namespaces(request):
+    """Make namespaces on the current bed; deleted after the test (the bed may go away anyway)."""
+    made = []
+
+    def make(api, label: str) -> str:
+        name = namespaces.create(api, RUN, f"{request.node.name}-{label}")
+        made.append((api, name))
+        return name
+
+    yield make
+    for api, name in made:
+        try:
+            namespaces.delete(api, name)
+        except Exception:  # noqa: BLE001 - the bed may already be down
+            pass
+
+
+def deploy(api, ns: str, workload: Workload) -> DeployedWorkload:
+    return DeployedWorkload.deploy(api, ns, workload, PROFILE, RUN.labels)
+
+
+def single_gpu() -> Workload:
+    return Workload("single-gpu", ["01-single-gpu.yaml"], expected_pods=1)
+
+
+def failure_of(action) -> tuple[AssertionError, float]:
+    started = time.monotonic()
+    with pytest.raises(AssertionError) as info:
+        action()
+    return info.value, time.monotonic() - started
+
+
+def diagnosed(api, ns, check, error, fault, took=None):
+    started = time.monotonic()
+    result = diagnose(api, PROFILE, ns, check, str(error))
+    elapsed = time.monotonic() - started
+    path = os.environ.get("DRACONF_DIAGNOSIS_LOG")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"fault": fault, "check": check, "code": result.code,
+                                 "failure_after_s": round(took, 1) if took is not None else None,
+                                 "diagnosis_s": round(elapsed, 2), "reason": result.reason,
+                                 "error": str(error)[:300], "evidence": sorted(result.evidence)}) + "\n")
+    assert elapsed < 30, f"diagnosis took {elapsed:.1f}s"
+    assert result.evidence["diagnosis"].startswith(f"[{result.code}]")
+    return result
+
+
+# --- faults that keep the workload from being scheduled ---------------------------------------
+
+def test_missing_deviceclass(dg_beds, dg_namespaces):
+    api = dg_beds.get("missing-deviceclass")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "missing-deviceclass", took)
+    assert result.code == "missing-deviceclass", result
+    assert "DeviceClass gpu.nvidia.com" in result.reason
+    assert not any(line.startswith("gpu.nvidia.com:") for line in result.evidence["deviceclasses"].splitlines())
+
+
+def test_no_resourceslices(dg_beds, dg_namespaces):
+    api = dg_beds.get("no-resourceslices")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "no-resourceslices", took)
+    assert result.code == "no-resourceslices", result
+    assert "no ResourceSlice" in result.evidence["resourceslices"]
+
+
+def test_attribute_drift_with_the_model_selected_workload(dg_beds, dg_namespaces):
+    api = dg_beds.get("attribute-drift")
+    ns = dg_namespaces(api, "w")
+    # The walkthrough's own selector (productName matching h100): the suite cannot pick a model
+    # here, because no device publishes productName any more.
+    workload = deploy(api, ns, Workload("model-selected", ["02-model-selected.yaml"], expected_pods=1))
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "attribute-drift", took)
+    assert result.code == "attribute-missing", result
+    assert "productName" in result.reason
+
+
+def test_attribute_drift_before_anything_is_deployed(dg_beds):
+    # What the suite's fixture hits first: choosing a model from published productNames fails.
+    api = dg_beds.get("attribute-drift")
+    result = diagnosed(api, None, None, IndexError("list index out of range"), "attribute-drift")
+    assert result.code == "attribute-missing", result
+    assert "productName" in result.reason
+
+
+def test_gpu_nodes_tainted(dg_beds, dg_namespaces):
+    api = dg_beds.get("gpu-nodes-tainted")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "gpu-nodes-tainted", took)
+    assert result.code == "node-excluded", result
+    assert "dedicated=gpu-reserved:NoSchedule" in result.reason
+
+
+# --- faults on the node side ----------------------------------------------------------------
+
+def test_plugin_unhealthy(dg_beds, dg_namespaces):
+    api = dg_beds.get("plugin-unhealthy")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    error, took = failure_of(workload.wait_running)
+    # As test_cdi_injection reports it when the workload never started.
+    result = diagnosed(api, ns, "cdi-injection", f"injection cannot be checked: {error}",
+                       "plugin-unhealthy", took)
+    assert result.code == "plugin-unhealthy", result
+    assert "CrashLoopBackOff" in result.evidence["kubelet-plugin"]
+    # kwok nodes serve no container logs: the evidence says so instead of failing
+    assert "--- log tail of gpu-operator/" in result.evidence["kubelet-plugin"]
+
+
+def test_cdi_not_injected(dg_beds, dg_namespaces):
+    api = dg_beds.get("cdi-not-injected")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    workload.wait_running()
+    published = PublishedDevices.read(api, DRIVER)
+    error, took = failure_of(lambda: workload.check_injection(published))
+    result = diagnosed(api, ns, "cdi-injection", error, "cdi-not-injected", took)
+    assert result.code == "cdi-not-injected", result
+
+
+def test_cdi_wrong_device(dg_beds, dg_namespaces):
+    api = dg_beds.get("cdi-wrong-device")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    workload.wait_running()
+    published = PublishedDevices.read(api, DRIVER)
+    error, took = failure_of(lambda: workload.check_injection(published))
+    result = diagnosed(api, ns, "cdi-injection", error, "cdi-wrong-device", took)
+    assert result.code == "cdi-wrong-device", result
+
+
+def test_claims_not_released(dg_beds, dg_namespaces):
+    api = dg_beds.get("claims-not-released")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    workload.wait_running()
+    published = PublishedDevices.read(api, DRIVER)
+    error, took = failure_of(lambda: workload.check_cleanup(published, lambda devices: []))
+    result = diagnosed(api, ns, "cleanup", error, "claims-not-released", took)
+    assert result.code == "claim-not-released", result
+    assert "gpu.nvidia.com/unprepare-pending" in result.reason
+
+
+# --- control-plane and operator faults --------------------------------------------------------
+
+def test_quota_not_enforced(dg_beds, dg_namespaces):
+    api = dg_beds.get("quota-not-enforced")
+    ns = dg_namespaces(api, "q")
+    key = "count/resourceclaims.resource.k8s.io"
+    api.core.create_namespaced_resource_quota(ns, {
+        "metadata": {"name": "one-claim"}, "spec": {"hard": {key: "1"}}})
+    waits.wait_until("the quota to be counted", lambda: api.core.read_namespaced_resource_quota(
+        "one-claim", ns).status, lambda s: s is not None and s.used is not None, timeout=30)
+    for i in range(2):  # the second is beyond the quota, but no admission plugin stops it
+        api.resource.create_namespaced_resource_claim(ns, {
+            "metadata": {"name": f"claim-{i}"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}})
+    error = AssertionError(f"the ResourceQuota allows 1 claim ({key}=1) but the API server "
+                           "admitted a second one")
+    result = diagnosed(api, ns, None, error, "quota-not-enforced")
+    assert result.code == "quota-not-enforced", result
+
+
+def test_clusterpolicy_conflict(dg_beds, dg_namespaces):
+    api = dg_beds.get("clusterpolicy-conflict")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    workload.wait_running()
+    result = diagnosed(api, ns, None, AssertionError("GPU Operator footprint is inconsistent"),
+                       "clusterpolicy-conflict")
+    assert result.code == "policy-conflict", result
+
+
+# --- a healthy bed: failures the workload brings itself, and no false alarm -----------------
+
+def test_selector_matching_nothing(dg_beds, dg_namespaces):
+    api = dg_beds.get(None)
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, Workload("model-selected", ["02-model-selected.yaml"], expected_pods=1,
+                                        selectors={"h100-gpu": [sel.model(DRIVER, "productName", "NVIDIA B200")]}))
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "healthy: B200 selector", took)
+    assert result.code == "selector-unmatched", result
+
+
+def test_every_matching_gpu_taken(dg_beds, dg_namespaces):
+    api = dg_beds.get(None)
+    h200_pair = lambda: Workload("two-gpu", ["05-two-gpus.yaml"], expected_pods=1,  # noqa: E731
+                                 selectors={"two-gpus": [sel.model(DRIVER, "productName", "NVIDIA H200")]})
+    first = deploy(api, dg_namespaces(api, "first"), h200_pair())
+    first.wait_running()
+    ns = dg_namespaces(api, "second")
+    second = deploy(api, ns, h200_pair())
+    error, took = failure_of(second.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "healthy: both H200 taken", took)
+    assert result.code == "capacity-exhausted", result
+    assert first.namespace in result.reason
+
+
+def test_healthy_workload_gives_no_false_alarm(dg_beds, dg_namespaces):
+    api = dg_beds.get(None)
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    workload.wait_running()
+    result = diagnosed(api, ns, "allocation", AssertionError("something else went wrong"), "healthy")
+    assert result.code == "timeout", result
+    assert "Running" in result.reason
+
+
+def test_api_server_unreachable():
+    # No bed needed: a port nothing listens on is what a stopped API server looks like.
+    from kubernetes import client
+    from draconf.kube import Api
+    api = Api(client.ApiClient(client.Configuration(host=f"https://127.0.0.1:{cluster.free_port()}")))
+    result = diagnosed(api, "any", "allocation", AssertionError("boom"), "no API server")
+    assert result.code == "api-unavailable", result

@@ -1,0 +1,642 @@
+"""The diagnosis rules over hand-built facts: one test per rule, then the priority conflicts.
+
+No cluster: ``classify`` is pure, and so are ``build_facts`` and the small CEL evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from draconf import selectors as sel
+from draconf.devices import Device
+from draconf.diagnosis import (ClaimFacts, Diagnosis, EventFacts, Facts, Missing, NodeFacts,
+                               PluginPodFacts, PodFacts, QuotaFacts, RequestFacts, Snapshot,
+                               TemplateFacts, build_facts, cel_eval, classify, node_exclusions,
+                               tolerates)
+from draconf.profile import builtin
+from draconf.reporting import DIAGNOSES
+
+pytest_plugins = ["pytester"]
+
+DRIVER = "gpu.nvidia.com"
+CLASS_CEL = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+H100 = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
+A100 = "NVIDIA A100-SXM4-40GB"
+GI = 2**30
+TAINT = {"key": "dedicated", "value": "gpu-reserved", "effect": "NoSchedule"}
+PROFILE_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+UNSCHEDULABLE = "0/4 nodes are available: 4 cannot allocate all claims. preemption: 0/4 nodes are available."
+
+
+def gpu(node: str, minor: int, product: str, memory_gi: int, arch: str = "Hopper", drop=()) -> Device:
+    attrs = {f"{DRIVER}/type": "gpu", f"{DRIVER}/uuid": f"GPU-{node}-{minor}",
+             f"{DRIVER}/productName": product, f"{DRIVER}/architecture": arch,
+             f"{DRIVER}/brand": "Nvidia"}
+    for name in drop:
+        attrs.pop(f"{DRIVER}/{name}")
+    return Device(DRIVER, node, f"gpu-{minor}", node, attrs, {f"{DRIVER}/memory": memory_gi * GI})
+
+
+def fleet(drop=()) -> list[Device]:
+    return ([gpu("gpu-h100-0", i, H100, 80, drop=drop) for i in range(4)]
+            + [gpu("gpu-a100-0", i, A100, 40, "Ampere", drop=drop) for i in range(2)]
+            + [gpu("gpu-h200-0", i, H200, 141, drop=drop) for i in range(2)])
+
+
+def nodes(taint: dict | None = None) -> list[NodeFacts]:
+    gpu_nodes = [NodeFacts(n, labels={"nvidia.com/gpu.present": "true"}, taints=[taint] if taint else [])
+                 for n in ("gpu-h100-0", "gpu-a100-0", "gpu-h200-0")]
+    return gpu_nodes + [NodeFacts("cpu-0")]
+
+
+def healthy(**changes) -> Facts:
+    """A healthy cluster with nothing deployed in the namespace yet."""
+    facts = Facts(
+        driver=DRIVER, device_class=DRIVER, namespace="ns",
+        required_attributes=builtin("nvidia").required_attributes(),
+        device_classes={DRIVER: [CLASS_CEL], "mig.nvidia.com": [CLASS_CEL.replace("'gpu'", "'mig'")]},
+        slice_count=3, devices=fleet(), nodes=nodes(),
+        plugin_pods=[PluginPodFacts(f"plugin-{n}", "gpu-operator", node=n, phase="Running", ready=True)
+                     for n in ("gpu-h100-0", "gpu-a100-0", "gpu-h200-0")],
+        gpu_cluster=True, gpu_cluster_state="ready")
+    return dataclasses.replace(facts, **changes)
+
+
+def request(selectors=(), count=1, mode="ExactCount", device_class=DRIVER) -> list[RequestFacts]:
+    return [RequestFacts("gpu", device_class, list(selectors), mode, count)]
+
+
+def pending(selectors=(), count=1, message=UNSCHEDULABLE, tolerations=(PROFILE_TOLERATION,),
+            device_class=DRIVER) -> tuple[PodFacts, ClaimFacts]:
+    pod = PodFacts("gpu-pod", "ns", uid="p1", unschedulable=message, claims={"gpu": "gpu-pod-gpu-x"},
+                   tolerations=list(tolerations))
+    claim = ClaimFacts("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
+                       owner_pod_uid="p1", finalizers=["resource.kubernetes.io/delete-protection"],
+                       requests=[request(selectors, count, device_class=device_class)])
+    return pod, claim
+
+
+def running(device: str = f"{DRIVER}/gpu-h100-0/gpu-0") -> tuple[PodFacts, ClaimFacts]:
+    pod = PodFacts("gpu-pod", "ns", uid="p1", phase="Running", ready=True, node="gpu-h100-0",
+                   claims={"gpu": "gpu-pod-gpu-x"}, tolerations=[PROFILE_TOLERATION])
+    claim = ClaimFacts("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
+                       owner_pod_uid="p1", allocated=True, devices=[device], reserved_for=["gpu-pod"],
+                       reserved_for_uids=["p1"], finalizers=["resource.kubernetes.io/delete-protection"],
+                       requests=[request()])
+    return pod, claim
+
+
+def bound_not_running() -> tuple[PodFacts, ClaimFacts]:
+    pod, claim = running()
+    return dataclasses.replace(pod, phase="Pending", ready=False), claim
+
+
+def with_workload(facts: Facts, pod: PodFacts, claim: ClaimFacts) -> Facts:
+    allocated = dict(facts.allocated)
+    for key in claim.devices:
+        allocated[key] = claim.key
+    return dataclasses.replace(facts, pods=[pod], claims=[claim], allocated=allocated)
+
+
+def model(product: str) -> str:
+    return sel.model(DRIVER, "productName", product).cel
+
+
+# =============================================================================================
+# One test per rule
+# =============================================================================================
+
+def test_api_unreachable():
+    code, reason = classify(healthy(api_error="MaxRetryError: connection refused"), None, "")
+    assert code == "api-unavailable" and "connection refused" in reason
+
+
+def test_resource_api_v1_not_served():
+    facts = healthy(resource_api=False, resource_versions=["v1beta1"])
+    code, reason = classify(facts, "allocation", "")
+    assert code == "api-unavailable" and "v1beta1" in reason
+
+
+def test_claim_names_a_missing_deviceclass():
+    pod, claim = pending(message="0/4 nodes are available: 4 cannot allocate all claims.")
+    facts = with_workload(healthy(device_classes={"mig.nvidia.com": []}), pod, claim)
+    code, reason = classify(facts, "allocation", "")
+    assert code == "missing-deviceclass" and "gpu.nvidia.com" in reason
+
+
+def test_scheduler_says_the_class_does_not_exist():
+    pod, claim = pending(device_class="other.example.com",
+                         message="0/4 nodes are available: request gpu: device class gpu.nvidia.com does not exist.")
+    facts = with_workload(healthy(device_classes={"other.example.com": []}), pod, claim)
+    assert classify(facts, None, "")[0] == "missing-deviceclass"
+
+
+def test_template_names_a_missing_deviceclass_before_any_claim_exists():
+    facts = healthy(device_classes={}, templates=[TemplateFacts("single-gpu", "ns", [request()])])
+    assert classify(facts, "allocation", "")[0] == "missing-deviceclass"
+
+
+def test_nothing_deployed_and_profile_class_missing():
+    assert classify(healthy(device_classes={}, namespace=None), None, "")[0] == "missing-deviceclass"
+
+
+def test_no_devices_published():
+    pod, claim = pending()
+    facts = with_workload(healthy(devices=[], slice_count=0), pod, claim)
+    code, reason = classify(facts, "allocation", "")
+    assert code == "no-resourceslices" and "No ResourceSlice" in reason
+
+
+def test_slices_without_devices_count_as_none():
+    code, reason = classify(healthy(devices=[], slice_count=3), None, "")
+    assert code == "no-resourceslices" and "3 ResourceSlice(s)" in reason
+
+
+def test_scheduler_cel_runtime_error():
+    message = ('running "DynamicResources" filter plugin: claim ns/gpu-pod-gpu-x: selector #0: '
+               "CEL runtime error: no such key: productName")
+    pod, claim = pending([model("h100")], message=message)
+    code, reason = classify(with_workload(healthy(devices=fleet(drop=["productName"])), pod, claim),
+                            "allocation", "")
+    assert code == "attribute-missing" and "productName" in reason
+
+
+def test_selector_reads_an_attribute_some_devices_lack():
+    # No scheduler message yet: the evaluator finds the missing key on the devices the class selects.
+    devices = fleet()[:4] + fleet(drop=["productName"])[4:]
+    pod, claim = pending([model(H100)], message=None)
+    pod = dataclasses.replace(pod, unschedulable=None)
+    code, reason = classify(with_workload(healthy(devices=devices), pod, claim), None, "")
+    assert code == "attribute-missing" and "4 of 8" in reason
+
+
+def test_nothing_deployed_but_devices_lack_required_attributes():
+    facts = healthy(namespace=None, devices=fleet(drop=["uuid"]))
+    code, reason = classify(facts, None, "IndexError: list index out of range")
+    assert code == "attribute-missing" and "uuid" in reason
+
+
+def test_gpu_nodes_tainted():
+    message = ("0/4 nodes are available: 1 cannot allocate all claims, 3 node(s) had untolerated "
+               "taint {dedicated: gpu-reserved}.")
+    pod, claim = pending(message=message)
+    code, reason = classify(with_workload(healthy(nodes=nodes(TAINT)), pod, claim), "allocation", "")
+    assert code == "node-excluded" and "dedicated=gpu-reserved:NoSchedule" in reason
+
+
+def test_node_selector_excludes_the_gpu_nodes():
+    pod, claim = pending()
+    pod = dataclasses.replace(pod, node_selector={"pool": "cpu"})
+    assert classify(with_workload(healthy(), pod, claim), None, "")[0] == "node-excluded"
+
+
+def test_taint_on_nodes_without_candidates_does_not_exclude():
+    # Only the H200 node is tainted, the pod wants an H100: not node-excluded (the H100 node is free).
+    facts = healthy(nodes=[NodeFacts("gpu-h100-0"), NodeFacts("gpu-a100-0"),
+                           NodeFacts("gpu-h200-0", taints=[TAINT]), NodeFacts("cpu-0")])
+    pod, claim = pending([model(H100)], message=None)
+    pod = dataclasses.replace(pod, unschedulable="0/4 nodes are available: waiting for something.")
+    assert classify(with_workload(facts, pod, claim), None, "")[0] == "timeout"
+
+
+def test_every_matching_device_is_allocated():
+    pod, claim = pending([model(H200)])
+    facts = healthy(allocated={f"{DRIVER}/gpu-h200-0/gpu-0": "other/a", f"{DRIVER}/gpu-h200-0/gpu-1": "other/b"})
+    code, reason = classify(with_workload(facts, pod, claim), "allocation", "")
+    assert code == "capacity-exhausted" and "other/a" in reason
+
+
+def test_two_gpus_needed_but_only_one_free_per_node():
+    pod, claim = pending(count=2)
+    taken = {f"{DRIVER}/gpu-h100-0/gpu-{i}": "other/x" for i in range(3)}
+    taken |= {f"{DRIVER}/gpu-a100-0/gpu-0": "other/y", f"{DRIVER}/gpu-h200-0/gpu-1": "other/z"}
+    code, _ = classify(with_workload(healthy(allocated=taken), pod, claim), "allocation", "")
+    assert code == "capacity-exhausted"
+
+
+def test_selector_matches_no_published_device():
+    pod, claim = pending([model("NVIDIA B200")])
+    code, reason = classify(with_workload(healthy(), pod, claim), "allocation", "")
+    assert code == "selector-unmatched" and "0 of 8" in reason
+
+
+def test_more_devices_per_node_than_any_node_has():
+    pod, claim = pending(count=5)
+    assert classify(with_workload(healthy(), pod, claim), "allocation", "")[0] == "selector-unmatched"
+
+
+def test_memory_selector_above_every_gpu():
+    pod, claim = pending([sel.memory_above(DRIVER, "memory", 200 * GI).cel])
+    assert classify(with_workload(healthy(), pod, claim), "allocation", "")[0] == "selector-unmatched"
+
+
+def test_selector_not_understood_with_free_devices_is_unmatched():
+    pod, claim = pending(["device.attributes['gpu.nvidia.com'].productName.size() > 100"])
+    code, reason = classify(with_workload(healthy(), pod, claim), "allocation", "")
+    assert code == "selector-unmatched" and "free devices" in reason
+
+
+def test_selector_not_understood_with_all_class_devices_taken_is_exhausted():
+    pod, claim = pending(["device.attributes['gpu.nvidia.com'].productName.size() > 3"])
+    taken = {d.key: "other/x" for d in fleet()}
+    code, _ = classify(with_workload(healthy(allocated=taken), pod, claim), "allocation", "")
+    assert code == "capacity-exhausted"
+
+
+def test_selector_not_understood_without_cannot_allocate_is_no_verdict():
+    pod, claim = pending(["device.attributes['gpu.nvidia.com'].productName.size() > 3"],
+                         message="0/4 nodes are available: 4 Insufficient cpu.")
+    assert classify(with_workload(healthy(), pod, claim), "allocation", "")[0] == "timeout"
+
+
+def test_prepare_failed_event():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
+                               "ResourceClaim gpu-pod-gpu-x: plugin name gpu.nvidia.com not found",
+                               name="gpu-pod")]
+    code, reason = classify(facts, "cdi-injection", "injection cannot be checked: timed out")
+    assert code == "plugin-unhealthy" and "FailedPrepareDynamicResources" in reason
+
+
+def test_plugin_pod_crash_looping_on_the_node():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.plugin_pods[0] = PluginPodFacts("plugin-gpu-h100-0", "gpu-operator", node="gpu-h100-0",
+                                          phase="Running", ready=False, waiting=["gpus: CrashLoopBackOff"],
+                                          restarts=7)
+    code, reason = classify(facts, None, "timed out")
+    assert code == "plugin-unhealthy" and "CrashLoopBackOff" in reason
+
+
+def test_plugin_absent_from_the_node():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.plugin_pods = facts.plugin_pods[1:]
+    code, reason = classify(facts, None, "timed out")
+    assert code == "plugin-unhealthy" and "no kubelet-plugin pod runs on gpu-h100-0" in reason
+
+
+def test_bound_pod_not_running_with_healthy_plugin_is_no_verdict():
+    pod, claim = bound_not_running()
+    assert classify(with_workload(healthy(), pod, claim), None, "timed out")[0] == "timeout"
+
+
+def test_container_sees_no_gpu():
+    pod, claim = running()
+    error = ("CDI injection is wrong: gpu-pod/workload sees no GPU: nvidia-smi -L exit 127; stderr: "
+             "exec: \"nvidia-smi\": executable file not found in $PATH (allocated: GPU-gpu-h100-0-0)")
+    code, reason = classify(with_workload(healthy(), pod, claim), "cdi-injection", error)
+    assert code == "cdi-not-injected" and "gpu-h100-0/gpu-0" in reason
+
+
+def test_container_sees_fewer_gpus_than_allocated():
+    pod, claim = running()
+    error = ("CDI injection is wrong: trainer/trainer sees ['GPU-a'], allocated ['GPU-a', 'GPU-b']; "
+             "missing ['GPU-b']")
+    assert classify(with_workload(healthy(), pod, claim), "cdi-injection", error)[0] == "cdi-not-injected"
+
+
+def test_container_sees_another_gpu():
+    pod, claim = running()
+    error = ("CDI injection is wrong: gpu-pod/workload sees ['GPU-gpu-h100-0-1'], allocated "
+             "['GPU-gpu-h100-0-0']; missing ['GPU-gpu-h100-0-0']; not allocated to it ['GPU-gpu-h100-0-1']")
+    code, reason = classify(with_workload(healthy(), pod, claim), "cdi-injection", error)
+    assert code == "cdi-wrong-device" and "GPU-gpu-h100-0-1" in reason
+
+
+def test_container_without_claim_sees_a_gpu():
+    pod, claim = running()
+    error = "CDI injection is wrong: gpu-pod/sidecar lists no claim but sees ['GPU-x']"
+    assert classify(with_workload(healthy(), pod, claim), "cdi-injection", error)[0] == "cdi-wrong-device"
+
+
+def test_generated_claim_outlives_its_pod():
+    _, claim = running()
+    claim = dataclasses.replace(claim, allocated=False, devices=[], reserved_for=[], reserved_for_uids=[],
+                                deleting=True, finalizers=["gpu.nvidia.com/unprepare-pending"])
+    facts = dataclasses.replace(healthy(), claims=[claim])
+    code, reason = classify(facts, "cleanup", "cleanup is incomplete: timed out after 120s")
+    assert code == "claim-not-released" and "gpu.nvidia.com/unprepare-pending" in reason
+
+
+def test_named_claim_still_allocated_after_its_consumers():
+    claim = ClaimFacts("shared-gpu", "ns", allocated=True, devices=[f"{DRIVER}/gpu-h100-0/gpu-0"],
+                       reserved_for=["gone-pod"], reserved_for_uids=["p9"], requests=[request()])
+    facts = dataclasses.replace(healthy(), claims=[claim])
+    assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "claim-not-released"
+
+
+def test_claim_of_a_pod_stuck_terminating_is_not_a_claim_problem():
+    pod, claim = running()
+    facts = with_workload(healthy(), dataclasses.replace(pod, deleting=True), claim)
+    code, reason = classify(facts, "cleanup", "cleanup is incomplete: timed out")
+    assert code == "timeout" and "being deleted" in reason
+
+
+def test_quota_used_beyond_hard():
+    quota = QuotaFacts("gpus", "ns", hard={"count/resourceclaims.resource.k8s.io": "1"},
+                       used={"count/resourceclaims.resource.k8s.io": "2"})
+    code, reason = classify(healthy(quotas=[quota]), None, "second claim was admitted")
+    assert code == "quota-not-enforced" and "used 2 > hard 1" in reason
+
+
+def test_quota_check_failed_without_a_rejection():
+    quota = QuotaFacts("gpus", "ns", hard={"gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "1"})
+    code, _ = classify(healthy(quotas=[quota]), None, "expected the quota to reject the second claim")
+    assert code == "quota-not-enforced"
+
+
+def test_policy_conflict():
+    pod, claim = running()
+    facts = with_workload(healthy(cluster_policy=True), pod, claim)
+    assert classify(facts, None, "something went wrong")[0] == "policy-conflict"
+
+
+def test_nothing_definitive_is_a_timeout_with_the_last_state():
+    pod, claim = bound_not_running()
+    code, reason = classify(with_workload(healthy(), pod, claim), "allocation", "timed out")
+    assert code == "timeout" and "gpu-pod" in reason and "gpu-pod-gpu-x" in reason
+
+
+def test_quota_rejection_is_named_in_the_timeout():
+    pod = PodFacts("gpu-pod", "ns", uid="p1", unresolved_claims=["gpu"])
+    facts = healthy(pods=[pod], events=[EventFacts(
+        "FailedResourceClaimCreation", "PodResourceClaim gpu: resourceclaims.resource.k8s.io is "
+        "forbidden: exceeded quota: gpus, requested: count/resourceclaims.resource.k8s.io=1")])
+    code, reason = classify(facts, "allocation", "timed out")
+    assert code == "timeout" and "exceeded quota" in reason
+
+
+# =============================================================================================
+# Priority conflicts: when several rules' evidence is present, the more basic cause wins
+# =============================================================================================
+
+def test_api_beats_everything():
+    facts = healthy(api_error="connection refused", devices=[], device_classes={}, cluster_policy=True)
+    assert classify(facts, "cdi-injection", "CDI injection is wrong: x sees no GPU")[0] == "api-unavailable"
+
+
+def test_missing_class_beats_no_slices():
+    pod, claim = pending()
+    facts = with_workload(healthy(device_classes={}, devices=[]), pod, claim)
+    assert classify(facts, "allocation", "")[0] == "missing-deviceclass"
+
+
+def test_no_slices_beats_attribute_and_selector_rules():
+    pod, claim = pending([model(H100)], message="CEL runtime error: no such key: productName")
+    facts = with_workload(healthy(devices=[]), pod, claim)
+    assert classify(facts, "allocation", "")[0] == "no-resourceslices"
+
+
+def test_attribute_missing_beats_node_excluded():
+    pod, claim = pending([model(H100)], message="CEL runtime error: no such key: productName")
+    facts = with_workload(healthy(devices=fleet(drop=["productName"]), nodes=nodes(TAINT)), pod, claim)
+    assert classify(facts, "allocation", "")[0] == "attribute-missing"
+
+
+def test_node_excluded_beats_cannot_allocate():
+    pod, claim = pending()
+    facts = with_workload(healthy(nodes=nodes(TAINT)), pod, claim)
+    assert classify(facts, "allocation", "")[0] == "node-excluded"
+
+
+def test_unmatched_selector_is_not_node_excluded_even_on_tainted_nodes():
+    pod, claim = pending([model("NVIDIA B200")])
+    facts = with_workload(healthy(nodes=nodes(TAINT)), pod, claim)
+    assert classify(facts, "allocation", "")[0] == "selector-unmatched"
+
+
+def test_plugin_unhealthy_beats_cdi_when_the_pod_never_ran():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("FailedPrepareDynamicResources", "prepare failed", name="gpu-pod")]
+    error = "injection cannot be checked: timed out waiting for 1 pod(s) of single-gpu to run"
+    assert classify(facts, "cdi-injection", error)[0] == "plugin-unhealthy"
+
+
+def test_cdi_rule_needs_the_injection_check():
+    pod, claim = running()
+    facts = with_workload(healthy(), pod, claim)
+    assert classify(facts, "allocation", "gpu-pod/workload sees no GPU")[0] == "timeout"
+
+
+def test_cdi_beats_policy_conflict():
+    pod, claim = running()
+    facts = with_workload(healthy(cluster_policy=True), pod, claim)
+    error = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
+    assert classify(facts, "cdi-injection", error)[0] == "cdi-wrong-device"
+
+
+def test_cleanup_rule_ignores_claims_of_live_pods_and_other_checks():
+    pod, claim = running()
+    facts = with_workload(healthy(), pod, claim)
+    assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "timeout"
+    _, orphan = running()
+    orphan = dataclasses.replace(orphan, deleting=True, finalizers=["x/y"])
+    assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", "boom")[0] == "timeout"
+
+
+def test_claim_not_released_beats_quota_and_policy():
+    _, claim = running()
+    quota = QuotaFacts("q", "ns", hard={"count/resourceclaims.resource.k8s.io": "1"},
+                       used={"count/resourceclaims.resource.k8s.io": "3"})
+    facts = dataclasses.replace(healthy(cluster_policy=True, quotas=[quota]), claims=[claim])
+    assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "claim-not-released"
+
+
+def test_every_code_is_reachable_and_known():
+    assert {"api-unavailable", "missing-deviceclass", "no-resourceslices", "attribute-missing",
+            "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
+            "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
+            "policy-conflict", "timeout"} == set(DIAGNOSES)
+    with pytest.raises(ValueError):
+        Diagnosis("no-such-code", "x")
+
+
+# =============================================================================================
+# The pieces the rules rest on
+# =============================================================================================
+
+@pytest.mark.parametrize("selector", [
+    sel.model(DRIVER, "productName", H100),
+    sel.model(DRIVER, "productName", "h200"),
+    sel.memory_above(DRIVER, "memory", 80 * GI),
+    sel.architecture_and_memory_above(DRIVER, "architecture", "Hopper", "memory", 80 * GI),
+    sel.uuid_in(DRIVER, "uuid", ["GPU-gpu-h100-0-1", "GPU-gpu-h200-0-0"]),
+    sel.device_class(DRIVER, "type", "gpu"),
+], ids=str)
+def test_cel_evaluator_agrees_with_the_suites_python_twins(selector):
+    for device in fleet():
+        assert cel_eval(selector.cel, device) is selector.matches(device), device
+
+
+def test_cel_evaluator_semantics():
+    d = gpu("n", 0, H100, 80)
+    assert cel_eval("device.attributes['gpu.nvidia.com'].index == 0", d) == Missing("gpu.nvidia.com/index")
+    # false && error is false; true || error is true (CEL's commutative logic)
+    assert cel_eval("device.driver == 'x' && device.attributes['gpu.nvidia.com'].index == 0", d) is False
+    assert cel_eval("device.driver == 'gpu.nvidia.com' || device.attributes['gpu.nvidia.com'].index == 0", d) is True
+    assert cel_eval("!(device.attributes['gpu.nvidia.com'].architecture == 'Ampere')", d) is True
+    assert cel_eval("device.attributes[\"gpu.nvidia.com\"][\"productName\"] in ['a', 'NVIDIA H100 80GB HBM3']", d) is True
+    assert cel_eval("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('80Gi')) >= 0", d) is True
+    assert cel_eval("device.capacity['gpu.nvidia.com'].memory.isLessThan(quantity('40Gi'))", d) is False
+    assert cel_eval("has(device.attributes['gpu.nvidia.com'].index)", d) is False
+    assert cel_eval("device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')", d) is True
+    assert cel_eval("device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('1.0.0'))", d) \
+        == Missing("gpu.nvidia.com/driverVersion")
+    assert cel_eval("size(device.attributes) > 0", d) is None
+
+
+def test_tolerations():
+    assert tolerates([{"operator": "Exists"}], TAINT)
+    assert tolerates([{"key": "dedicated", "operator": "Equal", "value": "gpu-reserved"}], TAINT)
+    assert not tolerates([{"key": "dedicated", "value": "other"}], TAINT)
+    assert not tolerates([PROFILE_TOLERATION], TAINT)
+    assert not tolerates([{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}], TAINT)
+
+
+def test_node_exclusions():
+    pod = PodFacts("p", affinity_terms=[{"matchExpressions": [
+        {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}])
+    assert node_exclusions(pod, NodeFacts("g", labels={"nvidia.com/gpu.present": "true"})) == []
+    assert node_exclusions(pod, NodeFacts("c")) == ["required node affinity does not match"]
+    assert node_exclusions(PodFacts("p"), NodeFacts("g", taints=[TAINT])) == [
+        "untolerated taint dedicated=gpu-reserved:NoSchedule"]
+    assert node_exclusions(PodFacts("p"), NodeFacts("g", taints=[dict(TAINT, effect="PreferNoSchedule")])) == []
+
+
+def test_build_facts_from_raw_objects():
+    snap = Snapshot(
+        namespace="ns", resource_versions=["v1", "v1beta2"],
+        pods=[{"metadata": {"name": "gpu-pod", "namespace": "ns", "uid": "p1"},
+               "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}],
+                        "tolerations": [PROFILE_TOLERATION]},
+               "status": {"phase": "Pending", "conditions": [
+                   {"type": "PodScheduled", "status": "False", "reason": "SchedulerError",
+                    "message": "CEL runtime error: no such key: productName"}],
+                   "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "gpu-pod-gpu-x"}]}}],
+        claims=[{"metadata": {"name": "gpu-pod-gpu-x", "namespace": "ns",
+                              "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+                              "ownerReferences": [{"kind": "Pod", "name": "gpu-pod", "uid": "p1",
+                                                   "controller": True}]},
+                 "spec": {"devices": {"requests": [
+                     {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": 2,
+                                                 "selectors": [{"cel": {"expression": "true"}}]}},
+                     {"name": "alt", "firstAvailable": [{"name": "big", "deviceClassName": DRIVER},
+                                                        {"name": "small", "deviceClassName": "mig.nvidia.com"}]}]}}}],
+        device_classes=[{"metadata": {"name": DRIVER}, "spec": {"selectors": [{"cel": {"expression": CLASS_CEL}}]}}],
+        slices=[{"spec": {"driver": DRIVER, "nodeName": "n1", "pool": {"name": "n1"}, "devices": [
+            {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "driverVersion": {"version": "1.2.3"}},
+             "capacity": {"memory": {"value": "80Gi"}}}]}},
+            {"spec": {"driver": DRIVER, "nodeName": "n1", "pool": {"name": "n1"}, "sharedCounters": []}}],
+        all_claims=[{"metadata": {"name": "other", "namespace": "x"}, "status": {"allocation": {"devices": {
+            "results": [{"driver": DRIVER, "pool": "n1", "device": "gpu-0", "request": "gpu"}]}}}}],
+        cluster_policies=[{"metadata": {"name": "cluster-policy"}}],
+        quotas=[{"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"requests.cpu": "1"}},
+                 "status": {"hard": {"requests.cpu": "1"}, "used": {"requests.cpu": "2"}}}])
+    facts = build_facts(snap, builtin("nvidia"))
+    pod = facts.pods[0]
+    assert pod.unschedulable.startswith("CEL runtime error") and pod.claims == {"gpu": "gpu-pod-gpu-x"}
+    claim = facts.claims[0]
+    assert claim.generated and claim.owner_pod == "gpu-pod" and not claim.allocated
+    assert [[r.name for r in req] for req in claim.requests] == [["gpu"], ["alt/big", "alt/small"]]
+    assert claim.requests[0][0].count == 2 and claim.device_classes == [DRIVER, "mig.nvidia.com"]
+    assert facts.slice_count == 2 and [d.key for d in facts.devices] == [f"{DRIVER}/n1/gpu-0"]
+    assert facts.devices[0].memory("memory") == 80 * GI
+    assert facts.allocated == {f"{DRIVER}/n1/gpu-0": "x/other"}
+    assert facts.device_classes == {DRIVER: [CLASS_CEL]} and facts.cluster_policy and not facts.gpu_cluster
+    assert facts.quotas[0].exceeded() == ["requests.cpu used 2 > hard 1"]
+
+
+# =============================================================================================
+# The pytest hook proposed for draconf/pytest_plugin.py, in an inner session (no cluster:
+# diagnose_item is replaced by a stub, so this checks the wiring and the message handling)
+# =============================================================================================
+
+HOOK_CONFTEST = """
+import pytest
+from draconf import diagnosis
+from draconf.reporting import ReportingPlugin, pytest_addoption  # noqa: F401
+
+def pytest_configure(config):
+    config.pluginmanager.register(ReportingPlugin(config), "draconf-reporting")
+    diagnosis.diagnose_item = lambda item, exc: diagnosis.Diagnosis(
+        "cdi-wrong-device", "container sees GPU-b, allocated GPU-a", {"state": "pod running"})
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_setup(item):
+    try:
+        return (yield)
+    except BaseException as exc:
+        diagnosis.record_failure_diagnosis(item, exc)
+        raise
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except BaseException as exc:
+        diagnosis.record_failure_diagnosis(item, exc)
+        raise
+"""
+
+HOOK_TESTS = """
+import pytest
+from draconf.reporting import record_diagnosis
+
+@pytest.mark.draconf(workload="single-gpu", check="cdi-injection")
+def test_fails():
+    assert False, "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
+
+def test_breaks():
+    raise RuntimeError("apiserver answered 500")
+
+def test_explains_itself(request):
+    record_diagnosis(request.node, "timeout")
+    assert False, "no pod"
+
+def test_has_its_own_prefix():
+    pytest.fail("[quota-not-enforced] second claim admitted")
+
+def test_skips():
+    pytest.skip("nothing to do")
+
+class TestShared:
+    @pytest.fixture(scope="class")
+    def deployed(self):
+        raise IndexError("list index out of range")
+
+    def test_one(self, deployed):
+        pass
+
+    def test_two(self, deployed):
+        pass
+"""
+
+
+def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
+    import json
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(HOOK_CONFTEST)
+    pytester.makepyfile(test_hooked=HOOK_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--draconf-reports=out")
+    result.assert_outcomes(failed=4, skipped=1, errors=2)
+    rows = {r["id"].split("::", 1)[1]: r for r in
+            json.loads((pytester.path / "out" / "summary.json").read_text())["tests"]}
+    assert rows["test_fails"]["diagnosis"] == "cdi-wrong-device"
+    assert rows["test_fails"]["message"].startswith("[cdi-wrong-device] CDI injection is wrong")
+    assert rows["test_breaks"]["outcome"] == "broken"
+    assert rows["test_breaks"]["message"] == "RuntimeError: [cdi-wrong-device] apiserver answered 500"
+    assert rows["test_explains_itself"]["diagnosis"] == "timeout"
+    assert rows["test_has_its_own_prefix"]["diagnosis"] == "quota-not-enforced"
+    assert rows["test_has_its_own_prefix"]["message"] == "[quota-not-enforced] second claim admitted"
+    assert rows["test_skips"]["diagnosis"] is None
+    for name in ("TestShared::test_one", "TestShared::test_two"):
+        assert rows[name]["outcome"] == "error" and rows[name]["diagnosis"] == "cdi-wrong-device"
+    # The reason shows on the terminal once per failure, even for a re-raised fixture error.
+    text = result.stdout.str()
+    assert text.count("diagnosis (cdi-wrong-device): container sees GPU-b") == 4
