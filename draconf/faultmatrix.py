@@ -67,10 +67,12 @@ EXPECTED: dict[str, Expectation] = {
         _all("cdi-injection"), {p: "cdi-wrong-device" for p in _all("cdi-injection")}),
     "claims-not-released": Expectation(
         _all("cleanup"), {p: "claim-not-released" for p in _all("cleanup")},
-        dragged=("quota/*",), verdict_seconds=150),
+        # a released holder's device only comes back if its claim does
+        dragged=("failure-modes/capacity-exhausted",)),
     "quota-not-enforced": Expectation(
-        ("quota/deviceclass-quota",), {"quota/deviceclass-quota": "quota-not-enforced"},
-        dragged=("quota/*",)),
+        ("quota/deviceclass-quota", "quota/claim-count"),
+        {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced"},
+        dragged=("quota/generated-claim",)),
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
         dragged=_all("cdi-injection") + ("quota/*", "failure-modes/*")),

@@ -1,0 +1,53 @@
+"""Print the fault-detection matrix: fault -> detected -> by which checks -> diagnosis -> seconds.
+
+    python benchmarks/fault_matrix.py                 # every fault, then 3 healthy runs
+    python benchmarks/fault_matrix.py cdi-wrong-device gpu-nodes-tainted
+
+Each row starts a bed with the fault, runs ``draconf run`` on it and judges the result with
+``draconf.faultmatrix``; the table is what tests/matrix/test_fault_matrix.py asserts.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from draconf.faultmatrix import judge, run_against  # noqa: E402
+from draconf.testbed.faults import FAULTS  # noqa: E402
+
+
+def main(faults: list[str]) -> int:
+    rows, healthy, ok = [], [], True
+    with tempfile.TemporaryDirectory() as tmp:
+        for fault in faults:
+            result = run_against(fault, Path(tmp) / fault)
+            verdict = judge(result)
+            ok &= verdict.ok
+            rows.append((fault, "yes" if result.exit_code else "NO", ", ".join(verdict.detected_by) or "-",
+                         ", ".join(verdict.diagnoses) or "-", f"{verdict.seconds_to_verdict:.1f}",
+                         f"{result.seconds:.0f}", "ok" if verdict.ok else "; ".join(verdict.problems)))
+            print(" | ".join(rows[-1]), flush=True)
+        for attempt in range(3):
+            result = run_against(None, Path(tmp) / f"healthy-{attempt}", bed_name="matrix-healthy")
+            verdict = judge(result)
+            ok &= verdict.ok
+            healthy.append((f"healthy #{attempt + 1}", f"{result.seconds:.0f}",
+                            f"{len(result.failed())} failed", "ok" if verdict.ok else "; ".join(verdict.problems)))
+            print(" | ".join(healthy[-1]), flush=True)
+    print()
+    print("fault | detected | by checks | diagnosis | seconds to verdict | run seconds | judgement")
+    print("---|---|---|---|---|---|---")
+    for row in rows:
+        print(" | ".join(row))
+    print()
+    print("healthy run | seconds | failures | judgement")
+    for row in healthy:
+        print(" | ".join(row))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or list(FAULTS)))

@@ -1,0 +1,51 @@
+"""The standing proof that the suite catches broken clusters.
+
+For each test bed fault: start a bed with it, run the whole conformance suite (``draconf run``)
+against it, and require that the run fails, that the checks which should catch the fault fail
+with the expected diagnosis, that nothing unrelated fails beyond the fault's explicit list,
+that a definitive signal gives a verdict quickly, and that nothing the suite created is left.
+A healthy bed must pass three runs in a row with no failure and no leftovers.
+
+Which faults run is set by DRACONF_MATRIX: ``full`` (every fault), ``subset`` (the default:
+one fault per kind of check) or a comma-separated list of fault names.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from draconf.faultmatrix import EXPECTED, judge, run_against
+from draconf.testbed.faults import FAULTS
+
+#: One fault per detecting check family: preflight, allocation, injection, cleanup, quota.
+SUBSET = ["missing-deviceclass", "gpu-nodes-tainted", "cdi-wrong-device", "claims-not-released",
+          "quota-not-enforced"]
+
+
+def selected_faults() -> list[str]:
+    choice = os.environ.get("DRACONF_MATRIX", "subset")
+    if choice == "full":
+        return list(FAULTS)
+    if choice == "subset":
+        return SUBSET
+    return [f.strip() for f in choice.split(",") if f.strip()]
+
+
+def test_every_fault_has_an_expectation():
+    assert set(EXPECTED) == set(FAULTS)
+
+
+@pytest.mark.parametrize("fault", selected_faults())
+def test_fault_is_detected_with_the_right_diagnosis(fault, tmp_path):
+    result = run_against(fault, tmp_path / "reports")
+    verdict = judge(result)
+    assert verdict.ok, f"{fault}: " + "; ".join(verdict.problems)
+
+
+@pytest.mark.parametrize("attempt", [1, 2, 3])
+def test_healthy_bed_passes_with_no_failure_and_no_leftovers(attempt, tmp_path):
+    result = run_against(None, tmp_path / "reports", bed_name="matrix-healthy")
+    verdict = judge(result)
+    assert verdict.ok, f"healthy run {attempt}: " + "; ".join(verdict.problems)
