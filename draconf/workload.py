@@ -117,13 +117,17 @@ class DeployedWorkload:
     #: claims seen while the workload ran, kept for the cleanup check
     seen_claims: dict[str, Claim] = field(default_factory=dict)
     _unschedulable_since: dict = field(default_factory=dict, repr=False)
+    #: label selector of this run's namespaces; their allocations are contention, not a verdict
+    run_selector: str | None = None
 
     @classmethod
     def deploy(cls, api, namespace: str, workload: Workload, profile: Profile,
                labels: dict | None = None) -> "DeployedWorkload":
         docs = workload.documents(profile)
         manifests.create(api, namespace, docs, labels)
-        return cls(api, namespace, workload, profile, docs)
+        deployed = cls(api, namespace, workload, profile, docs)
+        deployed.run_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
+        return deployed
 
     # --- observing ---------------------------------------------------------------------------
     def pods(self) -> list[Pod]:
@@ -165,7 +169,7 @@ class DeployedWorkload:
             if message and is_definitive(message):
                 # The scheduler retries; a verdict needs the same answer to stand for a while.
                 first = self._unschedulable_since.setdefault((pod.uid, message), now)
-                if now - first >= VERDICT_AFTER:
+                if now - first >= VERDICT_AFTER and not self._held_by_this_run(message):
                     return f"the scheduler cannot place pod {pod.name}: {message}"
             if pod.phase == "Failed":
                 return f"pod {pod.name} failed: {pod.summary()}"
@@ -179,6 +183,18 @@ class DeployedWorkload:
                     if refused:
                         return f"the claim of pod {pod.name} cannot be created: {refused[-1]}"
         return None
+
+    def _held_by_this_run(self, message: str) -> bool:
+        """True when devices are short only because other tests of this run (pytest-xdist
+        workers) hold some: that resolves by waiting, so it is not a verdict."""
+        if "cannot allocate all claims" not in message or not self.run_selector:
+            return False
+        ours = {n.metadata.name for n in self.api.core.list_namespace(label_selector=self.run_selector).items}
+        ours.discard(self.namespace)
+        if not ours:
+            return False
+        return any(c.metadata.namespace in ours and c.status and c.status.allocation
+                   for c in self.api.resource.list_resource_claim_for_all_namespaces().items)
 
     def wait_running(self, timeout: float | None = None) -> list[Pod]:
         """Every pod of the workload Running; a definitive scheduler verdict fails at once."""

@@ -290,9 +290,12 @@ class Agent:
         if "cdi-not-injected" in self.faults:
             return []
         if "cdi-wrong-device" in self.faults:
-            # The runtime maps each allocated device to its neighbour: same node, wrong GPU.
+            # The runtime hands out the node's next GPUs that were *not* allocated here: same
+            # node, wrong GPU.  (When the container holds every GPU of its node, no wrong GPU
+            # exists and it sees the right ones.)
             ordered = sorted(gpus, key=lambda d: gpus[d]["minor"])
-            devices = [ordered[(ordered.index(d) + 1) % len(ordered)] for d in devices if d in gpus]
+            others = [d for d in ordered if d not in devices]
+            devices = [others[i % len(others)] if others else d for i, d in enumerate(devices)]
         return [gpus[d]["uuid"] for d in devices if d in gpus]
 
     def _write_exec(self, pod, pod_claims) -> None:

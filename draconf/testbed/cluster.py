@@ -46,10 +46,22 @@ def state_root() -> Path:
     return Path(base) / "testbeds"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports on 127.0.0.1 (all held open until all are chosen)."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+#: Popen objects of the components started by this process, to report how one exited.
+_CHILDREN: dict[int, subprocess.Popen] = {}
 
 
 def port_is_free(port: int) -> bool:
@@ -187,8 +199,9 @@ class Testbed:
 
     def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout) -> None:
         pki = pki_mod.create(self.dir / "pki")
-        ports = {"etcd-client": free_port(), "etcd-peer": free_port(),
-                 "apiserver": apiserver_port or free_port(), "kwok": free_port()}
+        etcd_client, etcd_peer, kwok, any_port = free_ports(4)
+        ports = {"etcd-client": etcd_client, "etcd-peer": etcd_peer,
+                 "apiserver": apiserver_port or any_port, "kwok": kwok}
         state["ports"] = ports
         server = f"https://127.0.0.1:{ports['apiserver']}"
         state["server"] = server
@@ -301,6 +314,7 @@ class Testbed:
         proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=self.dir, env=env, start_new_session=True)
         logfile.close()
+        _CHILDREN[proc.pid] = proc
         marker = " ".join(cmd[:2]) if name == "nvidia-dra-driver" else cmd[0]
         state["processes"][name] = {"pid": proc.pid, "marker": marker}
         self._save(state)
@@ -313,6 +327,10 @@ class Testbed:
                 hint = ""
                 if "address already in use" in tail:
                     hint = " (a port it needs is taken by another process)"
+                child = _CHILDREN.get(self.state()["processes"][name]["pid"])
+                if child is not None and child.poll() is not None:
+                    code = child.returncode
+                    hint += f" (exit status {code})" if code >= 0 else f" (killed by signal {-code})"
                 raise DraconfError(f"{name} exited during start-up{hint}; last lines of "
                                    f"{self.logs / (name + '.log')}:\n{tail}")
 

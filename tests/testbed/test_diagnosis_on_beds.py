@@ -287,6 +287,6 @@ def test_api_server_unreachable():
     # No bed needed: a port nothing listens on is what a stopped API server looks like.
     from kubernetes import client
     from draconf.kube import Api
-    api = Api(client.ApiClient(client.Configuration(host=f"https://127.0.0.1:{cluster.free_port()}")))
+    api = Api(client.ApiClient(client.Configuration(host=f"https://127.0.0.1:{cluster.free_ports(1)[0]}")))
     result = diagnosed(api, "any", "allocation", AssertionError("boom"), "no API server")
     assert result.code == "api-unavailable", result
