@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -95,6 +96,9 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         argv.append(f"--kube-context={args.kube_context}")
     if args.keep_on_failure:
         argv.append("--keep-on-failure")
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args):
+        argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
+    _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("draconf: error: no tests were selected; check the -k/-m arguments", file=sys.stderr)
@@ -102,6 +106,34 @@ def cmd_run(args, pytest_args: list[str]) -> int:
     print(f"reports: {reports / 'summary.json'}, {reports / 'junit.xml'}, "
           f"{reports / 'allure-results'} (HTML: draconf report)")
     return code
+
+
+def _prepare_target(args) -> None:
+    """Start the bed once, before pytest (xdist workers must not race to start it), and hand
+    the run's metadata to every pytest process through the environment."""
+    from draconf import namespaces, runinfo
+    from draconf.profile import resolve
+    profile = resolve(args.profile)
+    run_id = namespaces.RunId.for_this_run().value
+    os.environ.setdefault("DRACONF_RUN_ID", run_id)
+    try:
+        if args.target == "testbed":
+            from draconf.kube import connect
+            from draconf.testbed import inventory
+            from draconf.testbed.cluster import Testbed
+            bed = Testbed.named(args.testbed_name)
+            if not bed.is_up:
+                bed.up(inventory.load(), faults=[], log=lambda m: print(f"[draconf] {m}", flush=True))
+            api = connect(bed.kubeconfig)
+        else:
+            api = _target_api(args)
+        from draconf.preflight import probe
+        if probe(api) is None:
+            os.environ.update(runinfo.to_env(runinfo.collect(api, profile, args.target, os.environ["DRACONF_RUN_ID"])))
+    except DraconfError:
+        raise
+    except Exception as err:  # pytest's own target handling reports the problem in full
+        print(f"[draconf] could not read run information up front: {err}", flush=True)
 
 
 def cmd_report(args) -> int:

@@ -66,6 +66,10 @@ def pytest_configure(config):
         config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
     except ImportError:
         pass
+    from draconf import runinfo
+    handed_over = runinfo.from_env()
+    if handed_over:
+        _set_run_info(config, **handed_over)
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (CI cancel, kill) unwinds like Ctrl-C, so fixtures and the sweep below run.
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -159,6 +163,13 @@ def cluster(pytestconfig):
     except DraconfError as err:
         pytest.exit(f"draconf: {err}", returncode=3)
     pytestconfig.draconf_api = api
+    from draconf import runinfo
+    if runinfo.from_env() is None:
+        try:
+            _set_run_info(pytestconfig, **runinfo.collect(
+                api, pytestconfig.draconf_profile, target, namespaces.RunId.for_this_run().value))
+        except Exception as err:  # the report loses detail; the run itself goes on
+            log.warning("could not collect run information: %s", err)
     return api
 
 
