@@ -105,15 +105,12 @@ class PublishedDevices:
     def by_uuid(self, uuid_attribute: str) -> dict[str, Device]:
         return {d.attribute(uuid_attribute): d for d in self.devices if d.has_attribute(uuid_attribute)}
 
-    def nodes(self) -> list[str]:
-        return sorted({d.node for d in self.devices if d.node})
-
     def values_of(self, attribute: str) -> Counter:
         """How many devices publish each value of ``attribute``."""
         return Counter(d.attribute(attribute) for d in self.devices if d.has_attribute(attribute))
 
-    def devices_per_node(self) -> dict[str, int]:
-        return dict(Counter(d.node for d in self.devices if d.node))
-
     def matching(self, predicate) -> list[Device]:
         return [d for d in self.devices if predicate(d)]
+
+    def devices_per_node(self) -> dict[str, int]:
+        return dict(Counter(d.node for d in self.devices if d.node))

@@ -19,13 +19,9 @@ from kubernetes.dynamic import DynamicClient
 MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
 
-def manifest_dir() -> Path:
-    return MANIFEST_DIR
-
-
 def load(name: str) -> list[dict]:
     """The documents of ``manifests/<name>``, as fresh dicts the caller may change."""
-    with open(manifest_dir() / name) as fh:
+    with open(MANIFEST_DIR / name) as fh:
         return [copy.deepcopy(doc) for doc in yaml.safe_load_all(fh) if doc]
 
 

@@ -114,8 +114,6 @@ class DeployedWorkload:
     workload: Workload
     profile: Profile
     documents: list[dict]
-    #: claims seen while the workload ran, kept for the cleanup check
-    seen_claims: dict[str, Claim] = field(default_factory=dict)
     _unschedulable_since: dict = field(default_factory=dict, repr=False)
     #: label selector of this run's namespaces; their allocations are contention, not a verdict
     run_selector: str | None = None
@@ -145,9 +143,7 @@ class DeployedWorkload:
         return pods
 
     def claims(self) -> dict[str, Claim]:
-        claims = {c.name: c for c in Claim.list(self.api, self.namespace)}
-        self.seen_claims.update(claims)
-        return claims
+        return {c.name: c for c in Claim.list(self.api, self.namespace)}
 
     def describe(self, pods: list[Pod] | None = None) -> str:
         pods = self.pods() if pods is None else pods
