@@ -142,10 +142,13 @@ def release_stuck_claims(api, namespace: str) -> list[str]:
         if claim.metadata.deletion_timestamp and foreign and not reserved:
             log.warning("namespace %s: removing finalizers %s from deleted claim %s so the "
                         "namespace can go", namespace, foreign, claim.metadata.name)
-            api.resource.patch_namespaced_resource_claim(
-                claim.metadata.name, namespace,
-                {"metadata": {"finalizers": [f for f in finalizers if f not in foreign],
-                              "resourceVersion": claim.metadata.resource_version}})
+            # A JSON patch: a strategic merge patch *merges* the finalizers list and keeps
+            # them all; the test op makes it fail rather than clobber a concurrent change.
+            api.resource.patch_namespaced_resource_claim(claim.metadata.name, namespace, [
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": claim.metadata.resource_version},
+                {"op": "replace", "path": "/metadata/finalizers",
+                 "value": [f for f in finalizers if f not in foreign]}])
             released.append(claim.metadata.name)
     return released
 
