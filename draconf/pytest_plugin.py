@@ -57,6 +57,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "quota: ResourceQuota behaviour for DRA claims")
     config.addinivalue_line("markers", "failure_modes: the source documents' failure scenarios")
     config.addinivalue_line("markers", "audit: read-only audit of the cluster's quotas")
+    # Set on every workload check; meaningful under pytest-xdist, known even without it.
+    config.addinivalue_line("markers", "xdist_group(name): keep these tests on one xdist worker")
     try:
         config.draconf_profile = resolve_profile(config.getoption("--profile"))
     except DraconfError as err:
