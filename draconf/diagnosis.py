@@ -373,9 +373,10 @@ def _literal(text: str):
     return int(text)
 
 
-def _split_top(expr: str, op: str) -> list[str]:
-    """Split ``expr`` at ``op`` outside quotes, parentheses and brackets."""
-    parts, depth, quote, start, i = [], 0, None, 0, 0
+def _unquoted(expr: str):
+    """``(index, char, depth)`` for each character outside string literals; ``depth`` counts the
+    ``(`` and ``[`` still open before it."""
+    depth, quote, i = 0, None, 0
     while i < len(expr):
         ch = expr[i]
         if quote:
@@ -386,16 +387,22 @@ def _split_top(expr: str, op: str) -> list[str]:
                 quote = None
         elif ch in "'\"":
             quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif depth == 0 and expr.startswith(op, i):
+        else:
+            yield i, ch, depth
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+        i += 1
+
+
+def _split_top(expr: str, op: str) -> list[str]:
+    """Split ``expr`` at ``op`` outside quotes, parentheses and brackets."""
+    parts, start = [], 0
+    for i, _, depth in _unquoted(expr):
+        if depth == 0 and i >= start and expr.startswith(op, i):
             parts.append(expr[start:i])
             start = i + len(op)
-            i = start
-            continue
-        i += 1
     parts.append(expr[start:])
     return parts
 
@@ -409,20 +416,12 @@ def _strip_parens(expr: str) -> str:
 
 
 def _balanced(expr: str) -> bool:
-    depth, quote = 0, None
-    for i, ch in enumerate(expr):
-        if quote:
-            if ch == quote and expr[i - 1] != "\\":
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-            if depth < 0:
-                return False
-    return depth == 0
+    level = 0
+    for _, ch, _ in _unquoted(expr):
+        level += (ch in "([") - (ch in ")]")
+        if level < 0:
+            return False
+    return level == 0
 
 
 def _lookup(device: Device, kind: str, domain: str, name: str):
