@@ -68,6 +68,7 @@ from typing import Any
 import yaml
 
 from draconf.devices import Device
+from draconf.pods import Pod, describe_pod
 from draconf.quantity import parse_quantity
 from draconf.reporting import DIAGNOSES
 
@@ -133,18 +134,9 @@ class PodFacts:
         return self.phase in ("Succeeded", "Failed")
 
     def summary(self) -> str:
-        parts = [f"pod {self.namespace}/{self.name}: {self.phase}"]
-        if self.node:
-            parts.append(f"on {self.node}")
-        if self.phase == "Running" and not self.ready:
-            parts.append("not ready")
-        if self.unschedulable:
-            parts.append(f"unschedulable: {self.unschedulable}")
-        if self.waiting:
-            parts.append("waiting: " + ", ".join(self.waiting))
-        if self.deleting:
-            parts.append("being deleted")
-        return ", ".join(parts)
+        return describe_pod(self.namespace, self.name, self.phase, self.node, ready=self.ready,
+                            unschedulable=self.unschedulable, waiting=self.waiting,
+                            deleting=self.deleting)
 
 
 @dataclass
@@ -1221,7 +1213,7 @@ def _gather_plugin(api, snap: Snapshot, kw) -> None:
     snap.plugin_pods = sorted(found.values(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
     snap.plugin_pods_known = "kubelet-plugin pods" not in snap.errors
     # Log tails of the unready ones (the real driver's logs say why); kwok nodes serve none.
-    for raw in [p for p in snap.plugin_pods if not _pod_ready(p)][:3]:
+    for raw in [p for p in snap.plugin_pods if not Pod(p).is_ready][:3]:
         meta = raw["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         try:
@@ -1230,11 +1222,6 @@ def _gather_plugin(api, snap: Snapshot, kw) -> None:
                 container=(raw.get("spec", {}).get("containers") or [{}])[0].get("name"))
         except Exception as err:  # noqa: BLE001 - logs are a bonus
             snap.plugin_logs[key] = f"(logs unavailable: {_describe_error(err)})"
-
-
-def _pod_ready(raw: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (raw.get("status") or {}).get("conditions") or [])
 
 
 # --- raw objects -> Facts (pure) -------------------------------------------------------------
@@ -1260,34 +1247,18 @@ def _request(name: str, body: dict) -> RequestFacts:
 
 
 def _pod_facts(raw: dict) -> PodFacts:
-    meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
-    unschedulable = None
-    for c in status.get("conditions") or []:
-        # SchedulerError: a plugin failed, e.g. "CEL runtime error: no such key" (no retry helps)
-        if c.get("type") == "PodScheduled" and c.get("status") == "False" \
-                and c.get("reason") in ("Unschedulable", "SchedulerError"):
-            unschedulable = c.get("message") or c.get("reason")
-    waiting = []
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        w = (cs.get("state") or {}).get("waiting")
-        if w:
-            waiting.append(f"{cs.get('name')}: {w.get('reason')}")
-    generated = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []}
-    claims, unresolved = {}, []
-    for ref in spec.get("resourceClaims") or []:
-        name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
-        if name:
-            claims[ref["name"]] = name
-        else:
-            unresolved.append(ref.get("name"))
-    affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+    pod = Pod(raw)
+    claims = pod.claim_names()
+    affinity = (((pod.spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     return PodFacts(
-        name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
-        phase=status.get("phase") or "Pending", node=spec.get("nodeName"), ready=_pod_ready(raw),
-        deleting=bool(meta.get("deletionTimestamp")), unschedulable=unschedulable, waiting=waiting,
-        claims=claims, unresolved_claims=unresolved, tolerations=list(spec.get("tolerations") or []),
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        name=pod.name or "", namespace=pod.namespace or "", uid=pod.uid or "", phase=pod.phase,
+        node=pod.node, ready=pod.is_ready, deleting=pod.is_deleting,
+        unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons, claims=claims,
+        unresolved_claims=[r.get("name") for r in pod.spec.get("resourceClaims") or []
+                           if r.get("name") not in claims],
+        tolerations=list(pod.spec.get("tolerations") or []),
+        node_selector=dict(pod.spec.get("nodeSelector") or {}),
         affinity_terms=list(affinity.get("nodeSelectorTerms") or []))
 
 

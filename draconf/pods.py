@@ -52,8 +52,12 @@ class Pod:
     phase = property(lambda self: self.status.get("phase", "Pending"))
 
     @property
+    def is_ready(self) -> bool:
+        return self.condition("Ready") == "True"
+
+    @property
     def is_running(self) -> bool:
-        return self.phase == "Running" and self.condition("Ready") == "True"
+        return self.phase == "Running" and self.is_ready
 
     @property
     def is_deleting(self) -> bool:
@@ -72,13 +76,14 @@ class Pod:
             # SchedulerError: a filter failed outright, e.g. "CEL runtime error: no such key".
             if c.get("type") == "PodScheduled" and c.get("status") == "False" \
                     and c.get("reason") in ("Unschedulable", "SchedulerError"):
-                return c.get("message") or "Unschedulable"
+                return c.get("message") or c.get("reason")
         return None
 
     @property
     def waiting_reasons(self) -> list[str]:
+        """``"container: Reason"`` for each waiting init or app container."""
         reasons = []
-        for cs in self.status.get("containerStatuses") or []:
+        for cs in (self.status.get("initContainerStatuses") or []) + (self.status.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting")
             if waiting:
                 reasons.append(f"{cs.get('name')}: {waiting.get('reason')}")
@@ -112,16 +117,34 @@ class Pod:
         raise KeyError(container)
 
     def summary(self) -> str:
-        parts = [f"pod {self.namespace}/{self.name}: {self.phase}"]
-        if self.node:
-            parts.append(f"on {self.node}")
-        if self.unschedulable_message:
-            parts.append(f"unschedulable: {self.unschedulable_message}")
-        if self.waiting_reasons:
-            parts.append("waiting: " + ", ".join(self.waiting_reasons))
-        if self.is_deleting:
-            parts.append("being deleted")
-        return ", ".join(parts)
+        return describe_pod(self.namespace, self.name, self.phase, self.node,
+                            ready=self.is_ready,
+                            unschedulable=self.unschedulable_message,
+                            waiting=self.waiting_reasons, deleting=self.is_deleting)
+
+
+def describe_pod(namespace: str, name: str, phase: str, node: str | None = None, *,
+                 ready: bool = True, unschedulable: str | None = None,
+                 waiting: list[str] = (), deleting: bool = False) -> str:
+    """One line of pod state for failure messages, shared by waits and diagnoses.
+
+    >>> describe_pod("ns", "gpu-pod", "Pending", unschedulable="0/4 nodes are available")
+    'pod ns/gpu-pod: Pending, unschedulable: 0/4 nodes are available'
+    >>> describe_pod("ns", "gpu-pod", "Running", "gpu-node-0", ready=False)
+    'pod ns/gpu-pod: Running, on gpu-node-0, not ready'
+    """
+    parts = [f"pod {namespace}/{name}: {phase}"]
+    if node:
+        parts.append(f"on {node}")
+    if phase == "Running" and not ready:
+        parts.append("not ready")
+    if unschedulable:
+        parts.append(f"unschedulable: {unschedulable}")
+    if waiting:
+        parts.append("waiting: " + ", ".join(waiting))
+    if deleting:
+        parts.append("being deleted")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
