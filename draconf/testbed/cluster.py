@@ -74,6 +74,15 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def _child_alive(pid: int) -> bool:
+    """For a component this process started: its own exit status is the authority.
+
+    Its ``/proc`` command line is not: right after ``Popen`` returns, the kernel may not have
+    filled in the new program's arguments yet, and an empty command line looked like an exit.
+    """
+    return _CHILDREN[pid].poll() is None
+
+
 def _pid_alive(pid: int, marker: str) -> bool:
     """True if ``pid`` runs and is still the process we started (its cmdline names ``marker``)."""
     try:
@@ -124,7 +133,8 @@ class Testbed:
     def processes(self) -> dict[str, bool]:
         """Component name -> whether its process is running."""
         state = self.state() or {}
-        return {name: _pid_alive(proc["pid"], proc["marker"])
+        return {name: _child_alive(proc["pid"]) if proc["pid"] in _CHILDREN
+                else _pid_alive(proc["pid"], proc["marker"])
                 for name, proc in state.get("processes", {}).items()}
 
     @property
@@ -402,6 +412,10 @@ class Testbed:
 
 
 def _reap(pid: int) -> None:
+    child = _CHILDREN.pop(pid, None)  # a later process may get the same pid
+    if child is not None:
+        child.poll()
+        return
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
