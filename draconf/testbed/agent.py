@@ -33,6 +33,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from draconf.kube import connect
+from draconf.pods import exec_in_container
 from draconf.quantity import format_binary
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
@@ -262,9 +263,10 @@ class Agent:
         for claim in pod_claims.values():
             self._prepare_claim(claim, node)
         self._write_exec(pod, pod_claims)
+        probes = self._wait_until_runtime_serves(pod)
         self.api.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                            {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
-        log.info("prepared %s on %s", key, node)
+        log.info("prepared %s on %s (exec rule served after %d probe(s))", key, node, probes)
 
     def _prepare_claim(self, claim, node: str) -> None:
         """Record the CDI spec of a claim: one per claim, as the NVIDIA plugin writes it."""
@@ -315,7 +317,8 @@ class Agent:
                     if result.device not in devices:
                         devices.append(result.device)
             uuids = self._injected_uuids(node, devices)
-            envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"}]
+            envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"},
+                    {"name": "DRACONF_POD_UID", "value": pod.metadata.uid}]
             if uuids:
                 envs += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(uuids)},
                          {"name": "DRACONF_GPU_INVENTORY", "value": str(self.dir / "inventory.json")}]
@@ -334,6 +337,34 @@ class Agent:
             # A rule left by an earlier pod of the same name: replace it.
             self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
             self.api.custom.create_namespaced_custom_object(*args, body)
+
+    def _wait_until_runtime_serves(self, pod, timeout: float = 15.0) -> int:
+        """Hold the pod back until kwok answers ``exec`` with this pod's own rule.
+
+        kwok learns Exec objects through a watch.  A pod marked Running before kwok has seen its
+        rule would answer ``exec`` from the default rule, as a container without GPUs, which a
+        real node never does: the runtime starts the container only after CDI injection.
+        Returns the number of probes it took.
+        """
+        name, namespace, uid = pod.metadata.name, pod.metadata.namespace, pod.metadata.uid
+        container = pod.spec.containers[0].name
+        deadline = time.monotonic() + timeout
+        seen, probes = "no answer", 0
+        while not self.stopping:
+            probes += 1
+            try:
+                seen = exec_in_container(self.api, namespace, name, container,
+                                         ["printenv", "DRACONF_POD_UID"], timeout=5).stdout.strip()
+            except Exception as err:  # noqa: BLE001 - the probe is retried until the deadline
+                seen = f"exec failed: {err}"
+            if seen == uid:
+                break
+            if time.monotonic() > deadline:
+                log.warning("kwok does not serve the exec rule of %s/%s after %.0fs (last: %s); "
+                            "marking it prepared anyway", namespace, name, timeout, seen)
+                break
+            time.sleep(0.1)
+        return probes
 
     def _unprepare_released(self, pods, claims) -> None:
         """Unprepare every prepared claim that no running pod on its node consumes any more."""
