@@ -40,6 +40,8 @@ def cmd_testbed_up(args) -> int:
         inv = inventory.uniform(args.nodes or 1, args.gpus_per_node or 8)
     else:
         inv = inventory.load(args.inventory or inventory.DEFAULT_INVENTORY)
+    if args.node_kind:
+        inv = inventory.with_node_kind(inv, args.node_kind)
     bed = _bed(args)
     bed.up(inv, args.fault, apiserver_port=args.port, timeout=args.timeout)
     print(f"export KUBECONFIG={bed.kubeconfig}")
@@ -112,8 +114,8 @@ def _prepare_target(args) -> None:
     """Start the bed once, before pytest (xdist workers must not race to start it), and hand
     the run's metadata to every pytest process through the environment."""
     from draconf import namespaces, runinfo
-    from draconf.profile import resolve
-    profile = resolve(args.profile)
+    from draconf.profile import for_target, resolve
+    profile = for_target(resolve(args.profile), args.target)
     run_id = namespaces.RunId.for_this_run().value
     os.environ.setdefault("DRACONF_RUN_ID", run_id)
     try:
@@ -229,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node of the uniform fleet (default 8)")
     p.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
                    help="start the bed broken in one way (repeatable): " + ", ".join(FAULTS))
+    p.add_argument("--node-kind", choices=["real", "kwok"],
+                   help="make every node of the fleet this kind (default: as the inventory says; "
+                        "the default fleet's GPU nodes are real, --nodes fleets are kwok)")
     p.add_argument("--port", type=int, help="kube-apiserver port on 127.0.0.1 (default: a free one)")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     p.set_defaults(func=cmd_testbed_up)

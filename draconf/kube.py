@@ -47,6 +47,10 @@ class Api:
         return client.ApiextensionsV1Api(self.api_client)
 
     @cached_property
+    def rbac(self) -> client.RbacAuthorizationV1Api:
+        return client.RbacAuthorizationV1Api(self.api_client)
+
+    @cached_property
     def version(self) -> client.VersionApi:
         return client.VersionApi(self.api_client)
 

@@ -18,7 +18,7 @@ defaults to the ``nvidia`` value::
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import replace, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -72,6 +72,22 @@ class Profile:
 
 
 BUILTIN = {"nvidia": Profile()}
+
+#: The image the embedded test bed builds and imports into its nodes (there is no registry):
+#: busybox with a `bash`, standing in for ubuntu:24.04 in the workloads.
+TESTBED_IMAGE = "draconf.local/busybox:1.35.0"
+
+
+def for_target(profile: Profile, target: str) -> Profile:
+    """The profile as a run against ``target`` uses it: on the embedded test bed, workloads run
+    the bed's own image unless the profile names one.
+
+    >>> for_target(Profile(), "testbed").image, for_target(Profile(), "kubeconfig").image
+    ('draconf.local/busybox:1.35.0', 'ubuntu:24.04')
+    """
+    if target == "testbed" and profile.image == Profile.image:
+        return replace(profile, image=TESTBED_IMAGE)
+    return profile
 
 
 def builtin(name: str) -> Profile:

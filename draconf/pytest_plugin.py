@@ -21,7 +21,7 @@ import pytest
 from draconf import namespaces
 from draconf.errors import DraconfError
 from draconf.kube import connect
-from draconf.profile import resolve as resolve_profile
+from draconf.profile import for_target, resolve as resolve_profile
 
 log = logging.getLogger("draconf")
 
@@ -60,7 +60,8 @@ def pytest_configure(config):
     # Set on every workload check; meaningful under pytest-xdist, known even without it.
     config.addinivalue_line("markers", "xdist_group(name): keep these tests on one xdist worker")
     try:
-        config.draconf_profile = resolve_profile(config.getoption("--profile"))
+        config.draconf_profile = for_target(resolve_profile(config.getoption("--profile")),
+                                            config.getoption("--target"))
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     try:

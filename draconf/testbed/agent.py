@@ -1,10 +1,15 @@
-"""The simulated node side of the test bed: NVIDIA DRA driver install, kubelet plugin and CDI.
+"""The NVIDIA DRA driver's install, and its simulation on KWOK nodes.
 
 Run by ``draconf testbed up`` as ``python -m draconf.testbed.agent --state-dir DIR``.  It does,
 through the real API server, what the real components do on a GPU cluster:
 
-* the **Helm chart / GPU Operator**: installs the DeviceClasses (same names and CEL selectors as
-  the NVIDIA chart), the GPUCluster singleton and the kubelet-plugin DaemonSet;
+* the **Helm chart / GPU Operator** (every bed): installs the DeviceClasses, the GPUCluster
+  singleton, and the kubelet-plugin DaemonSet with its ServiceAccount and RBAC
+  (:mod:`draconf.testbed.nvidia`).  On real nodes that DaemonSet's pods are the real DRA
+  kubelet plugin; nothing below applies to them.
+
+For **KWOK nodes** only (large simulated fleets), where no kubelet runs:
+
 * **kubelet registration**: creates the Node objects that kwok then keeps Ready;
 * the **kubelet plugin**: publishes one ResourceSlice pool per GPU node, with the attributes and
   types of kubernetes-sigs/dra-driver-nvidia-gpu (cmd/gpu-kubelet-plugin/deviceinfo.go);
@@ -37,42 +42,14 @@ from draconf.pods import exec_in_container
 from draconf.quantity import format_binary
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
+from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
+                                    device_class, node_labels, plugin_daemonset, plugin_rbac, semver)
 
 log = logging.getLogger("nvidia-dra-driver")
 
-DRIVER = "gpu.nvidia.com"
 DATA = Path(__file__).parent / "data"
-PLUGIN_NAMESPACE = "gpu-operator"
-PLUGIN_DAEMONSET = "nvidia-dra-driver-kubelet-plugin"
-PLUGIN_COMPONENT_LABEL = "nvidia-dra-driver-gpu-component"
-GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
-                   "nvidia.com/gpu.present": "true"}
-#: Held on a claim while its devices are prepared on a node whose unprepare never completes.
+#: Held on a claim while its devices are prepared on a KWOK node whose unprepare never completes.
 UNPREPARE_FINALIZER = "gpu.nvidia.com/unprepare-pending"
-
-DEVICE_CLASSES = {
-    "gpu.nvidia.com": "gpu",
-    "mig.nvidia.com": "mig",
-    "vfio.gpu.nvidia.com": "vfio",
-}
-
-
-def device_class(name: str, device_type: str) -> dict:
-    """A DeviceClass exactly as the NVIDIA chart renders it (templates/deviceclass-*.yaml)."""
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression":
-                f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"}}]}}
-
-
-def semver(version: str) -> str:
-    """A driver version as the plugin publishes it: semver, so "580.95.05" becomes "580.95.5".
-
-    >>> semver("580.95.05"), semver("13.0")
-    ('580.95.5', '13.0.0')
-    """
-    parts = [str(int(p)) for p in version.split(".")[:3]]
-    return ".".join(parts + ["0"] * (3 - len(parts)))
 
 
 def resource_slice(node: dict, drift: bool) -> dict:
@@ -89,6 +66,7 @@ def resource_slice(node: dict, drift: bool) -> dict:
             "driverVersion": {"version": semver(gpu["driverVersion"])},
             "cudaDriverVersion": {"version": semver(gpu["cudaDriverVersion"])},
             "resource.kubernetes.io/pciBusID": {"string": gpu["pciBusID"]},
+            "resource.kubernetes.io/pcieRoot": {"string": gpu["pcieRoot"]},
         }
         if drift:
             del attributes["productName"]
@@ -108,10 +86,13 @@ class Agent:
         self.faults = set(faults)
         self.api = connect(state_dir / "nvidia-dra-driver.kubeconfig")
         self.inventory = json.loads((state_dir / "inventory.json").read_text())
-        self.gpu_nodes = {n["name"]: n for n in self.inventory["nodes"] if n["gpus"]}
+        # The nodes this agent plays kubelet and plugin for; real nodes have their own.
+        self.kwok_nodes = [n for n in self.inventory["nodes"] if n["kind"] == "kwok"]
+        self.gpu_nodes = {n["name"]: n for n in self.kwok_nodes if n["gpus"]}
         self.cdi_dir = state_dir / "cdi"
         self.cdi_dir.mkdir(exist_ok=True)
         self.warned: set[str] = set()
+        self.gpucluster_state: str | None = None
         self.stopping = False
 
     # --- install -----------------------------------------------------------------------------
@@ -153,13 +134,12 @@ class Agent:
         raise RuntimeError(f"CRD {name} never became established")
 
     def _register_nodes(self) -> None:
-        for node in self.inventory["nodes"]:
+        for node in self.kwok_nodes:
             labels = {"type": "kwok", "kubernetes.io/hostname": node["name"],
                       "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
             taints = []
             if node["gpus"]:
-                labels.update(GPU_NODE_LABELS)
-                labels["nvidia.com/gpu.product"] = node["gpus"][0]["productName"].replace(" ", "-")
+                labels.update(node_labels(node["gpus"][0]["productName"]))
                 if "gpu-nodes-tainted" in self.faults:
                     taints.append(dict(faults_mod.GPU_NODE_TAINT))
             body = {"apiVersion": "v1", "kind": "Node",
@@ -172,44 +152,45 @@ class Agent:
     def _install_operator_footprint(self) -> None:
         self._create(lambda b: self.api.core.create_namespace(b),
                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}})
-        template_annotations = {}
-        if "plugin-unhealthy" in self.faults:
-            template_annotations[SIMULATE_ANNOTATION] = "crash-loop"
-        labels = {"app": PLUGIN_DAEMONSET, PLUGIN_COMPONENT_LABEL: "kubelet-plugin"}
-        daemonset = {
-            "apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": PLUGIN_DAEMONSET, "namespace": PLUGIN_NAMESPACE, "labels": labels},
-            "spec": {
-                "selector": {"matchLabels": {"app": PLUGIN_DAEMONSET}},
-                "template": {
-                    "metadata": {"labels": labels, "annotations": template_annotations},
-                    "spec": {
-                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                        "tolerations": [{"operator": "Exists"}],
-                        "containers": [{
-                            "name": "gpus",
-                            "image": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0",
-                            "command": ["gpu-kubelet-plugin"],
-                        }],
-                    }}}}
-        self._create(lambda b: self.api.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b), daemonset)
+        # KWOK nodes crash-loop the plugin pods by annotation; on real nodes the plugin itself
+        # is told to fail (nvidia.PLUGIN_FAULTS).
+        template_annotations = {SIMULATE_ANNOTATION: "crash-loop"} if "plugin-unhealthy" in self.faults else {}
+        account, role, binding = plugin_rbac()
+        self._create(lambda b: self.api.core.create_namespaced_service_account(PLUGIN_NAMESPACE, b), account)
+        self._create(lambda b: self.api.rbac.create_cluster_role(b), role)
+        self._create(lambda b: self.api.rbac.create_cluster_role_binding(b), binding)
+        self._create(lambda b: self.api.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b),
+                     plugin_daemonset(sorted(self.faults), template_annotations))
         self._create(lambda b: self.api.custom.create_cluster_custom_object(
             "nvidia.com", "v1alpha1", "gpuclusters", b),
             {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
              "metadata": {"name": "gpu-cluster"}, "spec": {"draDriver": {"enabled": True}}})
-        state = "notReady" if "plugin-unhealthy" in self.faults else "ready"
-        self.api.custom.patch_cluster_custom_object_status(
-            "nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster", {"status": {"state": state}})
+        self._report_gpucluster_state()
         if "clusterpolicy-conflict" in self.faults:
             self._create(lambda b: self.api.custom.create_cluster_custom_object(
                 "nvidia.com", "v1", "clusterpolicies", b),
                 {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
                  "metadata": {"name": "cluster-policy"}, "spec": {"devicePlugin": {"enabled": True}}})
 
+    def _report_gpucluster_state(self) -> None:
+        """As the GPU Operator does: the GPUCluster is ready when every kubelet-plugin pod is."""
+        ds = self.api.apps.read_namespaced_daemon_set(PLUGIN_DAEMONSET, PLUGIN_NAMESPACE).status
+        ready = bool(ds and ds.desired_number_scheduled and ds.number_ready == ds.desired_number_scheduled)
+        state = "ready" if ready else "notReady"
+        if state != self.gpucluster_state:
+            self.api.custom.patch_cluster_custom_object_status(
+                "nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster", {"status": {"state": state}})
+            self.gpucluster_state = state
+            log.info("GPUCluster gpu-cluster is %s", state)
+
     # --- kubelet plugin loop -----------------------------------------------------------------
     def run(self) -> None:
+        last_report = 0.0
         while not self.stopping:
             try:
+                if time.monotonic() - last_report > 1:
+                    last_report = time.monotonic()
+                    self._report_gpucluster_state()
                 self.sync()
             except ApiException as err:
                 log.warning("API error during sync: %s %s", err.status, err.reason)

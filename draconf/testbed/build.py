@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from draconf.errors import DraconfError
-from draconf.testbed import pins
+from draconf.testbed import debs, images, pins
 
 STAMP = ".pins-digest"
 #: CRDs shipped inside the kwok module that the bed installs (kwok reads Exec rules from the API).
@@ -31,7 +31,7 @@ def is_built(bindir: Path | None = None) -> bool:
     bindir = bindir or pins.bin_dir()
     stamp = bindir / STAMP
     return stamp.is_file() and stamp.read_text().strip() == pins.pins_digest() and all(
-        (bindir / name).is_file() for _, _, name in pins.TARGETS)
+        (bindir / target.output).is_file() for target in pins.TARGETS)
 
 
 def ensure_built(log=print, force: bool = False) -> Path:
@@ -47,27 +47,36 @@ def ensure_built(log=print, force: bool = False) -> Path:
     (bindir / STAMP).unlink(missing_ok=True)
     started = time.monotonic()
     log(f"[build] Kubernetes {pins.KUBERNETES_VERSION}, etcd {pins.ETCD_VERSION}, kwok "
-        f"{pins.KWOK_VERSION} -> {bindir} (first build takes several minutes)")
-    modules: dict[str, list[tuple[str, str]]] = {}
-    for module, package, name in pins.TARGETS:
-        modules.setdefault(module, []).append((package, name))
-    for module, targets in modules.items():
-        _go_build(pins.GOMOD_DIR / module, targets, bindir, log)
+        f"{pins.KWOK_VERSION}, containerd {pins.CONTAINERD_VERSION}, CNI plugins "
+        f"{pins.CNI_PLUGINS_VERSION} -> {bindir} (first build takes several minutes)")
+    # One `go build` per module and kind of binary: packages of one build share compilation.
+    groups: dict[tuple, list[pins.Target]] = {}
+    for target in pins.TARGETS:
+        key = (target.module, target.static, target.tags, os.path.dirname(target.output))
+        groups.setdefault(key, []).append(target)
+    for (module, static, tags, subdir), targets in groups.items():
+        (bindir / subdir).mkdir(parents=True, exist_ok=True)
+        _go_build(pins.GOMOD_DIR / module, targets, bindir / subdir, log, static=static, tags=tags)
     _copy_kwok_crds(bindir, log)
+    versions = debs.fetch(pins.DEBIAN_PACKAGES, bindir, log=log)
+    log("[build] from Debian: " + ", ".join(f"{p} {v}" for p, v in versions.items()))
+    build_images(bindir, log)
     (bindir / STAMP).write_text(pins.pins_digest() + "\n")
     log(f"[build] done in {time.monotonic() - started:.0f}s")
     return bindir
 
 
-def _go_build(moddir: Path, targets: list[tuple[str, str]], bindir: Path, log) -> None:
-    names = ", ".join(name for _, name in targets)
+def _go_build(moddir: Path, targets: list[pins.Target], outdir: Path, log, static: bool, tags: str) -> None:
+    names = ", ".join(os.path.basename(t.output) for t in targets)
     env = dict(os.environ)
+    if static:
+        env["CGO_ENABLED"] = "0"
     if len(targets) == 1:
-        out = str(bindir / targets[0][1])
+        out = str(outdir / os.path.basename(targets[0].output))
     else:
-        out = str(bindir) + os.sep
-    cmd = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-ldflags", pins.version_ldflags(), "-o", out,
-           *[package for package, _ in targets]]
+        out = str(outdir) + os.sep
+    cmd = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-ldflags", pins.version_ldflags(),
+           *(["-tags", tags] if tags else []), "-o", out, *[t.package for t in targets]]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=moddir, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -106,6 +115,27 @@ def _copy_kwok_crds(bindir: Path, log) -> None:
 
 def crd_dir() -> Path:
     return pins.bin_dir().parent / "crds"
+
+
+def images_dir() -> Path:
+    return pins.bin_dir().parent / "images"
+
+
+def build_images(bindir: Path, log=print) -> list[images.ImageArchive]:
+    """The images real nodes import (there is no registry): sandbox, workload, GPU plugin."""
+    out = images_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    built = [images.pause_image(bindir / "pause", out),
+             images.workload_image(bindir / "busybox", out),
+             images.gpu_plugin_image(bindir / "gpu-kubelet-plugin", out)]
+    log("[build] images: " + ", ".join(a.ref for a in built))
+    return built
+
+
+def image_archives() -> list[Path]:
+    """The archives :func:`build_images` wrote, for each real node to import."""
+    return [images_dir() / images.archive_name(ref)
+            for ref in (images.PAUSE_REF, images.WORKLOAD_REF, images.GPU_PLUGIN_REF)]
 
 
 if __name__ == "__main__":  # python -m draconf.testbed.build

@@ -1,9 +1,15 @@
-"""Start, inspect and stop an embedded test bed: a real control plane with simulated GPU nodes.
+"""Start, inspect and stop an embedded test bed: a real control plane with real or KWOK nodes.
 
-Processes, all bound to 127.0.0.1 and started from the binaries :mod:`draconf.testbed.build`
-made: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and the simulated
-NVIDIA DRA driver (``python -m draconf.testbed.agent``).  Everything a bed owns lives in its
-state directory, so ``down`` can stop exactly what ``up`` started and remove the rest.
+Processes, started from the binaries :mod:`draconf.testbed.build` made: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok, the NVIDIA driver's install and its simulation
+on KWOK nodes (``python -m draconf.testbed.agent``), and one supervisor per real node
+(``python -m draconf.testbed.node``: containerd and a kubelet).
+
+A bed of KWOK nodes only runs everything on the host's 127.0.0.1.  A bed with real nodes runs
+the control plane in a network namespace of its own, the nodes in theirs
+(:mod:`draconf.testbed.network`), and exposes only the API server on the host's 127.0.0.1.
+Everything a bed owns lives in its state directory, so ``down`` can stop exactly what ``up``
+started and remove the rest.
 
 Example::
 
@@ -32,12 +38,15 @@ from pathlib import Path
 import yaml
 
 from draconf.errors import DraconfError
-from draconf.testbed import build, faults as faults_mod, kwok_config, pins, pki as pki_mod
+from draconf.testbed import build, faults as faults_mod, hostsys, images, kwok_config, network, node as node_mod
+from draconf.testbed import node_config, pins, pki as pki_mod
 from draconf.testbed.inventory import Inventory
 
-COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "nvidia-dra-driver"]
 SERVICE_CIDR = "10.96.0.0/16"
+#: Components that talk to the API server from inside the control plane's namespace.
+IN_CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kwok")
+#: Seconds a real node gets to stop its kubelet, containers and containerd.
+NODE_STOP_GRACE = 30
 
 
 def state_root() -> Path:
@@ -140,23 +149,18 @@ class Testbed:
     @property
     def is_up(self) -> bool:
         state = self.state()
-        if not state or not state.get("ready"):
-            return False
         running = self.processes()
-        return all(running.get(c) for c in COMPONENTS)
+        return bool(state and state.get("ready") and running and all(running.values()))
 
     def status(self) -> dict:
         state = self.state()
         if state is None:
             return {"name": self.name, "state": "down"}
-        running = self.processes()
-        if state.get("ready") and all(running.get(c) for c in COMPONENTS):
-            phase = "up"
-        else:
-            phase = "half-up"
-        return {"name": self.name, "state": phase, "kubeconfig": str(self.kubeconfig),
+        return {"name": self.name, "state": "up" if self.is_up else "half-up",
+                "kubeconfig": str(self.kubeconfig),
                 "server": state.get("server"), "faults": state.get("faults", []),
-                "inventory": state.get("inventory"), "components": running,
+                "inventory": state.get("inventory"), "components": self.processes(),
+                "real nodes": sorted(state.get("real_nodes", {})),
                 "kubernetes": pins.KUBERNETES_VERSION, "logs": str(self.logs)}
 
     # --- up ----------------------------------------------------------------------------------
@@ -180,6 +184,9 @@ class Testbed:
                 f"{' not running' if stopped else ''}); logs are in {self.logs}. "
                 f"Run `draconf testbed down{'' if self.name == 'default' else ' --name ' + self.name}` "
                 "to clear it, then `up` again")
+        if inventory.real_nodes and (why := network.check_can_create()):
+            raise DraconfError(f"cannot start real nodes: {why}. Start the bed with KWOK nodes "
+                               "instead: `draconf testbed up --node-kind kwok`")
         if apiserver_port is not None and not port_is_free(apiserver_port):
             raise DraconfError(f"port {apiserver_port} on 127.0.0.1 is already in use; choose another "
                                "--port or leave it out to pick a free one")
@@ -202,22 +209,38 @@ class Testbed:
         state["ready"] = True
         self._save(state)
         log(f"test bed {self.name!r} is up in {time.monotonic() - started:.1f}s: "
-            f"{len(inventory.nodes)} nodes, {inventory.gpu_count} GPUs"
+            f"{len(inventory.nodes)} nodes ({len(inventory.real_nodes)} real), {inventory.gpu_count} GPUs"
             f"{', faults: ' + ', '.join(faults) if faults else ''}")
         log(f"kubeconfig: {self.kubeconfig}")
         return self.kubeconfig
 
     def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout) -> None:
-        pki = pki_mod.create(self.dir / "pki")
-        etcd_client, etcd_peer, kwok, any_port = free_ports(4)
-        ports = {"etcd-client": etcd_client, "etcd-peer": etcd_peer,
-                 "apiserver": apiserver_port or any_port, "kwok": kwok}
-        state["ports"] = ports
-        server = f"https://127.0.0.1:{ports['apiserver']}"
+        real = inventory.real_nodes
+        layout = network.Layout.plan(self.dir, [n.name for n in real]) if real else None
+        pki = pki_mod.create(self.dir / "pki", extra_server_ips=(network.Layout.apiserver_ip,) if layout else (),
+                             nodes={n.name: layout.node(n.name).ip for n in real} if layout else None)
+        server = f"https://127.0.0.1:{apiserver_port or free_ports(1)[0]}"
         state["server"] = server
+        if layout:
+            # Inside the bed's own namespace every port is free: use the well-known ones.
+            state["network"] = layout.namespaces
+            self._save(state)
+            network.create(layout)
+            ports = {"etcd-client": 2379, "etcd-peer": 2380, "apiserver": network.APISERVER_PORT,
+                     "kwok": 10247}
+            netns = layout.control_plane
+            internal_server = f"https://127.0.0.1:{network.APISERVER_PORT}"
+        else:
+            etcd_client, etcd_peer, kwok = free_ports(3)
+            ports = {"etcd-client": etcd_client, "etcd-peer": etcd_peer,
+                     "apiserver": int(server.rsplit(":", 1)[1]), "kwok": kwok}
+            netns = None
+            internal_server = server
+        state["ports"] = ports
         self._save(state)
         for identity in pki_mod.IDENTITIES:
-            self._write_kubeconfig(self.dir / f"{identity}.kubeconfig", server, pki, identity)
+            self._write_kubeconfig(self.dir / f"{identity}.kubeconfig",
+                                   internal_server if identity in IN_CONTROL_PLANE else server, pki, identity)
         shutil.copyfile(self.dir / "admin.kubeconfig", self.kubeconfig)
         deadline = time.monotonic() + timeout
 
@@ -229,8 +252,15 @@ class Testbed:
             "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
             "--initial-cluster", f"testbed=http://127.0.0.1:{ports['etcd-peer']}",
-            "--quota-backend-bytes", str(4 << 30), "--unsafe-no-fsync", "--log-level", "warn"])
-        self._wait_http(f"http://127.0.0.1:{ports['etcd-client']}/health", "etcd", deadline)
+            "--quota-backend-bytes", str(4 << 30), "--unsafe-no-fsync", "--log-level", "warn"], netns=netns)
+        if layout:
+            # The host reaches the API server only through this forwarder.
+            self._spawn(state, "apiserver-forwarder", [
+                sys.executable, "-m", "draconf.testbed.forward", "--listen", server.rsplit(":", 1)[1],
+                "--netns", network.netns_path(layout.control_plane),
+                "--to", f"127.0.0.1:{network.APISERVER_PORT}"])
+        else:
+            self._wait_http(f"http://127.0.0.1:{ports['etcd-client']}/health", "etcd", deadline)
 
         log("starting kube-apiserver")
         admission_on = ["NodeRestriction", "ResourceQuota"]
@@ -238,11 +268,15 @@ class Testbed:
         if "quota-not-enforced" in faults:
             admission_on.remove("ResourceQuota")
             admission_off.append("ResourceQuota")
+        address = ["--bind-address=0.0.0.0", f"--advertise-address={network.Layout.apiserver_ip}",
+                   f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+                   f"--kubelet-client-key={pki.kubelet_client_key}",
+                   f"--kubelet-certificate-authority={pki.ca_cert}"] if layout else [
+                   "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
         self._spawn(state, "kube-apiserver", [
             str(bindir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={ports['apiserver']}",
+            *address, f"--secure-port={ports['apiserver']}",
             f"--tls-cert-file={pki.server_cert}", f"--tls-private-key-file={pki.server_key}",
             f"--client-ca-file={pki.ca_cert}", f"--token-auth-file={pki.token_file}",
             "--authorization-mode=Node,RBAC",
@@ -254,7 +288,7 @@ class Testbed:
             *([f"--disable-admission-plugins={','.join(admission_off)}"] if admission_off else []),
             "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
             "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
-            "--profiling=false", "--v=1"])
+            "--profiling=false", "--v=1"], netns=netns)
         self._wait_http(f"{server}/readyz", "kube-apiserver", deadline, pki=pki)
 
         log("starting kube-controller-manager, kube-scheduler and kwok")
@@ -265,12 +299,12 @@ class Testbed:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", "--v=1"])
+            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", "--v=1"], netns=netns)
         self._spawn(state, "kube-scheduler", [
             str(bindir / "kube-scheduler"),
             f"--kubeconfig={self.dir / 'kube-scheduler.kubeconfig'}",
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-            "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"])
+            "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"], netns=netns)
         kwok_yaml = self.dir / "kwok.yaml"
         kwok_yaml.write_text(kwok_config.render(pins.KUBERNETES_VERSION))
         shim_dir = self._install_node_tools()
@@ -281,16 +315,61 @@ class Testbed:
             f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
             "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
             f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
-            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"], env=env)
+            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"], env=env, netns=netns)
 
         (self.dir / "inventory.json").write_text(json.dumps(_inventory_doc(inventory)))
-        log("starting the simulated NVIDIA DRA driver")
+        log("installing the NVIDIA DRA driver (simulated on KWOK nodes)")
         self._spawn(state, "nvidia-dra-driver", [
             sys.executable, "-m", "draconf.testbed.agent", "--state-dir", str(self.dir),
-            "--crd-dir", str(build.crd_dir()), *[f"--fault={f}" for f in faults]])
+            "--crd-dir", str(build.crd_dir()), *[f"--fault={f}" for f in faults]],
+            marker="-m draconf.testbed.agent")
+        if layout:
+            log(f"starting {len(real)} real node(s): containerd, kubelet")
+            hostsys.record_sysctls()
+            for node in real:
+                self._start_real_node(state, bindir, pki, layout, node, faults)
         log("waiting for nodes, ResourceSlices and DeviceClasses")
         from draconf.testbed.readiness import wait_ready  # needs the kubernetes client; lazy
         wait_ready(self, inventory, faults, deadline, log)
+
+    def _start_real_node(self, state, bindir, pki, layout, node, faults) -> None:
+        """Write one node's configuration and simulated hardware, then start its supervisor."""
+        from draconf.testbed import nvidia  # the NVIDIA install's facts; needs no cluster
+        net = layout.node(node.name)
+        paths = node_config.NodePaths(self.dir / "nodes" / node.name)
+        paths.create()
+        cgroup_root = hostsys.cgroup_root(layout.control_plane.split("-", 1)[1], node.name)
+        state.setdefault("real_nodes", {})[node.name] = {"dir": str(paths.dir), "cgroup_root": cgroup_root}
+        self._save(state)
+        shutil.copyfile(pki.ca_cert, paths.pki / "ca.crt")
+        cert, key = pki.kubelet_serving(node.name)
+        shutil.copyfile(cert, paths.pki / "kubelet.crt")
+        shutil.copyfile(key, paths.pki / "kubelet.key")
+        user = pki_mod.node_user(node.name)
+        (paths.etc / "kubelet.kubeconfig").write_text(yaml.safe_dump(node_config.kubeconfig(
+            f"https://{layout.apiserver_ip}:{network.APISERVER_PORT}", paths.pki / "ca.crt", user, pki.token(user))))
+        (paths.etc / "kubelet.yaml").write_text(yaml.safe_dump(
+            node_config.kubelet_config(paths, net.ip, cgroup_root), sort_keys=False))
+        (paths.etc / "containerd.toml").write_text(
+            node_config.containerd_toml(paths, bindir, images.PAUSE_REF))
+        (paths.cni_conf_dir / "10-draconf.conflist").write_text(node_config.cni_conflist(net.pod_cidr))
+        nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi")
+        labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
+        taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
+        spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,
+                "images": [str(path) for path in build.image_archives()],
+                "kubelet_args": [
+                    f"--config={paths.etc / 'kubelet.yaml'}", f"--kubeconfig={paths.etc / 'kubelet.kubeconfig'}",
+                    f"--hostname-override={node.name}", f"--node-ip={net.ip}", "--root-dir=/var/lib/kubelet",
+                    f"--cert-dir={paths.pki}",
+                    *([f"--node-labels={','.join(f'{k}={v}' for k, v in labels.items())}"] if labels else []),
+                    *([f"--register-with-taints={t['key']}={t['value']}:{t['effect']}" for t in taints]),
+                    "--v=1"]}
+        paths.spec_file.write_text(json.dumps(spec, indent=2))
+        self._spawn(state, f"node/{node.name}", [
+            "unshare", "--mount", "--uts", "--propagation", "private", "--",
+            sys.executable, "-m", "draconf.testbed.node", "--node-dir", str(paths.dir)],
+            netns=net.netns, marker=f"draconf.testbed.node --node-dir {paths.dir}")
 
     def _install_node_tools(self) -> Path:
         """What a GPU container gets injected: an ``nvidia-smi`` reading the CDI state."""
@@ -314,8 +393,14 @@ class Testbed:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         path.chmod(0o600)
 
-    def _spawn(self, state: dict, name: str, cmd: list[str], env: dict | None = None) -> None:
-        logfile = open(self.logs / f"{name}.log", "ab")
+    def _spawn(self, state: dict, name: str, cmd: list[str], env: dict | None = None,
+                netns: str | None = None, marker: str | None = None) -> None:
+        """Start a component in its own session; ``marker`` is what its command line shows once
+        running (default: the program), by which a later process recognises it."""
+        marker = marker or cmd[0]
+        if netns:
+            cmd = network.in_netns(netns, cmd)
+        logfile = open(self.logs / f"{name.replace('/', '-')}.log", "ab")
         # If the bed runs with draconf installed from a source tree, the agent and the nvidia-smi
         # shim must import that same tree.
         env = dict(env or os.environ)
@@ -325,7 +410,6 @@ class Testbed:
                                 cwd=self.dir, env=env, start_new_session=True)
         logfile.close()
         _CHILDREN[proc.pid] = proc
-        marker = " ".join(cmd[:2]) if name == "nvidia-dra-driver" else cmd[0]
         state["processes"][name] = {"pid": proc.pid, "marker": marker}
         self._save(state)
 
@@ -342,11 +426,14 @@ class Testbed:
                     code = child.returncode
                     hint += f" (exit status {code})" if code >= 0 else f" (killed by signal {-code})"
                 raise DraconfError(f"{name} exited during start-up{hint}; last lines of "
-                                   f"{self.logs / (name + '.log')}:\n{tail}")
+                                   f"{self._log_path(name)}:\n{tail}")
+
+    def _log_path(self, name: str) -> Path:
+        return self.logs / f"{name.replace('/', '-')}.log"
 
     def log_tail(self, name: str, lines: int = 15) -> str:
         try:
-            text = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()
+            text = self._log_path(name).read_text(errors="replace").splitlines()
         except OSError:
             return "  (no log)"
         return "\n".join("  " + line[:300] for line in text[-lines:])
@@ -371,7 +458,7 @@ class Testbed:
                 last = str(getattr(err, "reason", err))
             time.sleep(0.2)
         raise DraconfError(f"{name} did not become ready at {url} (last answer: {last}); "
-                           f"see {self.logs / (name + '.log')}")
+                           f"see {self._log_path(name)}")
 
     # --- down --------------------------------------------------------------------------------
     def down(self, log=print) -> bool:
@@ -387,19 +474,35 @@ class Testbed:
     def _stop_processes(self, log) -> None:
         state = self.state() or {}
         procs = state.get("processes", {})
-        # Reverse start order: the driver and kwok first, etcd last.
-        order = [c for c in reversed(COMPONENTS) if c in procs]
-        for name in order:
+        # The driver first (it acts on what it sees), then the real nodes, which need the longest
+        # to stop (kubelet, then containers, then containerd), then the rest in reverse start
+        # order: kwok before the API server, etcd last.
+        names = list(procs)
+        order = ([n for n in names if n == "nvidia-dra-driver"] + [n for n in names if n.startswith("node/")]
+                 + [n for n in reversed(names) if n != "nvidia-dra-driver" and not n.startswith("node/")])
+        self._terminate([n for n in order if n == "nvidia-dra-driver" or n.startswith("node/")], procs,
+                        grace=NODE_STOP_GRACE)
+        for name, node in state.get("real_nodes", {}).items():
+            node_mod.sweep(Path(node["dir"]), node["cgroup_root"])
+        # Everything else is thrown away afterwards, so a short grace is enough (kube-apiserver
+        # would otherwise drain its watches for up to a minute).
+        self._terminate([n for n in order if n != "nvidia-dra-driver" and not n.startswith("node/")], procs,
+                        grace=3)
+        network.destroy(state.get("network", []))
+        if state.get("real_nodes") and not hostsys.running_node_supervisors():
+            hostsys.restore_sysctls()
+
+    def _terminate(self, names: list[str], procs: dict, grace: float) -> None:
+        """SIGTERM each process group, wait up to ``grace`` seconds for all, then SIGKILL."""
+        for name in names:
             proc = procs[name]
             if _pid_alive(proc["pid"], proc["marker"]):
                 try:
                     os.killpg(proc["pid"], signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        # Everything is thrown away afterwards, so a short grace is enough (kube-apiserver
-        # would otherwise drain its watches for up to a minute).
-        deadline = time.monotonic() + 3
-        for name in order:
+        deadline = time.monotonic() + grace
+        for name in names:
             proc = procs[name]
             while _pid_alive(proc["pid"], proc["marker"]) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -425,10 +528,11 @@ def _reap(pid: int) -> None:
 def _inventory_doc(inventory: Inventory) -> dict:
     """The inventory as the agent reads it back (plain data, no classes)."""
     return {"source": inventory.source, "nodes": [
-        {"name": n.name, "gpus": [{
+        {"name": n.name, "kind": n.kind, "gpus": [{
             "minor": g.minor, "uuid": g.uuid, "productName": g.model.product_name,
             "architecture": g.model.architecture, "brand": g.model.brand,
             "cudaComputeCapability": g.model.cuda_compute_capability,
             "driverVersion": g.driver_version, "cudaDriverVersion": g.cuda_driver_version,
-            "pciBusID": g.pci_bus_id, "memory": g.model.memory_bytes} for g in n.gpus]}
+            "pciBusID": g.pci_bus_id, "pcieRoot": g.pcie_root, "memory": g.model.memory_bytes}
+            for g in n.gpus]}
         for n in inventory.nodes]}

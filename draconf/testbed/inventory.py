@@ -11,13 +11,20 @@ number, so they are unique across the fleet and the same on every start.
 'gpu-3'
 >>> inv.nodes[0].gpus[0].uuid == uniform(2, 8).nodes[0].gpus[0].uuid
 True
+
+Each node is ``real`` (a kubelet, containerd and runc on this machine) or ``kwok`` (a KWOK
+node: API objects only, for fleets too large to run for real).  The file says which per node
+(``kind:``, default ``real``); :func:`with_node_kind` overrides every node at once.
+
+>>> [n.kind for n in with_node_kind(inv, "kwok").nodes]
+['kwok', 'kwok']
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -27,6 +34,7 @@ from draconf.quantity import parse_quantity
 
 DEFAULT_INVENTORY = Path(__file__).parent / "data" / "inventories" / "mixed.yaml"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+NODE_KINDS = ("real", "kwok")
 
 
 @dataclass(frozen=True)
@@ -61,11 +69,17 @@ class Gpu:
     def pci_bus_id(self) -> str:
         return f"0000:{0x18 + 0x10 * self.minor:02x}:00.0"
 
+    @property
+    def pcie_root(self) -> str:
+        """The PCIe root complex above the GPU; pairs of GPUs share one, as behind a PCIe switch."""
+        return f"pci0000:{0x17 + 0x20 * (self.minor // 2):02x}"
+
 
 @dataclass(frozen=True)
 class Node:
     name: str
     gpus: tuple[Gpu, ...] = ()
+    kind: str = "real"
 
     @property
     def has_gpus(self) -> bool:
@@ -82,6 +96,14 @@ class Inventory:
         return tuple(n for n in self.nodes if n.has_gpus)
 
     @property
+    def real_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind == "real")
+
+    @property
+    def kwok_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind == "kwok")
+
+    @property
     def gpu_count(self) -> int:
         return sum(len(n.gpus) for n in self.nodes)
 
@@ -92,10 +114,10 @@ class Inventory:
         raise KeyError(name)
 
     def describe(self) -> str:
-        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3``."""
+        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3 (real)``."""
         return "\n".join(
-            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name}" if n.gpus
-            else f"{n.name}: no GPU" for n in self.nodes)
+            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind})" if n.gpus
+            else f"{n.name}: no GPU ({n.kind})" for n in self.nodes)
 
 
 def load(path: str | Path = DEFAULT_INVENTORY) -> Inventory:
@@ -156,15 +178,28 @@ def from_dict(data, source: str = "<inventory>") -> Inventory:
                 raise fail(f"node {name!r}: model {spec.get('model')!r} is not under `models` "
                            f"(known: {', '.join(models) or 'none'})")
             gpus = tuple(Gpu(name, minor, model, driver, cuda) for minor in range(count))
-        nodes.append(Node(name, gpus))
+        kind = spec.get("kind", "real")
+        if kind not in NODE_KINDS:
+            raise fail(f"node {name!r}: `kind` must be one of {', '.join(NODE_KINDS)}, not {kind!r}")
+        nodes.append(Node(name, gpus, kind))
     return Inventory(tuple(nodes), source=source)
 
 
-def uniform(nodes: int, gpus_per_node: int, model: str = "h100-80gb-hbm3") -> Inventory:
-    """``nodes`` GPU nodes with ``gpus_per_node`` GPUs each, all of one model from the default file."""
+def uniform(nodes: int, gpus_per_node: int, model: str = "h100-80gb-hbm3", kind: str = "kwok") -> Inventory:
+    """``nodes`` GPU nodes with ``gpus_per_node`` GPUs each, all of one model from the default file.
+
+    KWOK nodes by default: a uniform fleet is how the bed simulates scale."""
     if nodes < 1 or gpus_per_node < 1:
         raise DraconfError("--nodes and --gpus-per-node must both be at least 1")
     base = yaml.safe_load(DEFAULT_INVENTORY.read_text())
-    base["nodes"] = [{"name": f"gpu-node-{i}", "model": model, "gpus": gpus_per_node}
+    base["nodes"] = [{"name": f"gpu-node-{i}", "model": model, "gpus": gpus_per_node, "kind": kind}
                      for i in range(nodes)]
     return from_dict(base, source=f"uniform {nodes}x{gpus_per_node}")
+
+
+def with_node_kind(inventory: Inventory, kind: str) -> Inventory:
+    """The same fleet with every node of ``kind`` (``draconf testbed up --node-kind``)."""
+    if kind not in NODE_KINDS:
+        raise DraconfError(f"node kind must be one of {', '.join(NODE_KINDS)}, not {kind!r}")
+    return Inventory(tuple(replace(n, kind=kind) for n in inventory.nodes),
+                     source=f"{inventory.source} ({kind} nodes)")

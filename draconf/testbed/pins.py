@@ -11,22 +11,54 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+CONTAINERD_VERSION = "v2.4.2"
+CNI_PLUGINS_VERSION = "v1.10.0"
+#: Debian packages whose binaries the bed takes as they are (extracted, never installed).
+DEBIAN_PACKAGES = {"runc": ["usr/sbin/runc"], "busybox-static": ["bin/busybox"]}
 
 GOMOD_DIR = Path(__file__).parent / "gomod"
 
-#: Binaries built from each Go module under gomod/, as (module dir, package, output name).
+
+@dataclass(frozen=True)
+class Target:
+    """One binary built from a Go module under gomod/."""
+    module: str
+    package: str
+    output: str
+    #: Static (no cgo) binaries: they run inside the bed's own images, or must not depend on
+    #: the host's C libraries.
+    static: bool = False
+    tags: str = ""
+
+
+_CONTAINERD_TAGS = "no_btrfs no_zfs no_devmapper"
 TARGETS = [
-    ("kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
-    ("kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
-    ("kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
-    ("kubernetes", "k8s.io/kubernetes/cmd/kubectl", "kubectl"),
-    ("etcd", ".", "etcd"),
-    ("kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok"),
+    Target("kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+    Target("kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
+    Target("kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
+    Target("kubernetes", "k8s.io/kubernetes/cmd/kubectl", "kubectl"),
+    Target("kubernetes", "k8s.io/kubernetes/cmd/kubelet", "kubelet"),
+    Target("etcd", ".", "etcd"),
+    Target("kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok"),
+    Target("containerd", "github.com/containerd/containerd/v2/cmd/containerd", "containerd",
+           static=True, tags=_CONTAINERD_TAGS),
+    Target("containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+           "containerd-shim-runc-v2", static=True, tags=_CONTAINERD_TAGS),
+    Target("containerd", "github.com/containerd/containerd/v2/cmd/ctr", "ctr", static=True,
+           tags=_CONTAINERD_TAGS),
+    Target("cni", "github.com/containernetworking/plugins/plugins/main/bridge", "cni/bridge", static=True),
+    Target("cni", "github.com/containernetworking/plugins/plugins/main/loopback", "cni/loopback", static=True),
+    Target("cni", "github.com/containernetworking/plugins/plugins/ipam/host-local", "cni/host-local",
+           static=True),
+    Target("gpu-driver", "./cmd/gpu-kubelet-plugin", "gpu-kubelet-plugin", static=True),
+    Target("gpu-driver", "./cmd/nvidia-smi", "nvidia-smi", static=True),
+    Target("pause", ".", "pause", static=True),
 ]
 
 
@@ -46,6 +78,8 @@ def version_ldflags() -> str:
 def pins_digest() -> str:
     """A short hash of every file that decides what gets built (go.mod, go.sum, main.go, flags)."""
     h = hashlib.sha256(version_ldflags().encode())
+    h.update(repr(TARGETS).encode())
+    h.update(repr(DEBIAN_PACKAGES).encode())
     for path in sorted(GOMOD_DIR.rglob("*")):
         if path.is_file() and path.suffix in {".mod", ".sum", ".go"}:
             h.update(str(path.relative_to(GOMOD_DIR)).encode())

@@ -1,5 +1,10 @@
 """Certificates and tokens for a test bed: one CA, one serving cert, a service-account key pair
-and a static token per component.  Made with the ``openssl`` command, once per bed."""
+and a static token per component.  Made with the ``openssl`` command, once per bed.
+
+A bed with real nodes also gets, as kubeadm gives a cluster: a token per kubelet for the
+identity ``system:node:<name>`` in group ``system:nodes`` (so the Node authorizer and the
+NodeRestriction admission plugin judge it), a serving certificate per kubelet for its node IP,
+and a client certificate the API server presents to kubelets (``exec``, ``logs``)."""
 
 from __future__ import annotations
 
@@ -32,16 +37,29 @@ class Pki:
     sa_key = property(lambda self: self.dir / "sa.key")
     sa_pub = property(lambda self: self.dir / "sa.pub")
     token_file = property(lambda self: self.dir / "tokens.csv")
+    kubelet_client_cert = property(lambda self: self.dir / "apiserver-kubelet-client.crt")
+    kubelet_client_key = property(lambda self: self.dir / "apiserver-kubelet-client.key")
 
     def token(self, identity: str) -> str:
+        """The token of a component (a key of IDENTITIES) or of a node's kubelet (its user name)."""
+        user = IDENTITIES[identity][0] if identity in IDENTITIES else identity
         for line in self.token_file.read_text().splitlines():
-            token, user, *_ = line.split(",")
-            if user == IDENTITIES[identity][0]:
+            token, name, *_ = line.split(",")
+            if name == user:
                 return token
         raise KeyError(identity)
 
+    def kubelet_serving(self, node: str) -> tuple[Path, Path]:
+        return self.dir / f"kubelet-{node}.crt", self.dir / f"kubelet-{node}.key"
 
-def create(directory: Path) -> Pki:
+
+def node_user(node: str) -> str:
+    return f"system:node:{node}"
+
+
+def create(directory: Path, extra_server_ips: tuple[str, ...] = (),
+           nodes: dict[str, str] | None = None) -> Pki:
+    """Make the bed's PKI; ``nodes`` maps each real node's name to its IP."""
     if shutil.which("openssl") is None:
         raise DraconfError("the test bed needs the `openssl` command to make its certificates; "
                            "install it (Debian: apt-get install openssl)")
@@ -57,16 +75,32 @@ def create(directory: Path) -> Pki:
         "-keyout", "ca.key", "-out", "ca.crt")
     (directory / "san.cnf").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,IP:10.96.0.1\nextendedKeyUsage=serverAuth\n")
+        "DNS:kubernetes.default.svc,IP:10.96.0.1" + "".join(f",IP:{ip}" for ip in extra_server_ips)
+        + "\nextendedKeyUsage=serverAuth\n")
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
         "-keyout", "apiserver.key", "-out", "apiserver.csr")
     run("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
         "-days", "3650", "-extfile", "san.cnf", "-out", "apiserver.crt")
     run("genrsa", "-out", "sa.key", "2048")
     run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+    users = list(IDENTITIES.values()) + [(node_user(n), "system:nodes") for n in nodes or {}]
     lines = []
-    for i, (user, group) in enumerate(IDENTITIES.values()):
+    for i, (user, group) in enumerate(users):
         lines.append(f'{secrets.token_hex(16)},{user},uid-{i},"{group}"' if group
                      else f"{secrets.token_hex(16)},{user},uid-{i}")
     pki.token_file.write_text("\n".join(lines) + "\n")
+    if nodes:
+        _signed(run, directory, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client",
+                "extendedKeyUsage=clientAuth\n")
+        for node, ip in nodes.items():
+            _signed(run, directory, f"kubelet-{node}", f"/O=system:nodes/CN={node_user(node)}",
+                    f"subjectAltName=IP:{ip},DNS:{node}\nextendedKeyUsage=serverAuth\n")
     return pki
+
+
+def _signed(run, directory: Path, name: str, subject: str, extensions: str) -> None:
+    """A key and a certificate signed by the bed's CA."""
+    (directory / f"{name}.cnf").write_text(extensions)
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key", "-out", f"{name}.csr")
+    run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "3650", "-extfile", f"{name}.cnf", "-out", f"{name}.crt")

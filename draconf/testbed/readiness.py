@@ -32,11 +32,24 @@ def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
     except ApiException:
         plugin_pods = []
     running = {p.spec.node_name for p in plugin_pods if p.status.phase == "Running"}
+    # Why a plugin pod does not run, in the kubelet's words (a bad image, a failing mount ...).
+    stuck = sorted({f"{s.state.waiting.reason}: {(s.state.waiting.message or '')[:200]}"
+                    for p in plugin_pods if p.status.phase != "Running"
+                    for s in p.status.container_statuses or [] if s.state and s.state.waiting
+                    and s.state.waiting.reason not in (None, "ContainerCreating", "PodInitializing")})
+    try:
+        gpucluster = (api.custom.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
+                      .get("status") or {}).get("state")
+    except ApiException:
+        gpucluster = None
+    want_gpucluster = "notReady" if "plugin-unhealthy" in faults else "ready"
     return {
+        "GPUCluster state": (gpucluster == want_gpucluster, str(gpucluster)),
         "nodes Ready": (len(ready) >= want_nodes, f"{len(ready)}/{want_nodes}"),
         "ResourceSlices published": (want_slices <= published, f"{len(published & gpu_nodes)}/{len(want_slices)}"),
         "DeviceClasses present": (want_classes <= classes, ", ".join(sorted(classes)) or "none"),
-        "kubelet plugin on GPU nodes": (gpu_nodes <= running, f"{len(running & gpu_nodes)}/{len(gpu_nodes)}"),
+        "kubelet plugin on GPU nodes": (gpu_nodes <= running, f"{len(running & gpu_nodes)}/{len(gpu_nodes)}"
+                                        + (f" ({'; '.join(stuck)})" if stuck else "")),
     }
 
 

@@ -1,0 +1,214 @@
+// Command gpu-kubelet-plugin is the simulated NVIDIA GPU DRA kubelet plugin of the draconf test
+// bed: a real DRA kubelet plugin (k8s.io/dynamic-resource-allocation/kubeletplugin, DRA v1
+// gRPC service, kubelet plugin registration) for GPUs that exist only as data.
+//
+// # What it simulates
+//
+// Only the GPU hardware and NVML.  Instead of loading libnvidia-ml.so.1 it reads the
+// simulated NVML data <driver root>/usr/share/nvidia-sim/nvml.json (see internal/nvmlsim),
+// which the test bed writes beside the simulated device nodes <driver root>/dev/nvidia<minor>
+// (character devices, major 195) and /dev/nvidiactl (195, 255) and the nvidia-smi stand-in
+// <driver root>/usr/bin/nvidia-smi.  In a container the driver root is mounted at
+// /driver-root (the chart's volume "driver-root", host path NVIDIA_DRIVER_ROOT, e.g.
+// /run/nvidia/driver for the GPU Operator's containerized driver).
+//
+// # What it mirrors
+//
+// kubernetes-sigs/dra-driver-nvidia-gpu at tag v0.4.1 (commit 764900e7833798a1528bd52a2af3e1b2d5f7a616),
+// cmd/gpu-kubelet-plugin, with the chart's default feature gates (no DynamicMIG,
+// passthrough, MPS or time-slicing; MIG disabled):
+//
+//   - flags and environment variables (main.go, pkg/flags/kubeclient.go): --node-name
+//     NODE_NAME, --namespace NAMESPACE, --cdi-root CDI_ROOT, --nvidia-driver-root
+//     NVIDIA_DRIVER_ROOT|HOST_DRIVER_ROOT, --container-driver-root DRIVER_ROOT_CTR_PATH,
+//     --kubelet-registrar-directory-path KUBELET_REGISTRAR_DIRECTORY_PATH,
+//     --kubelet-plugins-directory-path KUBELET_PLUGINS_DIRECTORY_PATH, --healthcheck-port
+//     HEALTHCHECK_PORT, --kubeconfig KUBECONFIG, --kube-api-qps, --kube-api-burst, -v.
+//     The chart also sets IMAGE_NAME, SERVICE_ACCOUNT_NAME, NVIDIA_VISIBLE_DEVICES=void,
+//     NVIDIA_MIG_CONFIG_DEVICES, LOG_VERBOSITY, MASK_NVIDIA_DRIVER_PARAMS; they are accepted
+//     and ignored.  Upstream's --cdi-root default is /etc/cdi (the chart sets /var/run/cdi);
+//     here it defaults to /var/run/cdi.
+//   - device discovery and ResourceSlice content (deviceinfo.go, nvlib.go, driver.go): one
+//     pool named after the node, one slice, devices gpu-<minor> with the full-GPU attribute
+//     set and capacity memory, published through the helper's PublishResources.
+//   - preparation (device_state.go, cdi.go): one transient CDI spec per claim, kind
+//     k8s.gpu.nvidia.com/claim, file k8s.gpu.nvidia.com-claim_<claimUID>.yaml in the CDI
+//     root, devices <claimUID>-gpu-<minor>, CDI device IDs
+//     k8s.gpu.nvidia.com/claim=<claimUID>-gpu-<minor>; a checkpoint.json in
+//     <kubelet plugins dir>/gpu.nvidia.com; the overlap check against other prepared claims.
+//   - the gRPC health service for the chart's probes (health.go).
+//
+// The CDI container edits are those of the simulated driver (nvcdi is not used): per device
+// the node /dev/nvidia<minor>; common to the claim /dev/nvidiactl,
+// NVIDIA_VISIBLE_DEVICES=<UUIDs of the claim's GPUs> and read-only bind mounts of the
+// nvidia-smi stand-in and nvml.json.  No hooks and no driver libraries.
+//
+// # Simulated faults
+//
+// --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
+// cdi-not-injected, cdi-wrong-device, unprepare-fails, crash.  See internal/plugin.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"draconf.local/testbed/gpu-driver/internal/plugin"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// env returns the first set environment variable of names, or def.
+func env(def string, names ...string) string {
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok {
+			return v
+		}
+	}
+	return def
+}
+
+func envInt(def int, name string) int {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func envFloat(def float64, name string) float64 {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.ParseFloat(v, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("gpu-kubelet-plugin", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	cfg := &plugin.Config{}
+	var namespace, kubeconfig string
+	var qps float64
+	var burst int
+	var faults []string
+	if v := os.Getenv("SIMULATE_FAULTS"); v != "" {
+		faults = append(faults, v)
+	}
+	fs.StringVar(&cfg.NodeName, "node-name", env("", "NODE_NAME"), "The name of the node to be worked on. [$NODE_NAME]")
+	fs.StringVar(&namespace, "namespace", env("default", "NAMESPACE"), "The namespace used for the custom resources (unused). [$NAMESPACE]")
+	fs.StringVar(&cfg.CDIRoot, "cdi-root", env("/var/run/cdi", "CDI_ROOT"), "Absolute path to the directory where CDI files will be generated. [$CDI_ROOT]")
+	hostRootUsage := "The root path for the NVIDIA driver installation on the host (typical values are '/' or '/run/nvidia/driver'). [$NVIDIA_DRIVER_ROOT, $HOST_DRIVER_ROOT]"
+	fs.StringVar(&cfg.HostDriverRoot, "nvidia-driver-root", env("/", "NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), hostRootUsage)
+	fs.StringVar(&cfg.HostDriverRoot, "host-driver-root", env("/", "NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), "Alias of --nvidia-driver-root.")
+	fs.StringVar(&cfg.ContainerDriverRoot, "container-driver-root", env("/driver-root", "DRIVER_ROOT_CTR_PATH"), "The path where the NVIDIA driver root is mounted in the container; the simulated NVML data and device nodes are read there. [$DRIVER_ROOT_CTR_PATH]")
+	fs.StringVar(&cfg.KubeletRegistrarDirectoryPath, "kubelet-registrar-directory-path", env(kubeletplugin.KubeletRegistryDir, "KUBELET_REGISTRAR_DIRECTORY_PATH"), "Absolute path to the directory where kubelet stores plugin registrations. [$KUBELET_REGISTRAR_DIRECTORY_PATH]")
+	fs.StringVar(&cfg.KubeletPluginsDirectoryPath, "kubelet-plugins-directory-path", env(kubeletplugin.KubeletPluginsDir, "KUBELET_PLUGINS_DIRECTORY_PATH"), "Absolute path to the directory where kubelet stores plugin data. [$KUBELET_PLUGINS_DIRECTORY_PATH]")
+	fs.IntVar(&cfg.HealthcheckPort, "healthcheck-port", envInt(-1, "HEALTHCHECK_PORT"), "Port of the gRPC healthcheck service; 0 picks a random port, negative disables it. [$HEALTHCHECK_PORT]")
+	fs.StringVar(&kubeconfig, "kubeconfig", env("", "KUBECONFIG"), "Absolute path to the KUBECONFIG file; empty: in-cluster configuration. [$KUBECONFIG]")
+	fs.Float64Var(&qps, "kube-api-qps", envFloat(5, "KUBE_API_QPS"), "QPS to use while communicating with the Kubernetes apiserver. [$KUBE_API_QPS]")
+	fs.IntVar(&burst, "kube-api-burst", envInt(10, "KUBE_API_BURST"), "Burst to use while communicating with the Kubernetes apiserver. [$KUBE_API_BURST]")
+	fs.Func("simulate-fault", "Simulate a malfunction (repeatable; also $SIMULATE_FAULTS, comma-separated): "+
+		faultNames()+".", func(v string) error { faults = append(faults, v); return nil })
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "Error: arguments not supported: %v\n", fs.Args())
+		return 1
+	}
+	defer klog.Flush()
+
+	var err error
+	if cfg.Faults, err = plugin.ParseFaults(faults...); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		return 1
+	}
+	if cfg.NodeName == "" {
+		fmt.Fprintln(os.Stderr, `Error: Required flag "node-name" not set`)
+		return 1
+	}
+	klog.Infof("Starting gpu-kubelet-plugin (simulated NVIDIA GPU DRA driver) on node %q: driver root %s (in container %s), CDI root %s, simulated faults: %s",
+		cfg.NodeName, cfg.HostDriverRoot, cfg.ContainerDriverRoot, cfg.CDIRoot, orNone(cfg.Faults.String()))
+
+	if cfg.Faults.Has(plugin.FaultCrash) {
+		klog.Infof("Traverse GPU devices")
+		klog.Warningf("Failed to initialize NVML: Driver/library version mismatch")
+		klog.Flush()
+		fmt.Fprintf(os.Stderr, "Error: %v\n", plugin.SimulatedNVMLInitError())
+		return 1
+	}
+
+	restConfig, err := clientConfig(kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Error: create client: %v\n", err)
+		return 1
+	}
+	restConfig.QPS = float32(qps)
+	restConfig.Burst = burst
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Error: create client: %v\n", err)
+		return 1
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
+	defer cancel()
+	if err := plugin.Run(ctx, cfg, client); err != nil {
+		klog.Flush()
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		return 1
+	}
+	klog.Infof("shutdown")
+	return 0
+}
+
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("create in-cluster client configuration: %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("create out-of-cluster client configuration: %w", err)
+	}
+	return c, nil
+}
+
+func faultNames() string {
+	names := make([]string, len(plugin.AllFaults))
+	for i, f := range plugin.AllFaults {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

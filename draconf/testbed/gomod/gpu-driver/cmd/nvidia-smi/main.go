@@ -1,0 +1,42 @@
+// Command nvidia-smi is the nvidia-smi stand-in of the draconf test bed's simulated NVIDIA
+// driver.  The test bed copies it to <driver root>/usr/bin/nvidia-smi on each node; the
+// simulated DRA kubelet plugin (cmd/gpu-kubelet-plugin) bind-mounts it read-only at
+// /usr/bin/nvidia-smi into every container that gets GPUs through CDI, together with the
+// simulated NVML data /usr/share/nvidia-sim/nvml.json.
+//
+// # What it simulates
+//
+// The GPUs and NVML: it lists exactly the GPUs whose device nodes the container received,
+// found by enumerating /dev/nvidia[0-9]* character devices (major 195) and taking each
+// node's minor number from its st_rdev (not from its file name), looked up in nvml.json and
+// ordered by PCI bus id as NVML enumerates them.  So it shows what CDI injection really did.
+//
+// # What it mirrors
+//
+// The output of the real nvidia-smi (driver 580):
+//
+//   - -L / --list-gpus: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)";
+//   - --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version (also count,
+//     compute_cap, memory.used, memory.free, gpu_name, gpu_uuid, gpu_bus_id) with
+//     --format=csv[,noheader][,nounits]: real headers ("memory.total [MiB]"), "81559 MiB"
+//     values, bus ids as "00000000:18:00.0"; an unknown field prints
+//     `Field "x" is not a valid field to query.` and exits 2;
+//   - -i/--id to select GPUs, --version, -h;
+//   - no arguments: the summary table (driver version, CUDA version, one block per GPU);
+//   - no GPU device node: "No devices were found", exit 6; no nvml.json (no driver):
+//     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. ...",
+//     exit 9.
+//
+// NVIDIA_SIM_ROOT (default /) prefixes /dev and the nvml.json path, to run it on a node
+// against a driver root.
+package main
+
+import (
+	"os"
+
+	"draconf.local/testbed/gpu-driver/internal/smi"
+)
+
+func main() {
+	os.Exit(smi.Run(os.Args[1:], os.Stdout, os.Stderr, smi.Default()))
+}

@@ -1,0 +1,127 @@
+// Package plugin is the simulated NVIDIA GPU DRA kubelet plugin: the business logic of
+// kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1 cmd/gpu-kubelet-plugin for full GPUs, with
+// NVML replaced by the simulated NVML data of package nvmlsim and nvcdi replaced by plain CDI
+// container edits written with the CDI library.
+//
+// Simulated faults (Config.Faults):
+//
+//   - attribute-drift: devices are published without productName (as after a driver
+//     upgrade that renamed it);
+//   - no-devices: NVML finds no GPU; like upstream with zero GPUs the plugin still
+//     registers and publishes its pool: one ResourceSlice with no devices;
+//   - cdi-not-injected: prepare succeeds and returns the devices without CDI device IDs and
+//     writes no CDI spec, so containers get nothing;
+//   - cdi-wrong-device: the CDI devices of a claim carry the device nodes (and
+//     NVIDIA_VISIBLE_DEVICES) of GPUs of the node the claim does not hold, the next ones by
+//     minor after the claim's lowest, wrapping; a claim holding every GPU gets its own;
+//   - unprepare-fails: NodeUnprepareResources fails for every claim ("simulated: failed to
+//     unprepare devices of claim <ns>/<name>:<uid>: device busy"); nothing is undone, so
+//     the kubelet keeps retrying;
+//   - crash: the process exits 1 at start with an NVML initialisation error (see
+//     SimulatedNVMLInitError; handled by the command).
+package plugin
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+const (
+	// DriverName is the DRA driver name (upstream cmd/gpu-kubelet-plugin/main.go).
+	DriverName = "gpu.nvidia.com"
+	// CheckpointFileBasename is the checkpoint file in the plugin data directory
+	// (upstream main.go DriverPluginCheckpointFileBasename).
+	CheckpointFileBasename = "checkpoint.json"
+	// GpuDeviceType is the value of the `type` attribute of a full GPU (upstream types.go).
+	GpuDeviceType = "gpu"
+)
+
+// Config is what the plugin needs from its flags.
+type Config struct {
+	NodeName string
+	// HostDriverRoot is the driver root on the node (NVIDIA_DRIVER_ROOT, e.g.
+	// /run/nvidia/driver); it prefixes every host path in CDI specs.
+	HostDriverRoot string
+	// ContainerDriverRoot is where the host driver root is mounted in the plugin container
+	// (default /driver-root); the plugin reads nvml.json and device nodes there.
+	ContainerDriverRoot string
+	// CDIRoot is the directory the per-claim CDI specs are written to.
+	CDIRoot string
+	// KubeletRegistrarDirectoryPath and KubeletPluginsDirectoryPath are the kubelet's plugin
+	// registration and plugin data directories.
+	KubeletRegistrarDirectoryPath string
+	KubeletPluginsDirectoryPath   string
+	// HealthcheckPort: >0 serve the gRPC health service there, 0 on a random port, <0 off.
+	HealthcheckPort int
+	Faults          Faults
+}
+
+// DriverPluginPath is the plugin's data directory: its DRA socket and checkpoint live here.
+func (c *Config) DriverPluginPath() string {
+	return filepath.Join(c.KubeletPluginsDirectoryPath, DriverName)
+}
+
+// Fault is one simulated malfunction.
+type Fault string
+
+const (
+	// FaultAttributeDrift publishes devices without productName.
+	FaultAttributeDrift Fault = "attribute-drift"
+	// FaultNoDevices makes NVML find no GPU.
+	FaultNoDevices Fault = "no-devices"
+	// FaultCDINotInjected prepares claims without CDI device IDs or device edits.
+	FaultCDINotInjected Fault = "cdi-not-injected"
+	// FaultCDIWrongDevice gives containers GPUs of the node not allocated to the claim.
+	FaultCDIWrongDevice Fault = "cdi-wrong-device"
+	// FaultUnprepareFails fails NodeUnprepareResources for every claim.
+	FaultUnprepareFails Fault = "unprepare-fails"
+	// FaultCrash exits at start with an NVML initialisation error.
+	FaultCrash Fault = "crash"
+)
+
+// AllFaults lists the valid fault names.
+var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
+	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash}
+
+// Faults is a set of simulated malfunctions.
+type Faults map[Fault]bool
+
+// Has reports whether fault f is active.
+func (f Faults) Has(fault Fault) bool { return f[fault] }
+
+// String lists the active faults, sorted, comma-separated.
+func (f Faults) String() string {
+	var names []string
+	for k, on := range f {
+		if on {
+			names = append(names, string(k))
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+// ParseFaults turns fault names (each possibly a comma-separated list) into a set.
+func ParseFaults(values ...string) (Faults, error) {
+	out := Faults{}
+	for _, v := range values {
+		for _, name := range strings.Split(v, ",") {
+			name = strings.TrimSpace(name)
+			if name == "" {
+				continue
+			}
+			if !slices.Contains(AllFaults, Fault(name)) {
+				valid := make([]string, len(AllFaults))
+				for i, f := range AllFaults {
+					valid[i] = string(f)
+				}
+				return nil, fmt.Errorf("unknown simulated fault %q (valid: %s)", name, strings.Join(valid, ", "))
+			}
+			out[Fault(name)] = true
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,189 @@
+"""The NVIDIA GPU DRA driver as the bed installs it: one release's chart objects, and the hardware.
+
+The release is kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 (chart
+``deployments/helm/dra-driver-nvidia-gpu``), the first whose chart maps ``nvidia.com/gpu`` onto
+DRA devices.  The objects live where the GPU Operator puts them (namespace ``gpu-operator``,
+DaemonSet ``nvidia-dra-driver-kubelet-plugin``), as in the hands-on guide.
+
+What a cluster gets from the driver's Helm chart (DeviceClasses, the kubelet-plugin DaemonSet
+with its ServiceAccount and RBAC), the labels GPU Feature Discovery puts on GPU nodes, and what
+the simulated GPUs look like on a real node: a driver root such as the GPU Operator's
+containerized driver provides, with character devices ``dev/nvidia<minor>`` (major 195),
+``nvidia-smi``, and the NVML data the simulated plugin and ``nvidia-smi`` read.
+
+The GPU hardware is the only simulated part: on real nodes the plugin is a real DRA kubelet
+plugin (``gomod/gpu-driver``) run by this DaemonSet; on KWOK nodes the agent
+(:mod:`draconf.testbed.agent`) stands in for it.
+
+>>> semver("580.95.05"), semver("13.0")
+('580.95.5', '13.0.0')
+>>> device_class("gpu.nvidia.com", "gpu")["spec"]["extendedResourceName"]
+'nvidia.com/gpu'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+DRIVER = "gpu.nvidia.com"
+PLUGIN_NAMESPACE = "gpu-operator"
+PLUGIN_DAEMONSET = "nvidia-dra-driver-kubelet-plugin"
+PLUGIN_SERVICE_ACCOUNT = "nvidia-dra-driver-kubelet-plugin"
+PLUGIN_COMPONENT_LABEL = "nvidia-dra-driver-gpu-component"
+#: The image the bed builds for the simulated plugin (imported into every real node).
+PLUGIN_IMAGE = "draconf.local/dra-driver-nvidia-gpu-sim:v0.4.1"
+#: The plugin's gRPC health service, which the chart's startup and liveness probes ask.
+HEALTHCHECK_PORT = 51516
+GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
+                   "nvidia.com/gpu.present": "true"}
+#: DeviceClass name -> the `type` attribute its selector requires.
+DEVICE_CLASSES = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig", "vfio.gpu.nvidia.com": "vfio"}
+#: Character-device major number of NVIDIA GPUs (/dev/nvidia<minor>; nvidiactl is minor 255).
+NVIDIA_MAJOR = 195
+NVML_DATA = "usr/share/nvidia-sim/nvml.json"
+
+
+def semver(version: str) -> str:
+    """A driver version as the plugin publishes it: semver, so "580.95.05" becomes "580.95.5"."""
+    parts = [str(int(p)) for p in version.split(".")[:3]]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def device_class(name: str, device_type: str) -> dict:
+    """A DeviceClass exactly as the chart renders it on resource.k8s.io/v1.
+
+    Recent charts map the classic extended resource onto full GPUs, so a pod asking
+    ``nvidia.com/gpu: 1`` gets a DRA device (DRAExtendedResource, beta and on in 1.36)."""
+    spec: dict = {"selectors": [{"cel": {"expression":
+        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"}}]}
+    if name == "gpu.nvidia.com":
+        spec["extendedResourceName"] = "nvidia.com/gpu"
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": spec}
+
+
+def node_labels(product_name: str | None) -> dict[str, str]:
+    """The labels NFD and GPU Feature Discovery put on a node whose GPUs are ``product_name``
+    (none on a CPU node, where it is None)."""
+    if not product_name:
+        return {}
+    return {**GPU_NODE_LABELS, "nvidia.com/gpu.product": product_name.replace(" ", "-")}
+
+
+def nvml_data(node) -> dict:
+    """What NVML reports on ``node``: the simulated hardware, read by the plugin and nvidia-smi."""
+    gpus = node.gpus
+    return {"driverVersion": gpus[0].driver_version if gpus else "",
+            "cudaDriverVersion": gpus[0].cuda_driver_version if gpus else "",
+            "gpus": [{"minor": g.minor, "uuid": g.uuid, "productName": g.model.product_name,
+                      "brand": g.model.brand, "architecture": g.model.architecture,
+                      "cudaComputeCapability": g.model.cuda_compute_capability,
+                      "pciBusID": g.pci_bus_id, "pcieRoot": g.pcie_root,
+                      "memoryBytes": g.model.memory_bytes} for g in gpus]}
+
+
+def install_driver_root(root: Path, node, nvidia_smi: Path) -> None:
+    """Lay out the simulated GPUs of ``node`` under ``root`` (mounted at /run/nvidia/driver)."""
+    dev = root / "dev"
+    dev.mkdir(parents=True, exist_ok=True)
+    for name, minor in [*((f"nvidia{g.minor}", g.minor) for g in node.gpus), ("nvidiactl", 255)]:
+        path = dev / name
+        if not path.exists():
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(nvidia_smi, root / "usr" / "bin" / "nvidia-smi")
+    (root / "usr" / "bin" / "nvidia-smi").chmod(0o755)
+    data = root / NVML_DATA
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text(json.dumps(nvml_data(node), indent=2))
+
+
+#: Fault of the bed -> the plugin's --simulate-fault value acting at the same place on a real node.
+PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-devices",
+                 "cdi-not-injected": "cdi-not-injected", "cdi-wrong-device": "cdi-wrong-device",
+                 "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash"}
+
+
+def plugin_rbac() -> list[dict]:
+    """The kubelet plugin's ServiceAccount and the cluster role it needs."""
+    name = PLUGIN_SERVICE_ACCOUNT
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": PLUGIN_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [
+             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PLUGIN_NAMESPACE}]},
+    ]
+
+
+def plugin_daemonset(faults: list[str], template_annotations: dict[str, str]) -> dict:
+    """The kubelet-plugin DaemonSet, shaped like the chart's; its pods run on every GPU node."""
+    labels = {"app": PLUGIN_DAEMONSET, PLUGIN_COMPONENT_LABEL: "kubelet-plugin"}
+    simulated = ",".join(PLUGIN_FAULTS[f] for f in faults if f in PLUGIN_FAULTS)
+
+    def host_path(name: str, path: str, kind: str = "DirectoryOrCreate") -> dict:
+        return {"name": name, "hostPath": {"path": path, "type": kind}}
+
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": PLUGIN_DAEMONSET, "namespace": PLUGIN_NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app": PLUGIN_DAEMONSET}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": template_annotations},
+                "spec": {
+                    "serviceAccountName": PLUGIN_SERVICE_ACCOUNT,
+                    "tolerations": [{"operator": "Exists"}],
+                    "priorityClassName": "system-node-critical",
+                    # As the chart: every node that GPU Feature Discovery marked as holding GPUs.
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
+                    # Plugins stop at once: they hold no state a grace period would save.
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "gpus",
+                        "image": PLUGIN_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["gpu-kubelet-plugin", "-v", "4"],
+                        "securityContext": {"privileged": True},
+                        "env": [
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            {"name": "NVIDIA_DRIVER_ROOT", "value": "/run/nvidia/driver"},
+                            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                            {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+                            {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": "/var/lib/kubelet/plugins_registry"},
+                            {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": "/var/lib/kubelet/plugins"},
+                            {"name": "HEALTHCHECK_PORT", "value": str(HEALTHCHECK_PORT)},
+                            *([{"name": "SIMULATE_FAULTS", "value": simulated}] if simulated else []),
+                        ],
+                        "startupProbe": {"grpc": {"port": HEALTHCHECK_PORT, "service": "liveness"},
+                                         "periodSeconds": 1, "failureThreshold": 60},
+                        "livenessProbe": {"grpc": {"port": HEALTHCHECK_PORT, "service": "liveness"},
+                                          "periodSeconds": 10, "failureThreshold": 3},
+                        "volumeMounts": [
+                            {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
+                            {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins",
+                             "mountPropagation": "Bidirectional"},
+                            {"name": "cdi", "mountPath": "/var/run/cdi"},
+                            {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+                        ],
+                    }],
+                    "volumes": [
+                        host_path("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+                        host_path("plugins", "/var/lib/kubelet/plugins"),
+                        host_path("cdi", "/var/run/cdi"),
+                        host_path("driver-root", "/run/nvidia/driver", "Directory"),
+                    ],
+                }}}}
