@@ -56,9 +56,10 @@ EXPECTED: dict[str, Expectation] = {
         ("preflight/resource-slices",), {"preflight/resource-slices": "no-resourceslices"}),
     "attribute-drift": Expectation(
         ("preflight/device-attributes",), {"preflight/device-attributes": "attribute-missing"}),
+    # On real nodes a crashing plugin never publishes, so the nodes have no slices either.
     "plugin-unhealthy": Expectation(
         ("preflight/kubelet-plugin",), {"preflight/kubelet-plugin": "plugin-unhealthy"},
-        dragged=("preflight/gpu-cluster",)),
+        dragged=("preflight/gpu-cluster", "preflight/resource-slices")),
     "clusterpolicy-conflict": Expectation(
         ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
     "cdi-not-injected": Expectation(
@@ -72,9 +73,11 @@ EXPECTED: dict[str, Expectation] = {
         _all("cleanup"), {p: "claim-not-released" for p in _all("cleanup")},
         # a released holder's device only comes back if its claim does
         dragged=("failure-modes/capacity-exhausted",)),
+    # The bed's DeviceClass maps nvidia.com/gpu, so the extended-resource quota must hold too.
     "quota-not-enforced": Expectation(
-        ("quota/deviceclass-quota", "quota/claim-count"),
-        {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced"},
+        ("quota/deviceclass-quota", "quota/claim-count", "quota/extended-resource-trap"),
+        {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced",
+         "quota/extended-resource-trap": "quota-not-enforced"},
         dragged=("quota/generated-claim",)),
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},

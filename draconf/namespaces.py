@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from kubernetes.client.exceptions import ApiException
 
 from draconf import waits
+from draconf.pods import delete_pods
 
 log = logging.getLogger("draconf.namespaces")
 
@@ -99,8 +100,12 @@ def _has_default_sa(api, namespace: str) -> bool:
 
 
 def delete(api, name: str, wait: float = 0) -> None:
-    """Delete a namespace (idempotent); with ``wait`` > 0, until it is gone."""
+    """Delete a namespace (idempotent); with ``wait`` > 0, until it is gone.
+
+    Its pods go first, with the suite's stated grace period: the namespace controller would
+    give each its own (30 s by default)."""
     try:
+        waits.call(delete_pods, api, name)
         waits.call(api.core.delete_namespace, name)
     except ApiException as err:
         if err.status != 404:

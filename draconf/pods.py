@@ -17,9 +17,17 @@ import re
 from dataclasses import dataclass
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 
+#: Seconds the suite gives its pods to stop when it deletes them, stated rather than inherited:
+#: their commands (``sleep``) ignore SIGTERM as PID 1, so a kubelet would wait the default 30 s
+#: per pod; 0 would be a force delete that frees a pod's claims while its container may still
+#: run on the node with the device.
+DELETE_GRACE_SECONDS = 1
+
+_NOT_FOUND = "executable file not found"
 _UUID_LINE = re.compile(r"^\s*GPU \d+: .* \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 
 
@@ -177,12 +185,29 @@ class ExecResult:
 _EXIT_STATUS = re.compile(r"exit (?:status|code) (\d+)")
 
 
+def delete_pods(api, namespace: str, name: str | None = None, selector: str | None = None) -> None:
+    """Delete one pod (``name``) or all matching ``selector`` (all if neither), with the suite's
+    stated grace period; pods already gone are fine."""
+    # One by one rather than deletecollection: the RBAC the README gives grants delete, not that.
+    names = [name] if name else [p.metadata.name for p in
+                                 api.core.list_namespaced_pod(namespace, label_selector=selector).items]
+    for pod in names:
+        try:
+            api.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=DELETE_GRACE_SECONDS)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
 def exec_in_container(api, namespace: str, pod: str, container: str, command: list[str],
                       timeout: float = 30) -> ExecResult:
     """Run ``command`` like ``kubectl exec``; the exit code comes from the status channel.
 
     A runtime that reports a non-zero exit only in the status message (kwok does) is understood
-    too: the code is read from ``exit status N`` in that message.
+    too: the code is read from ``exit status N`` in that message.  A command the container does
+    not have never starts, and the runtime says so instead of giving an exit code
+    (``executable file not found in $PATH``); that is reported as 127, the status a shell gives
+    a command it cannot find.
     """
     ws = stream(api.core.connect_get_namespaced_pod_exec, pod, namespace, container=container,
                 command=command, stdout=True, stderr=True, stdin=False, tty=False,
@@ -205,5 +230,5 @@ def exec_in_container(api, namespace: str, pod: str, container: str, command: li
         if cause.get("reason") == "ExitCode" or cause.get("type") == "ExitCode":
             return ExecResult("".join(stdout), "".join(stderr), int(cause["message"]), message)
     match = _EXIT_STATUS.search(message)
-    code = int(match.group(1)) if match else None
+    code = int(match.group(1)) if match else (127 if _NOT_FOUND in message else None)
     return ExecResult("".join(stdout), "".join(stderr), code, message)

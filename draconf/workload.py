@@ -25,7 +25,7 @@ from draconf import manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import Pod, exec_in_container, parse_nvidia_smi_uuids
+from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import Profile
 
 log = logging.getLogger("draconf.workload")
@@ -97,6 +97,11 @@ def _claim_spec(doc: dict) -> dict | None:
     if doc["kind"] == "ResourceClaimTemplate":
         return doc.setdefault("spec", {}).setdefault("spec", {})
     return None
+
+
+def _match_labels(doc: dict) -> str:
+    """The label selector of a controller's ``spec.selector.matchLabels``."""
+    return ",".join(f"{k}={v}" for k, v in doc["spec"]["selector"]["matchLabels"].items())
 
 
 def _pod_spec(doc: dict) -> dict | None:
@@ -333,10 +338,12 @@ class DeployedWorkload:
             kind, name = doc["kind"], doc["metadata"]["name"]
             try:
                 if kind == "Pod":
-                    self.api.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                    delete_pods(self.api, self.namespace, name)
                 elif kind == "Deployment":
                     self.api.apps.delete_namespaced_deployment(
                         name, self.namespace, propagation_policy="Foreground")
+                    # The garbage collector would delete them with their default grace period.
+                    delete_pods(self.api, self.namespace, selector=_match_labels(doc))
             except ApiException as err:
                 if err.status != 404:
                     raise
@@ -443,6 +450,6 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
         assert got == sorted(d.key for d in group), (
             f"probe for the freed devices got {got}, expected {sorted(d.key for d in group)}")
         evidence.append(f"re-allocated {', '.join(got)} to a probe claim")
-        api.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        delete_pods(api, namespace, name)
         api.resource.delete_namespaced_resource_claim(name, namespace)
     return evidence

@@ -2,7 +2,7 @@
 
 A ResourceQuota on ``requests.nvidia.com/gpu`` (or ``nvidia.com/gpu``, ``limits.nvidia.com/gpu``)
 counts the device plugin's extended resource only; pods that get GPUs through ResourceClaims
-are not charged to it (see ``test_quota.py::test_extended_resource_quota_does_not_cap_dra_claims``).
+are not charged to it (see ``test_quota.py::test_extended_resource_quota_and_dra_claims``).
 A namespace with such a cap and no ``<class>.deviceclass.resource.k8s.io/devices`` key has no
 GPU limit for DRA workloads. This check reads every ResourceQuota (read-only) and fails, with
 the diagnosis ``quota-not-enforced``, listing each such namespace and its fix.

@@ -29,6 +29,7 @@ from draconf import manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
+from draconf.pods import delete_pods
 from draconf.pods import Pod
 from draconf.quantity import format_binary, parse_quantity
 from draconf.reporting import diagnosis_prefix, record_diagnosis
@@ -295,7 +296,7 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
     for pod in settled:
         if not pod.is_running:
             log.info("%s found its GPU taken by another workload; deleting it", pod.name)
-            api.core.delete_namespaced_pod(pod.name, namespace, grace_period_seconds=0)
+            delete_pods(api, namespace, pod.name)
     running_names = {p.name for p in running}
     holders = DeployedWorkload(api, namespace,
                                Workload("capacity-holders", [], len(running), selectors), profile,
@@ -323,7 +324,7 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
     # Release one: delete a holder; its generated claim is deallocated and deleted, the
     # scheduler retries the extra pod.
     victim = sorted(held)[0]
-    api.core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
+    delete_pods(api, namespace, victim)
     released = time.monotonic()
     victim_claims = held_claims.get(victim, [])
     try:

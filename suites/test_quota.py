@@ -10,9 +10,10 @@ Each test runs in its own namespace with the quota from ``manifests/2*.yaml``:
   ``FailedResourceClaimCreation`` event on the pod; deleting the first claim makes room and the
   pod then gets its claim and runs;
 * **claim-count** - ``count/resourceclaims.resource.k8s.io: 1`` rejects a second claim;
-* **extended-resource-trap** - ``requests.nvidia.com/gpu: 0`` does *not* stop a DRA GPU. This
-  test passes when the GPU is granted: it documents a property of Kubernetes that breaks
-  device-plugin-era quotas (fix: add a DeviceClass quota).
+* **extended-resource-trap** - ``requests.nvidia.com/gpu: 0``: when the DeviceClass maps the
+  extended resource (``extendedResourceName``), the quota must stop the claim; when it does
+  not, it does *not* stop a DRA GPU, and the test passes when the GPU is granted: it documents
+  a property of Kubernetes that breaks device-plugin-era quotas (fix: a DeviceClass quota).
 
 When quota admission is off (bed fault ``quota-not-enforced``) the quota tests fail with the
 diagnosis ``quota-not-enforced``.
@@ -147,6 +148,54 @@ def expect_rejected(request, api, namespace: str, profile, quota: dict, key: str
          "claims": [c.summary() for c in Claim.list(api, namespace)]})
 
 
+def expect_claim_creation_blocked(request, api, namespace: str, deployed, pod_name: str, quota_name: str,
+                                  key: str, profile, quota_text: str) -> str:
+    """The resourceclaim controller cannot create ``pod_name``'s claim: quota ``quota_name``
+    rejects it on ``key`` (a ``FailedResourceClaimCreation`` event); returns the event message.
+    A pod that gets its claim instead is diagnosed ``quota-not-enforced``."""
+    started = time.monotonic()
+
+    def observe():
+        pod = Pod.read(api, namespace, pod_name)
+        blocked = [e for e in pod_events(api, namespace, pod_name)
+                   if e.reason == CLAIM_CREATION_FAILED and "exceeded quota" in (e.message or "")]
+        return pod, blocked
+
+    def verdict(state):
+        pod, _ = state
+        if pod.claim_names() or pod.node:
+            where = f" and was scheduled to {pod.node}" if pod.node else ""
+            return f"pod {pod_name} got its claim {pod.claim_names()}{where} beyond the quota"
+        return None
+
+    def describe(state):
+        pod, _ = state
+        return "; ".join([pod.summary()] + deployed.events()[-3:])
+
+    try:
+        pod, blocked = waits.wait_until(
+            f"the resourceclaim controller to report {CLAIM_CREATION_FAILED} (exceeded quota) "
+            f"for pod {pod_name}", observe, lambda s: bool(s[1]),
+            timeout=profile.timeouts.schedule, describe=describe, verdict=verdict)
+        escaped = None
+    except waits.TerminalState as err:
+        escaped = verdict(observe()) or str(err)
+    if escaped:
+        quota_not_enforced(
+            request,
+            f"{quota_text} did not stop the claim generated from a template: {escaped}. The API "
+            "server does not run ResourceQuota admission.",
+            {"ResourceQuota status": read_quota_status(api, namespace, quota_name),
+             "state": deployed.describe(), "events": "\n".join(deployed.events())})
+    message = blocked[-1].message
+    log.info("pod %s blocked by quota after %.2fs: %s %s", pod_name, time.monotonic() - started,
+             CLAIM_CREATION_FAILED, message)
+    assert exceeded_text(quota_name, key) in message, (
+        f"{CLAIM_CREATION_FAILED} on pod {pod_name} does not name quota {quota_name} and {key}: "
+        f"{message}")
+    return message
+
+
 def pod_events(api, namespace: str, pod: str) -> list:
     items = api.core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}").items
@@ -197,48 +246,8 @@ def test_deviceclass_quota_holds_generated_claim_until_room(request, cluster, na
     workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1)
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
     pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
-    started = time.monotonic()
-
-    def observe():
-        pod = Pod.read(api, namespace, pod_name)
-        blocked = [e for e in pod_events(api, namespace, pod_name)
-                   if e.reason == CLAIM_CREATION_FAILED and "exceeded quota" in (e.message or "")]
-        return pod, blocked
-
-    def verdict(state):
-        pod, _ = state
-        if pod.claim_names() or pod.node:
-            where = f" and was scheduled to {pod.node}" if pod.node else ""
-            return f"pod {pod_name} got its claim {pod.claim_names()}{where} beyond the quota"
-        return None
-
-    def describe(state):
-        pod, _ = state
-        return "; ".join([pod.summary()] + deployed.events()[-3:])
-
-    try:
-        pod, blocked = waits.wait_until(
-            f"the resourceclaim controller to report {CLAIM_CREATION_FAILED} (exceeded quota) "
-            f"for pod {pod_name}", observe, lambda s: bool(s[1]),
-            timeout=profile.timeouts.schedule, describe=describe, verdict=verdict)
-        escaped = None
-    except waits.TerminalState as err:
-        escaped = verdict(observe()) or str(err)
-    if escaped:
-        quota_not_enforced(
-            request,
-            f"ResourceQuota {quota_name} ({key}: 1, already used by gpu-claim-a) did not stop the "
-            f"claim generated from a template: {escaped}. The API server does not run "
-            "ResourceQuota admission.",
-            {"ResourceQuota status": read_quota_status(api, namespace, quota_name),
-             "state": deployed.describe(), "events": "\n".join(deployed.events())})
-    verdict_after = time.monotonic() - started
-    message = blocked[-1].message
-    log.info("pod %s blocked by quota after %.2fs: %s %s", pod_name, verdict_after,
-             CLAIM_CREATION_FAILED, message)
-    assert exceeded_text(quota_name, key) in message, (
-        f"{CLAIM_CREATION_FAILED} on pod {pod_name} does not name quota {quota_name} and {key}: "
-        f"{message}")
+    expect_claim_creation_blocked(request, api, namespace, deployed, pod_name, quota_name, key, profile,
+                                  f"ResourceQuota {quota_name} ({key}: 1, already used by gpu-claim-a)")
     # The controller creates nothing, so the pod has no claim, no node, and (gated by the
     # scheduler until its claim exists) no PodScheduled verdict either.
     pod = Pod.read(api, namespace, pod_name)
@@ -269,28 +278,40 @@ def test_claim_count_quota_rejects_second_claim(request, cluster, namespace, pro
 
 @pytest.mark.quota
 @pytest.mark.draconf(workload="quota", check="extended-resource-trap")
-def test_extended_resource_quota_does_not_cap_dra_claims(request, cluster, namespace, profile,
-                                                         run_id):
-    """Documents the migration trap: ``requests.nvidia.com/gpu: 0`` does not stop a DRA GPU.
+def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, profile, run_id):
+    """What ``requests.nvidia.com/gpu: 0`` does to a pod that gets its GPU through a claim.
 
-    PASSES when the GPU is granted, which is how Kubernetes behaves: the extended-resource
-    quota counts ``resources.requests``, and a claim-based pod requests nothing there.
+    It depends on the DeviceClass.  When the class maps the extended resource
+    (``extendedResourceName: nvidia.com/gpu``, as recent NVIDIA charts render it; Kubernetes
+    1.36 with DRAExtendedResource), the quota charges the class's claims too and must stop the
+    claim.  Otherwise the quota counts only ``resources.requests`` and a claim-based pod gets its
+    GPU: the migration trap, reported as the Kubernetes property it is, with the fix.
     """
     api = cluster
     quota = create_quota(api, namespace, "22-extended-resource-quota.yaml", profile, run_id.labels)
     quota_name = quota["metadata"]["name"]
     (cap_key, cap_value), = quota["spec"]["hard"].items()
+    mapped = api.resource.read_device_class(profile.device_class).spec.extended_resource_name
     workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1)
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
+    if mapped and cap_key == f"requests.{mapped}":
+        pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
+        expect_claim_creation_blocked(
+            request, api, namespace, deployed, pod_name, quota_name, cap_key, profile,
+            f"ResourceQuota {quota_name} ({cap_key}: {cap_value}, with DeviceClass "
+            f"{profile.device_class} mapping {mapped})")
+        note(request, f"DeviceClass {profile.device_class} maps the extended resource {mapped}, so "
+                      f"ResourceQuota {quota_name} ({cap_key}: {cap_value}) caps its DRA claims too: "
+                      "device-plugin-era GPU quotas keep working on this cluster.")
+        return
     started = time.monotonic()
     try:
         deployed.wait_running()
     except waits.WaitFailed as err:
         raise AssertionError(
             f"a pod with a DRA claim did not run in a namespace capped only by {cap_key}: "
-            f"{cap_value}: {err}. Either this cluster now charges claims to the extended-resource "
-            "quota (re-check the quota fix below is still needed) or the GPU path is broken; "
-            f"events: {deployed.events()[-3:]}") from None
+            f"{cap_value}, and DeviceClass {profile.device_class} maps no extended resource: {err}. "
+            f"The GPU path is broken; events: {deployed.events()[-3:]}") from None
     deployed.check_allocation(PublishedDevices.read(api, profile.driver))
     used = read_quota_status(api, namespace, quota_name).get("used") or {}
     claims = [c.summary() for c in Claim.list(api, namespace) if c.is_allocated]
@@ -300,4 +321,5 @@ def test_extended_resource_quota_does_not_cap_dra_claims(request, cluster, names
          f"{time.monotonic() - started:.1f}s with {'; '.join(claims)} while the quota shows used "
          f"{cap_key}={used.get(cap_key, '0')}. Device-plugin-era GPU quotas do not cap claims: "
          f"add `{deviceclass_key(profile.device_class)}: \"{cap_value}\"` to the namespace's "
-         "ResourceQuota (run the quota audit, suites/test_audit.py, to find such namespaces).")
+         "ResourceQuota (run the quota audit, suites/test_audit.py, to find such namespaces), or "
+         f"map the extended resource in DeviceClass {profile.device_class} (extendedResourceName).")
