@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 import pytest
 
 from draconf import namespaces, selectors
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import exec_in_container, parse_nvidia_smi_uuids
-from draconf.profile import builtin
-from draconf.testbed import agent, inventory, pins
+from draconf.pods import delete_pods, exec_in_container, parse_nvidia_smi_uuids
+from draconf.quantity import parse_quantity
+from draconf.profile import builtin, for_target
+from draconf.testbed import inventory, nvidia, pins
 from draconf.workload import DeployedWorkload, Workload
 from draconf import waits
 
-PROFILE = builtin("nvidia")
+PROFILE = for_target(builtin("nvidia"), "testbed")
 RUN = namespaces.RunId("selftest")
 
 
@@ -40,6 +43,8 @@ def test_device_classes_are_the_charts(api):
                for c in api.resource.list_device_class().items}
     assert classes["gpu.nvidia.com"] == (
         "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'")
+    # Recent charts map the classic extended resource onto full GPUs.
+    assert api.resource.read_device_class("gpu.nvidia.com").spec.extended_resource_name == "nvidia.com/gpu"
     assert "type == 'mig'" in classes["mig.nvidia.com"]
     assert "type == 'vfio'" in classes["vfio.gpu.nvidia.com"]
 
@@ -59,14 +64,19 @@ def test_one_pool_per_gpu_node_with_the_plugins_attributes(api):
             for name in ("cudaComputeCapability", "driverVersion", "cudaDriverVersion"):
                 assert attrs[name].version, name
             assert attrs["resource.kubernetes.io/pciBusID"].string.startswith("0000:")
-            assert device.capacity["memory"].value in {"80Gi", "40Gi", "141Gi"}
+            assert attrs["resource.kubernetes.io/pcieRoot"].string.startswith("pci0000:")
+            # What NVML reports, not a round figure: 81559Mi for an H100 80GB HBM3.
+            assert parse_quantity(device.capacity["memory"].value) == node.gpus[0].model.memory_bytes
+        if node.kind == "real":
+            # Published through the kubelet-plugin helper: generated name, owned by the Node.
+            assert s.metadata.generate_name and [o.kind for o in s.metadata.owner_references] == ["Node"]
     uuids = [d.attributes["uuid"].string for s in slices for d in s.spec.devices]
     assert len(uuids) == len(set(uuids)) == fleet.gpu_count
 
 
 def test_kubelet_plugin_runs_on_every_gpu_node_and_gpucluster_is_ready(api):
-    pods = api.core.list_namespaced_pod(agent.PLUGIN_NAMESPACE,
-                                        label_selector=f"app={agent.PLUGIN_DAEMONSET}").items
+    pods = api.core.list_namespaced_pod(nvidia.PLUGIN_NAMESPACE,
+                                        label_selector=f"app={nvidia.PLUGIN_DAEMONSET}").items
     assert sorted(p.spec.node_name for p in pods if p.status.phase == "Running") == \
         sorted(n.name for n in inventory.load().gpu_nodes)
     gc = api.custom.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
@@ -91,7 +101,7 @@ def test_container_that_lists_no_claim_has_no_nvidia_smi(api, ns):
                                                       node="gpu-h100-0"), PROFILE)
     deployed.wait_running(timeout=30)
     out = exec_in_container(api, ns, "shared-gpu-pod-a", "container3", ["nvidia-smi", "-L"])
-    assert out.exit_code == 127 and "executable file not found" in out.stderr
+    assert out.exit_code == 127 and "executable file not found" in out.stderr + out.error
     shared = [exec_in_container(api, ns, p, c, ["nvidia-smi", "-L"]).stdout
               for p, c in [("shared-gpu-pod-a", "container1"), ("shared-gpu-pod-a", "container2"),
                            ("shared-gpu-pod-b", "container1")]]
@@ -122,9 +132,14 @@ def test_deleting_the_pod_deletes_the_generated_claim_and_unprepares_it(api, ns,
     (pod,) = deployed.wait_running(timeout=30)
     (claim_name,) = pod.generated_claim_names()
     claim = Claim.read(api, ns, claim_name)
-    cdi_spec = healthy_bed.dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim.uid}.json"
-    assert json.loads(cdi_spec.read_text())["claim"] == f"{ns}/{claim_name}"
-    api.core.delete_namespaced_pod(pod.name, ns)
+    # One CDI spec per claim, where the node's runtime reads them (the KWOK agent keeps its own).
+    if inventory.load().node(pod.node).kind == "real":
+        cdi_spec = healthy_bed.dir / "nodes" / pod.node / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim.uid}.yaml"
+        assert yaml.safe_load(cdi_spec.read_text())["kind"] == "k8s.gpu.nvidia.com/claim"
+    else:
+        cdi_spec = healthy_bed.dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim.uid}.json"
+        assert json.loads(cdi_spec.read_text())["claim"] == f"{ns}/{claim_name}"
+    delete_pods(api, ns, pod.name)
     waits.wait_until("the generated claim to be deleted", lambda: [c.name for c in Claim.list(api, ns)],
                      lambda names: claim_name not in names, timeout=30)
     waits.wait_until("the claim to be unprepared", cdi_spec.exists, lambda exists: not exists, timeout=10)
