@@ -120,6 +120,7 @@ def delete(api, name: str, wait: float = 0) -> None:
         except waits.WaitTimeout:
             if wait <= RELEASE_STUCK_CLAIMS_AFTER:
                 raise
+        force_delete_stuck_pods(api, name)
         release_stuck_claims(api, name)
         waits.wait_until(f"namespace {name} to be deleted", lambda: _exists(api, name),
                          lambda exists: not exists, timeout=wait - RELEASE_STUCK_CLAIMS_AFTER,
@@ -128,6 +129,26 @@ def delete(api, name: str, wait: float = 0) -> None:
 
 #: Seconds a namespace of ours may stay Terminating before we release claims a driver holds.
 RELEASE_STUCK_CLAIMS_AFTER = 20.0
+
+
+def force_delete_stuck_pods(api, namespace: str) -> list[str]:
+    """Force-delete this run's pods that a node never finishes deleting (``kubectl delete --force``).
+
+    Only ever called on a namespace draconf created and is deleting.  A kubelet that cannot
+    unprepare a pod's claims keeps the pod Terminating for ever; the failure itself has been
+    reported by the cleanup check, and the suite must not leave the namespace behind.
+    """
+    stuck = [p.metadata.name for p in api.core.list_namespaced_pod(namespace).items
+             if p.metadata.deletion_timestamp]
+    for name in stuck:
+        log.warning("namespace %s: force-deleting pod %s, which its node did not finish deleting",
+                    namespace, name)
+        try:
+            api.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    return stuck
 
 
 def release_stuck_claims(api, namespace: str) -> list[str]:

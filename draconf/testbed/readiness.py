@@ -22,6 +22,9 @@ def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
     gpu_nodes = {n.name for n in inventory.gpu_nodes}
     published = {s.spec.node_name for s in slices if s.spec.devices}
     want_slices = set() if "no-resourceslices" in faults else gpu_nodes
+    if "plugin-unhealthy" in faults:
+        # A real plugin that crashes at start never publishes; the KWOK agent still does.
+        want_slices -= {n.name for n in inventory.real_nodes}
     classes = {c.metadata.name for c in api.resource.list_device_class().items}
     want_classes = {"mig.nvidia.com", "vfio.gpu.nvidia.com"}
     if "missing-deviceclass" not in faults:

@@ -20,14 +20,14 @@ from draconf import selectors as sel
 from draconf.devices import PublishedDevices
 from draconf.diagnosis import diagnose
 from draconf.kube import connect
-from draconf.profile import builtin
+from draconf.profile import builtin, for_target
 from draconf.testbed import inventory
 from draconf.testbed import cluster
 from draconf.workload import DeployedWorkload, Workload
 
 RUN = namespaces.RunId("dgself")
 PROFILE = dataclasses.replace(
-    builtin("nvidia"),
+    for_target(builtin("nvidia"), "testbed"),
     timeouts=dataclasses.replace(builtin("nvidia").timeouts, schedule=30, running=30, cleanup=20))
 DRIVER = PROFILE.driver
 

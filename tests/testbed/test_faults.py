@@ -14,12 +14,14 @@ from kubernetes.client.exceptions import ApiException
 from draconf import namespaces, selectors, waits
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import Pod, exec_in_container, parse_nvidia_smi_uuids
-from draconf.profile import builtin
-from draconf.testbed import agent, faults
+from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
+from draconf.profile import builtin, for_target
+from draconf.testbed import agent, faults, inventory, nvidia
 from draconf.workload import DeployedWorkload, Workload
 
-PROFILE = builtin("nvidia")
+PROFILE = for_target(builtin("nvidia"), "testbed")
+#: The default fleet's GPU nodes are real: a fault then acts in the real plugin and runtime.
+REAL_NODES = all(n.kind == "real" for n in inventory.load().gpu_nodes)
 RUN = namespaces.RunId("selftest")
 SINGLE = Workload("single-gpu", ["01-single-gpu.yaml"], 1)
 
@@ -49,7 +51,8 @@ def test_missing_deviceclass(start_fault_bed):
 
 def test_no_resourceslices(start_fault_bed):
     bed, api = start_fault_bed("no-resourceslices")
-    assert api.resource.list_resource_slice().items == []
+    # A plugin that finds no GPU publishes its pool with no device in it (or nothing at all).
+    assert [d for s in api.resource.list_resource_slice().items for d in s.spec.devices or []] == []
     assert "cannot allocate all claims" in pending_reason(deploy(api))
 
 
@@ -89,7 +92,14 @@ def test_claims_not_released(start_fault_bed):
     deployed = deploy(api)
     (pod,) = deployed.wait_running(timeout=30)
     (claim_name,) = pod.generated_claim_names()
-    api.core.delete_namespaced_pod(pod.name, pod.namespace)
+    delete_pods(api, pod.namespace, pod.name)
+    if REAL_NODES:
+        # The kubelet cannot unprepare, so it never finishes deleting the pod: pod and claim stay.
+        time.sleep(5)  # a healthy bed removes pod and claim well within this
+        (stuck,) = deployed.pods()
+        claim = Claim.read(api, pod.namespace, claim_name)
+        assert stuck.is_deleting and claim.is_allocated and pod.uid in claim.reserved_for_uids
+        return
     waits.wait_until("the pod to be gone", deployed.pods, lambda pods: not pods, timeout=30)
     time.sleep(3)  # the resourceclaim controller deletes a healthy bed's claim well within this
     claim = Claim.read(api, pod.namespace, claim_name)
@@ -146,7 +156,16 @@ def test_clusterpolicy_conflict(start_fault_bed):
 
 def test_plugin_unhealthy(start_fault_bed):
     bed, api = start_fault_bed("plugin-unhealthy")
-    plugin = api.core.list_namespaced_pod(agent.PLUGIN_NAMESPACE).items
+    if REAL_NODES:
+        # The plugin exits at start: the kubelet restarts it, it never registers or publishes.
+        plugin = waits.wait_until(
+            "every plugin pod to have crashed", lambda: api.core.list_namespaced_pod(nvidia.PLUGIN_NAMESPACE).items,
+            lambda pods: pods and all(p.status.container_statuses and p.status.container_statuses[0].restart_count
+                                      for p in pods), timeout=30)
+        assert not [d for s in api.resource.list_resource_slice().items for d in s.spec.devices or []]
+        assert "cannot allocate all claims" in pending_reason(deploy(api))
+        return
+    plugin = api.core.list_namespaced_pod(nvidia.PLUGIN_NAMESPACE).items
     assert plugin and all(p.status.container_statuses[0].state.waiting.reason == "CrashLoopBackOff"
                           for p in plugin)
     deployed = deploy(api)
