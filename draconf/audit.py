@@ -5,9 +5,14 @@ ResourceQuotas cap the ``nvidia.com/gpu`` extended resource but no DeviceClass. 
 does not bind claims: ``requests.nvidia.com/gpu`` counts the extended resource in
 ``resources.requests`` only, while a pod that gets its GPU through a ResourceClaim requests
 none of it (dra-facts §2; upstream ``pkg/quota/v1/evaluator/core/resource_claims.go`` charges
-claims to ``<class>.deviceclass.resource.k8s.io/devices`` and, with DRAExtendedResource, to
-``requests.<extended resource>`` only for the claims the scheduler made from such a request).
-The namespace therefore has no GPU cap at all once its workloads move to claims.
+claims to ``<class>.deviceclass.resource.k8s.io/devices``).  The namespace therefore has no
+GPU cap at all once its workloads move to claims.
+
+Measured on Kubernetes 1.36.3 (the bed): when the DeviceClass maps the extended resource
+(``extendedResourceName: nvidia.com/gpu``, DRAExtendedResource), a claim of that class *is*
+charged to ``requests.nvidia.com/gpu`` and refused beyond it.  This audit does not read
+DeviceClasses yet, so on such a cluster its findings for ``requests.nvidia.com/gpu`` are
+conservative (the suite's quota test reports which behaviour the cluster has).
 
 Example::
 

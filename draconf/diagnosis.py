@@ -116,6 +116,8 @@ class PodFacts:
     unschedulable: str | None = None
     #: "container: Reason" of waiting containers
     waiting: list[str] = field(default_factory=list)
+    #: "container: image (Reason: message)" of containers whose image cannot be pulled
+    image_pull: list[str] = field(default_factory=list)
     #: pod-level claim name -> ResourceClaim name (only the ones known yet)
     claims: dict[str, str] = field(default_factory=dict)
     #: pod-level claim names whose ResourceClaim is not known yet (not generated)
@@ -759,6 +761,12 @@ def _rule_no_slices(facts: Facts, check, error_text):
     if facts.plugin_pods:
         ready = sum(p.ready for p in facts.plugin_pods)
         plugins = f" ({ready} of {len(facts.plugin_pods)} kubelet-plugin pod(s) ready)"
+        if not ready:
+            # Nothing publishes because the publisher is down: that is the cause to fix.
+            return ("plugin-unhealthy",
+                    f"{slices} because no kubelet-plugin pod is ready ({facts.plugin_pods[0].summary()}): "
+                    "the plugin publishes a node's GPUs only once it runs; check the plugin pods' "
+                    "logs and the kubelet's plugin registration.")
     return ("no-resourceslices",
             f"{slices}, so the scheduler sees no GPUs{plugins}: check the kubelet-plugin pods' logs "
             "and the nodes' GPU driver, then `kubectl get resourceslices`.")
@@ -917,6 +925,17 @@ def _stuck_pods(facts: Facts) -> list[PodFacts]:
     return stuck
 
 
+def _rule_image_pull(facts: Facts, check, error_text):
+    for pod in facts.pods:
+        if pod.image_pull and not pod.deleting:
+            return ("image-pull-failed",
+                    f"Pod {pod.name} on {pod.node} cannot pull its image: {pod.image_pull[0]}. The "
+                    "node cannot reach the registry or the image does not exist there: point the "
+                    "profile's `image` at an image the GPU nodes can pull (a mirror for air-gapped "
+                    "clusters) and check `kubectl describe pod`.")
+    return None
+
+
 def _rule_plugin_unhealthy(facts: Facts, check, error_text):
     for pod in _stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
@@ -952,9 +971,10 @@ def _rule_cdi(facts: Facts, check, error_text):
         return None
     if "injection cannot be checked" in error_text:
         return None  # the workload never ran: other rules (or timeout) explain why
-    running = [p for p in facts.pods if p.running]
+    # A pod that ran (a job's pod may already be done) has shown what it was given.
+    ran = [p for p in facts.pods if p.running or p.finished]
     allocated = {c.name: c for c in facts.claims if c.allocated}
-    if facts.pods and not running:
+    if facts.pods and not ran:
         return None
     verified = (f"; its claims are allocated ({', '.join(d for c in allocated.values() for d in c.devices)})"
                 if allocated else "")
@@ -1066,7 +1086,7 @@ def _timeout(facts: Facts, check, error_text):
 
 
 _RULES = [_rule_api, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
-          _rule_node_excluded, _rule_allocation, _rule_plugin_unhealthy, _rule_cdi,
+          _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
           _rule_cleanup, _rule_quota, _rule_policy_conflict]
 
 
@@ -1254,7 +1274,8 @@ def _pod_facts(raw: dict) -> PodFacts:
     return PodFacts(
         name=pod.name or "", namespace=pod.namespace or "", uid=pod.uid or "", phase=pod.phase,
         node=pod.node, ready=pod.is_ready, deleting=pod.is_deleting,
-        unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons, claims=claims,
+        unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons,
+        image_pull=pod.image_pull_failures, claims=claims,
         unresolved_claims=[r.get("name") for r in pod.spec.get("resourceClaims") or []
                            if r.get("name") not in claims],
         tolerations=list(pod.spec.get("tolerations") or []),

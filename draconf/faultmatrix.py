@@ -62,13 +62,16 @@ EXPECTED: dict[str, Expectation] = {
         dragged=("preflight/gpu-cluster", "preflight/resource-slices")),
     "clusterpolicy-conflict": Expectation(
         ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
+    # The job's container has no nvidia-smi to run, so the job fails.
     "cdi-not-injected": Expectation(
-        _all("cdi-injection"), {p: "cdi-not-injected" for p in _all("cdi-injection")}),
+        _all("cdi-injection") + ("job/completion",),
+        {p: "cdi-not-injected" for p in _all("cdi-injection") + ("job/completion",)}),
     # two-gpu may land on a 2-GPU node: holding every GPU there, it cannot be given a wrong
     # one, so it is allowed to pass; every single-device workload must catch the fault.
     "cdi-wrong-device": Expectation(
-        tuple(p for p in _all("cdi-injection") if not p.startswith("two-gpu/")),
-        {p: "cdi-wrong-device" for p in _all("cdi-injection")}, dragged=("two-gpu/cdi-injection",)),
+        tuple(p for p in _all("cdi-injection") if not p.startswith("two-gpu/")) + ("job/completion",),
+        {p: "cdi-wrong-device" for p in _all("cdi-injection") + ("job/completion",)},
+        dragged=("two-gpu/cdi-injection",)),
     "claims-not-released": Expectation(
         _all("cleanup"), {p: "claim-not-released" for p in _all("cleanup")},
         # a released holder's device only comes back if its claim does
@@ -81,7 +84,7 @@ EXPECTED: dict[str, Expectation] = {
         dragged=("quota/generated-claim",)),
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
-        dragged=_all("cdi-injection") + ("quota/*", "failure-modes/*")),
+        dragged=_all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")),
 }
 
 

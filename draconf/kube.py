@@ -35,6 +35,10 @@ class Api:
         return client.AppsV1Api(self.api_client)
 
     @cached_property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api_client)
+
+    @cached_property
     def resource(self) -> client.ResourceV1Api:
         return client.ResourceV1Api(self.api_client)
 

@@ -28,6 +28,8 @@ from kubernetes.stream.ws_client import ERROR_CHANNEL
 DELETE_GRACE_SECONDS = 1
 
 _NOT_FOUND = "executable file not found"
+#: Waiting reasons a kubelet gives a container whose image it cannot get (kubelet images/types.go).
+IMAGE_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _UUID_LINE = re.compile(r"^\s*GPU \d+: .* \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 
 
@@ -96,6 +98,23 @@ class Pod:
             if waiting:
                 reasons.append(f"{cs.get('name')}: {waiting.get('reason')}")
         return reasons
+
+    @property
+    def image_pull_failures(self) -> list[str]:
+        """``"container: image (Reason: message)"`` for each container whose image cannot be pulled.
+
+        >>> Pod({"spec": {"containers": [{"name": "c", "image": "ubuntu:24.04"}]}, "status": {
+        ...     "containerStatuses": [{"name": "c", "image": "ubuntu:24.04", "state": {"waiting": {
+        ...     "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}}).image_pull_failures
+        ['c: ubuntu:24.04 (ImagePullBackOff: Back-off pulling image)']
+        """
+        failures = []
+        for cs in (self.status.get("initContainerStatuses") or []) + (self.status.get("containerStatuses") or []):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in IMAGE_PULL_FAILURES:
+                failures.append(f"{cs.get('name')}: {cs.get('image')} ({waiting['reason']}: "
+                                f"{(waiting.get('message') or '').strip()[:300]})")
+        return failures
 
     def claim_names(self) -> dict[str, str]:
         """Pod-level claim name -> ResourceClaim name (generated or named); only those known yet."""

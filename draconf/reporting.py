@@ -84,6 +84,10 @@ DIAGNOSES: dict[str, str] = {
         "The pod's node selector, affinity or an untolerated taint keeps it off every node "
         "that has a matching GPU: compare the pod spec with the GPU nodes' labels and taints "
         "(including DRA device taints).",
+    "image-pull-failed":
+        "A GPU node cannot pull the workload's image (no route to the registry, an air-gapped "
+        "cluster, or a wrong name): set the profile's `image` to one the nodes can pull, e.g. a "
+        "mirror, and check `kubectl describe pod` for the pull error.",
     "plugin-unhealthy":
         "The driver's kubelet plugin is absent or unhealthy on the GPU node, so allocated "
         "claims cannot be prepared: check the kubelet-plugin DaemonSet pods, their logs, and "

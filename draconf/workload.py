@@ -163,7 +163,8 @@ class DeployedWorkload:
         return [f"{e.type} {e.reason} {e.involved_object.kind}/{e.involved_object.name}: {e.message}"
                 for e in items]
 
-    def _verdict(self, pods: list[Pod]) -> str | None:
+    def verdict(self, pods: list[Pod]) -> str | None:
+        """Why the pods will not run, once the cluster says so for good (None: keep waiting)."""
         now = time.monotonic()
         for pod in pods:
             message = pod.unschedulable_message
@@ -174,6 +175,12 @@ class DeployedWorkload:
                     return f"the scheduler cannot place pod {pod.name}: {message}"
             if pod.phase == "Failed":
                 return f"pod {pod.name} failed: {pod.summary()}"
+            if pod.image_pull_failures:
+                # A kubelet retries pulls with back-off; the same failure standing is a verdict.
+                first = self._unschedulable_since.setdefault((pod.uid, "image-pull"), now)
+                if now - first >= VERDICT_AFTER:
+                    return (f"pod {pod.name} cannot pull its image: {'; '.join(pod.image_pull_failures)} "
+                            "(set the profile's `image` to one the nodes can pull)")
             if pod.phase == "Pending" and not pod.node and not pod.claim_names() \
                     and pod.spec.get("resourceClaims"):
                 # The claim was never created (e.g. quota): the reason is only in an event.
@@ -204,7 +211,7 @@ class DeployedWorkload:
             f"{want} pod(s) of {self.workload.name} to run",
             self.pods, lambda pods: len(pods) == want and all(p.is_running for p in pods),
             timeout=timeout or self.profile.timeouts.running, describe=self.describe,
-            verdict=self._verdict, interval=0.5)
+            verdict=self.verdict, interval=0.5)
 
     def wait_pending_with(self, text: str, timeout: float | None = None) -> Pod:
         """The (single) pod stays unscheduled and the scheduler's message names ``text``."""
@@ -442,7 +449,7 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
             waits.wait_until(f"the freed devices {', '.join(str(d) for d in group)} to be allocated "
                              "again", lambda: Claim.read(api, namespace, name), lambda c: c.is_allocated,
                              timeout=profile.timeouts.schedule, describe=lambda c: probe.describe(),
-                             verdict=lambda c: probe._verdict(probe.pods()))
+                             verdict=lambda c: probe.verdict(probe.pods()))
         except waits.WaitFailed as err:
             raise AssertionError(f"freed devices are not allocatable again: {err}") from None
         claim = Claim.read(api, namespace, name)

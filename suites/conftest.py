@@ -9,7 +9,7 @@ CHECK_OF_TEST = {"test_allocation": "allocation", "test_cdi_injection": "cdi-inj
 
 
 #: Run order: read-only checks first, then the workloads, then quota and failure scenarios.
-MODULE_ORDER = ["test_preflight", "test_audit", "test_workloads", "test_quota", "test_failure_modes"]
+MODULE_ORDER = ["test_preflight", "test_audit", "test_workloads", "test_jobs", "test_quota", "test_failure_modes"]
 
 
 SUITES = Path(__file__).parent

@@ -149,7 +149,7 @@ def wait_holders_settled(holders: DeployedWorkload) -> list[Pod]:
     def verdict(pods):
         if pods and len(waiting_for_capacity(pods)) == len(pods):
             return f"none of the holders got a GPU: {pods[0].unschedulable_message}"
-        message = holders._verdict(pods)
+        message = holders.verdict(pods)
         return None if message is None or NO_CAPACITY in message else message
 
     return waits.wait_until(f"{holders.workload.expected_pods} holder pod(s) to run", holders.pods,

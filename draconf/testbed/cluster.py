@@ -308,14 +308,13 @@ class Testbed:
         kwok_yaml = self.dir / "kwok.yaml"
         kwok_yaml.write_text(kwok_config.render(pins.KUBERNETES_VERSION))
         shim_dir = self._install_node_tools()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_")}
-        env["PATH"] = f"{shim_dir}{os.pathsep}{env.get('PATH', '')}"
         self._spawn(state, "kwok", [
             str(bindir / "kwok"), f"--kubeconfig={self.dir / 'kwok.kubeconfig'}",
             f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
             "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
             f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
-            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"], env=env, netns=netns)
+            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"],
+            env={"PATH": str(shim_dir), "HOME": "/nonexistent"}, netns=netns)
 
         (self.dir / "inventory.json").write_text(json.dumps(_inventory_doc(inventory)))
         log("installing the NVIDIA DRA driver (simulated on KWOK nodes)")
@@ -372,13 +371,24 @@ class Testbed:
             netns=net.netns, marker=f"draconf.testbed.node --node-dir {paths.dir}")
 
     def _install_node_tools(self) -> Path:
-        """What a GPU container gets injected: an ``nvidia-smi`` reading the CDI state."""
+        """The only commands a KWOK node's "container" can run: ``nvidia-smi``, reading the CDI
+        state, and ``printenv``, which the driver's readiness probe uses.
+
+        kwok runs an exec request as a process of its own, looked up on its own PATH; the bed
+        starts kwok with this directory as its whole PATH and no host environment, so
+        ``kubectl exec`` into a KWOK pod cannot run the host's programs by name (it fails as a
+        missing binary does) nor read the host's environment.
+        """
         shim_dir = self.dir / "node-tools"
         shim_dir.mkdir(exist_ok=True)
         shim = shim_dir / "nvidia-smi"
-        shim.write_text(f"#!{sys.executable}\nfrom draconf.testbed.nvidia_smi import main\n"
-                        "raise SystemExit(main())\n")
+        package_root = str(Path(__file__).resolve().parents[2])
+        shim.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {package_root!r})\n"
+                        "from draconf.testbed.nvidia_smi import main\nraise SystemExit(main())\n")
         shim.chmod(0o755)
+        printenv = shim_dir / "printenv"
+        if not printenv.exists():
+            printenv.symlink_to(shutil.which("printenv") or "/usr/bin/printenv")
         return shim_dir
 
     def _write_kubeconfig(self, path: Path, server: str, pki, identity: str) -> None:
@@ -401,11 +411,12 @@ class Testbed:
         if netns:
             cmd = network.in_netns(netns, cmd)
         logfile = open(self.logs / f"{name.replace('/', '-')}.log", "ab")
-        # If the bed runs with draconf installed from a source tree, the agent and the nvidia-smi
-        # shim must import that same tree.
-        env = dict(env or os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        if env is None:
+            # If the bed runs with draconf installed from a source tree, the Python components
+            # (agent, forwarder, node supervisors) must import that same tree.
+            env = dict(os.environ)
+            package_root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=self.dir, env=env, start_new_session=True)
         logfile.close()
@@ -425,18 +436,21 @@ class Testbed:
                 if child is not None and child.poll() is not None:
                     code = child.returncode
                     hint += f" (exit status {code})" if code >= 0 else f" (killed by signal {-code})"
-                raise DraconfError(f"{name} exited during start-up{hint}; last lines of "
-                                   f"{self._log_path(name)}:\n{tail}")
+                message = f"{name} exited during start-up{hint}; last lines of {self._log_path(name)}:\n{tail}"
+                if name.startswith("node/"):
+                    node_logs = Path(self.state()["real_nodes"][name[5:]]["dir"]) / "logs"
+                    for component in ("kubelet", "containerd"):
+                        message += f"\nlast lines of {node_logs / (component + '.log')}:\n" + _tail(
+                            node_logs / f"{component}.log", 8)
+                    message += ("\nIf real nodes cannot run on this machine, start the bed with KWOK "
+                                "nodes instead: `draconf testbed up --node-kind kwok`")
+                raise DraconfError(message)
 
     def _log_path(self, name: str) -> Path:
         return self.logs / f"{name.replace('/', '-')}.log"
 
     def log_tail(self, name: str, lines: int = 15) -> str:
-        try:
-            text = self._log_path(name).read_text(errors="replace").splitlines()
-        except OSError:
-            return "  (no log)"
-        return "\n".join("  " + line[:300] for line in text[-lines:])
+        return _tail(self._log_path(name), lines)
 
     def _wait_http(self, url: str, name: str, deadline: float, pki=None) -> None:
         context = None
@@ -512,6 +526,14 @@ class Testbed:
                 except ProcessLookupError:
                     pass
             _reap(proc["pid"])
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  " + line[:300] for line in text[-lines:])
 
 
 def _reap(pid: int) -> None:

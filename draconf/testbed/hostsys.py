@@ -68,16 +68,23 @@ def pids_in_cgroup(root: str) -> set[int]:
     return pids
 
 
-def kill_cgroup(root: str, timeout: float = 5) -> None:
-    """SIGKILL everything in ``root`` until it is empty (or ``timeout`` passes)."""
+def kill_until_gone(find, timeout: float = 5, between=lambda: None) -> None:
+    """SIGKILL the PIDs ``find()`` returns until it returns none (or ``timeout`` passes);
+    ``between`` runs after each round (a parent reaps its children there)."""
     deadline = time.monotonic() + timeout
-    while (pids := pids_in_cgroup(root)) and time.monotonic() < deadline:
+    while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
+        between()
+
+
+def kill_cgroup(root: str, timeout: float = 5) -> None:
+    """SIGKILL everything in ``root`` until it is empty (or ``timeout`` passes)."""
+    kill_until_gone(lambda: pids_in_cgroup(root), timeout)
 
 
 def remove_cgroup(root: str) -> list[str]:

@@ -95,7 +95,7 @@ def netns_path(name: str) -> str:
 
 def in_netns(name: str, cmd: list[str]) -> list[str]:
     """``cmd`` run inside a bed namespace; ``nsenter`` execs it, so its PID is the command's."""
-    return ["nsenter", f"--net={netns_path(name)}", "--", *cmd]
+    return [shutil.which("nsenter") or "nsenter", f"--net={netns_path(name)}", "--", *cmd]
 
 
 def _ip(*args: str) -> None:

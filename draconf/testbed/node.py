@@ -147,15 +147,8 @@ class Supervisor:
         self._stop_child("kubelet", grace=10)
         hostsys.kill_cgroup(self.spec["cgroup_root"])
         self._stop_child("containerd", grace=5)
-        deadline = time.monotonic() + 5
-        while (left := _children_of(os.getpid())) and time.monotonic() < deadline:
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-            self._reap()
+        # Shims and anything else left: as subreaper, this process is their parent now.
+        hostsys.kill_until_gone(lambda: _children_of(os.getpid()), timeout=5, between=self._reap)
         left = hostsys.remove_cgroup(self.spec["cgroup_root"])
         if left:
             _log(f"could not remove cgroups: {', '.join(left[:3])}")

@@ -264,6 +264,18 @@ def test_every_matching_gpu_taken(dg_beds, dg_namespaces):
     assert first.namespace in result.reason
 
 
+def test_an_image_the_nodes_cannot_pull(dg_beds, dg_namespaces):
+    """A real node has no registry to pull from: the wait ends at once and names the image."""
+    api = dg_beds.get(None)
+    ns = dg_namespaces(api, "w")
+    workload = DeployedWorkload.deploy(api, ns, single_gpu(), dataclasses.replace(PROFILE, image="ubuntu:24.04"),
+                                       RUN.labels)
+    error, took = failure_of(workload.wait_running)
+    assert took < 20 and "cannot pull its image" in str(error), error
+    result = diagnosed(api, ns, "allocation", error, None, took)
+    assert result.code == "image-pull-failed" and "ubuntu:24.04" in result.reason, result
+
+
 def test_healthy_workload_gives_no_false_alarm(dg_beds, dg_namespaces):
     api = dg_beds.get(None)
     ns = dg_namespaces(api, "w")

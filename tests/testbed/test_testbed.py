@@ -11,7 +11,7 @@ import pytest
 from draconf import namespaces, selectors
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import delete_pods, exec_in_container, parse_nvidia_smi_uuids
+from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.quantity import parse_quantity
 from draconf.profile import builtin, for_target
 from draconf.testbed import inventory, nvidia, pins
@@ -143,3 +143,18 @@ def test_deleting_the_pod_deletes_the_generated_claim_and_unprepares_it(api, ns,
     waits.wait_until("the generated claim to be deleted", lambda: [c.name for c in Claim.list(api, ns)],
                      lambda names: claim_name not in names, timeout=30)
     waits.wait_until("the claim to be unprepared", cdi_spec.exists, lambda exists: not exists, timeout=10)
+
+
+def test_a_kwok_container_cannot_run_the_hosts_programs_or_read_its_environment(api, ns):
+    kwok_nodes = [n.name for n in inventory.load().nodes if n.kind == "kwok"]
+    if not kwok_nodes:
+        pytest.skip("the default fleet has no KWOK node")
+    api.core.create_namespaced_pod(ns, {"metadata": {"name": "plain"}, "spec": {
+        "nodeName": kwok_nodes[0], "containers": [{"name": "c", "image": PROFILE.image, "command": ["sleep", "1d"]}]}})
+    waits.wait_until("pod plain to run", lambda: Pod.read(api, ns, "plain"), lambda p: p.is_running, timeout=30)
+    for command in (["hostname"], ["ls", "/"], ["bash", "-c", "id"]):
+        out = exec_in_container(api, ns, "plain", "c", command)
+        assert out.exit_code == 127 and "executable file not found" in out.stderr + out.error, (command, out)
+    env = exec_in_container(api, ns, "plain", "c", ["printenv"]).stdout
+    assert not {"VIRTUAL_ENV", "PYTHONPATH", "KUBECONFIG", "DRACONF_STATE_DIR"} & \
+        {line.split("=", 1)[0] for line in env.splitlines()}, env

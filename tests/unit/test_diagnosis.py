@@ -448,11 +448,19 @@ def test_claim_not_released_beats_quota_and_policy():
     assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "claim-not-released"
 
 
+def test_an_image_the_node_cannot_pull_is_named():
+    pod = PodFacts("gpu-pod", node="gpu-h100-0", claims={"gpu": "gpu-pod-gpu-x"},
+                   image_pull=["workload: ubuntu:24.04 (ErrImagePull: failed to resolve reference)"])
+    facts = dataclasses.replace(healthy(), pods=[pod])
+    code, text = classify(facts, "allocation", "timed out waiting for 1 pod(s) to run")
+    assert code == "image-pull-failed" and "ubuntu:24.04" in text and "gpu-h100-0" in text
+
+
 def test_every_code_is_reachable_and_known():
     assert {"api-unavailable", "missing-deviceclass", "no-resourceslices", "attribute-missing",
             "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
-            "policy-conflict", "timeout"} == set(DIAGNOSES)
+            "policy-conflict", "image-pull-failed", "timeout"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 

@@ -1,0 +1,111 @@
+"""A GPU batch job: it runs to completion on the GPU it was given, and gives the GPU back.
+
+The pattern of NVIDIA's DRA quickstart and of most real GPU work: apply ``08-job.yaml`` (a Job
+whose pod gets its GPU from a ResourceClaimTemplate and runs ``nvidia-smi -L``), then expect
+
+* **completion** - the Job completes, the pod's log lists exactly the GPU allocated to its
+  generated claim (read while the claim existed), and once the pod is done the resourceclaim
+  controller deletes that claim, so the GPU is free again although the completed pod remains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from draconf import waits
+from draconf.claims import Claim
+from draconf.devices import PublishedDevices
+from draconf.pods import parse_nvidia_smi_uuids
+from draconf.workload import DeployedWorkload, Workload
+
+JOB_NAME = "gpu-job"
+CONTAINER = "list-gpus"
+JOB = Workload("job", ["08-job.yaml"], expected_pods=1, pod_selector=f"job-name={JOB_NAME}")
+
+
+@dataclass
+class FinishedJob:
+    """The Job after its wait: the claims seen allocated on the way, and why it did not complete."""
+    deployed: DeployedWorkload
+    allocated: dict[str, Claim]
+    error: str | None
+
+
+def _condition(job, kind: str):
+    return next((c for c in job.status.conditions or [] if c.type == kind and c.status == "True"), None)
+
+
+@pytest.fixture(scope="module")
+def finished_job(request, cluster, profile, run_id) -> FinishedJob:
+    from draconf.pytest_plugin import make_namespace
+    namespace = make_namespace(request, cluster, run_id, "job")
+    deployed = DeployedWorkload.deploy(cluster, namespace, JOB, profile, run_id.labels)
+    allocated: dict[str, Claim] = {}
+
+    def observe():
+        # The generated claim lives only while the pod runs: remember what it held.
+        allocated.update({c.name: c for c in deployed.claims().values() if c.is_allocated})
+        return cluster.batch.read_namespaced_job_status(JOB_NAME, namespace), deployed.pods()
+
+    def verdict(state):
+        job, pods = state
+        failed = _condition(job, "Failed")
+        if failed:
+            ended = [f"{p.name}/{cs.get('name')} ended: exit {t.get('exitCode')} {t.get('reason')}: "
+                     f"{(t.get('message') or '').strip()[:300]}"
+                     for p in pods for cs in p.status.get("containerStatuses") or []
+                     if (t := (cs.get("state") or {}).get("terminated"))]
+            return (f"job {JOB_NAME} failed ({failed.reason}: {failed.message}); "
+                    + "; ".join([p.summary() for p in pods] + ended))
+        return deployed.verdict(pods)
+
+    def describe(state):
+        job, pods = state
+        return "; ".join([f"job {JOB_NAME}: {job.status.succeeded or 0} succeeded, "
+                          f"{job.status.active or 0} active"] + [p.summary() for p in pods])
+
+    try:
+        waits.wait_until(f"job {JOB_NAME} to complete", observe, lambda s: _condition(s[0], "Complete"),
+                         timeout=profile.timeouts.running, describe=describe, verdict=verdict)
+        error = None
+    except waits.WaitFailed as err:
+        error = str(err)
+    return FinishedJob(deployed, allocated, error)
+
+
+@pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload="job", check="completion")
+def test_gpu_job_completes_on_the_gpu_it_was_given(finished_job, cluster, profile):
+    if finished_job.error:
+        # A container without the claim's CDI devices has no nvidia-smi to start.
+        if "executable file not found" in finished_job.error:
+            raise AssertionError(f"CDI injection is wrong: job {JOB_NAME}/{CONTAINER} sees no GPU: "
+                                 f"nvidia-smi is not in the container ({finished_job.error})")
+        raise AssertionError(f"the GPU job did not complete: {finished_job.error}")
+    deployed = finished_job.deployed
+    (pod,) = deployed.pods()
+    log = cluster.core.read_namespaced_pod_log(pod.name, deployed.namespace, container=CONTAINER)
+    seen = parse_nvidia_smi_uuids(log)
+    claims = [finished_job.allocated.get(name) for name in pod.generated_claim_names()]
+    assert claims and all(claims), (
+        f"pod {pod.name} completed, but no allocation of its claim {pod.generated_claim_names()} was "
+        "ever observed")
+    published = PublishedDevices.read(cluster, profile.driver)
+    allocated = sorted(published.lookup(r.driver, r.pool, r.device).attribute(profile.attributes["uuid"])
+                       for claim in claims for r in claim.results)
+    assert sorted(seen) == allocated, (
+        f"CDI injection is wrong: {pod.name}/{CONTAINER} sees {sorted(seen)}, allocated {allocated} "
+        f"(log: {log.strip()[:300]!r})")
+    # Done pods hold no devices: the resourceclaim controller deletes the generated claim.
+    names = set(pod.generated_claim_names())
+    try:
+        waits.wait_until(
+            "the completed job's generated claim to be deleted", deployed.claims,
+            lambda claims: not names & set(claims), timeout=profile.timeouts.cleanup,
+            describe=lambda claims: "; ".join(c.summary() for n, c in claims.items() if n in names))
+    except waits.WaitFailed as err:
+        raise AssertionError(f"cleanup is incomplete: job pod {pod.name} is done but its claim remains: "
+                             f"{err}") from None
