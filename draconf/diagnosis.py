@@ -118,6 +118,8 @@ class PodFacts:
     waiting: list[str] = field(default_factory=list)
     #: "container: image (Reason: message)" of containers whose image cannot be pulled
     image_pull: list[str] = field(default_factory=list)
+    #: every container has terminated (what is left of a deleted pod is its node's cleanup)
+    stopped: bool = False
     #: pod-level claim name -> ResourceClaim name (only the ones known yet)
     claims: dict[str, str] = field(default_factory=dict)
     #: pod-level claim names whose ResourceClaim is not known yet (not generated)
@@ -1011,8 +1013,11 @@ def _rule_cleanup(facts: Facts, check, error_text):
     if check != "cleanup" and "cleanup is incomplete" not in error_text \
             and "not allocatable again" not in error_text:
         return None
-    # A pod still terminating keeps its claims legitimately: that is the pod's problem (timeout).
-    live = {p.uid for p in facts.pods if not p.finished} | {p.name for p in facts.pods if not p.finished}
+    # A pod still terminating keeps its claims legitimately: that is the pod's problem (timeout),
+    # unless its containers have all stopped: then only its node's cleanup, unpreparing the
+    # claims, is left, and a node that never finishes it does not release them.
+    live = {p.uid for p in facts.pods if not p.finished and not (p.deleting and p.stopped)} | \
+        {p.name for p in facts.pods if not p.finished and not (p.deleting and p.stopped)}
     leftover = []
     for c in facts.claims:
         consumers = [u for u in c.reserved_for_uids if u in live] + \
@@ -1275,7 +1280,7 @@ def _pod_facts(raw: dict) -> PodFacts:
         name=pod.name or "", namespace=pod.namespace or "", uid=pod.uid or "", phase=pod.phase,
         node=pod.node, ready=pod.is_ready, deleting=pod.is_deleting,
         unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons,
-        image_pull=pod.image_pull_failures, claims=claims,
+        image_pull=pod.image_pull_failures, stopped=pod.containers_stopped, claims=claims,
         unresolved_claims=[r.get("name") for r in pod.spec.get("resourceClaims") or []
                            if r.get("name") not in claims],
         tolerations=list(pod.spec.get("tolerations") or []),

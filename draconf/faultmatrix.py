@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -120,7 +121,10 @@ def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
     """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed."""
     bed = Testbed.named(bed_name or f"matrix-{fault or 'healthy'}")
     bed.down(log=lambda *_: None)
-    bed.up(inventory.load(), faults=[fault] if fault else [], log=lambda *_: None)
+    fleet = inventory.load()
+    if os.environ.get("DRACONF_MATRIX_NODE_KIND"):
+        fleet = inventory.with_node_kind(fleet, os.environ["DRACONF_MATRIX_NODE_KIND"])
+    bed.up(fleet, faults=[fault] if fault else [], log=lambda *_: None)
     try:
         started = time.monotonic()
         proc = subprocess.run(

@@ -100,6 +100,12 @@ class Pod:
         return reasons
 
     @property
+    def containers_stopped(self) -> bool:
+        """Every container of the pod has a terminated state (and there is at least one)."""
+        statuses = self.status.get("containerStatuses") or []
+        return bool(statuses) and all((cs.get("state") or {}).get("terminated") for cs in statuses)
+
+    @property
     def image_pull_failures(self) -> list[str]:
         """``"container: image (Reason: message)"`` for each container whose image cannot be pulled.
 

@@ -25,7 +25,7 @@ from draconf import manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
+from draconf.pods import DELETE_GRACE_SECONDS, Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import Profile
 
 log = logging.getLogger("draconf.workload")
@@ -388,11 +388,19 @@ class DeployedWorkload:
         stuck_since: dict[str, float] = {}
 
         def verdict(s):
-            """A claim whose consumers are all gone, held only by someone else's finalizer."""
+            """A deleted pod its node never finishes (the kubelet cannot unprepare its claims),
+            or a claim whose consumers are all gone, held only by someone else's finalizer."""
             pods, current = s
+            now = time.monotonic()
+            for pod in pods:
+                if pod.is_deleting and now - stuck_since.setdefault(pod.uid, now) >= \
+                        DELETE_GRACE_SECONDS + STUCK_CLAIM_AFTER:
+                    held = [c.name for c in current.values() if pod.uid in c.reserved_for_uids]
+                    return (f"pod {pod.name} was deleted with a {DELETE_GRACE_SECONDS} s grace period "
+                            f"but its node has not finished it {STUCK_CLAIM_AFTER:.0f}s later, so its "
+                            f"claims {held} stay reserved (the node never finished unpreparing them)")
             if pods:
                 return None
-            now = time.monotonic()
             for claim in current.values():
                 foreign = [f for f in claim.finalizers if not f.startswith("resource.kubernetes.io/")]
                 if claim.is_deleting and foreign and not claim.reserved_for_uids:

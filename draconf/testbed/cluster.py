@@ -184,7 +184,7 @@ class Testbed:
                 f"{' not running' if stopped else ''}); logs are in {self.logs}. "
                 f"Run `draconf testbed down{'' if self.name == 'default' else ' --name ' + self.name}` "
                 "to clear it, then `up` again")
-        if inventory.real_nodes and (why := network.check_can_create()):
+        if inventory.real_nodes and (why := network.check_can_create() or hostsys.check_cgroups()):
             raise DraconfError(f"cannot start real nodes: {why}. Start the bed with KWOK nodes "
                                "instead: `draconf testbed up --node-kind kwok`")
         if apiserver_port is not None and not port_is_free(apiserver_port):

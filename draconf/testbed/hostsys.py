@@ -43,6 +43,15 @@ def hierarchies() -> list[Path]:
     return found
 
 
+def check_cgroups() -> str | None:
+    """Why a kubelet could not run here for lack of cgroups, or None."""
+    if not hierarchies():
+        return "real nodes need cgroups mounted under /sys/fs/cgroup (none are)"
+    if not os.access(CGROUP_MOUNT, os.W_OK) and not any(os.access(h, os.W_OK) for h in hierarchies()):
+        return "real nodes need to create cgroups, and /sys/fs/cgroup is read-only here"
+    return None
+
+
 def create_cgroup(root: str) -> None:
     """Make ``root`` in every hierarchy; cpuset needs its cpus and mems filled in to be usable."""
     for hierarchy in hierarchies():

@@ -337,6 +337,14 @@ def test_claim_of_a_pod_stuck_terminating_is_not_a_claim_problem():
     assert code == "timeout" and "being deleted" in reason
 
 
+def test_claim_of_a_deleted_pod_whose_containers_stopped_is_not_released():
+    # What a real kubelet shows when NodeUnprepareResources fails: containers gone, pod stays.
+    pod, claim = running()
+    facts = with_workload(healthy(), dataclasses.replace(pod, deleting=True, stopped=True), claim)
+    code, reason = classify(facts, "cleanup", "cleanup is incomplete: pod was deleted but its node has not finished it")
+    assert code == "claim-not-released" and "still reserved" in reason
+
+
 def test_quota_used_beyond_hard():
     quota = QuotaFacts("gpus", "ns", hard={"count/resourceclaims.resource.k8s.io": "1"},
                        used={"count/resourceclaims.resource.k8s.io": "2"})
