@@ -1031,7 +1031,11 @@ def _rule_cleanup(facts: Facts, check, error_text):
         return None
     c = leftover[0]
     what = []
-    if c.generated:
+    owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
+    if c.generated and owner is not None and owner.deleting:
+        what.append(f"generated for pod {owner.name}, which was deleted and whose containers stopped, "
+                    "but which its node never finished (the kubelet could not unprepare the claim)")
+    elif c.generated:
         what.append(f"generated for pod {c.owner_pod or '?'}, which is gone or finished")
     if c.allocated:
         what.append(f"still allocated ({', '.join(c.devices)})")

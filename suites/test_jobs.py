@@ -52,14 +52,16 @@ def finished_job(request, cluster, profile, run_id) -> FinishedJob:
     def verdict(state):
         job, pods = state
         failed = _condition(job, "Failed")
-        if failed:
-            ended = [f"{p.name}/{cs.get('name')} ended: exit {t.get('exitCode')} {t.get('reason')}: "
-                     f"{(t.get('message') or '').strip()[:300]}"
-                     for p in pods for cs in p.status.get("containerStatuses") or []
-                     if (t := (cs.get("state") or {}).get("terminated"))]
-            return (f"job {JOB_NAME} failed ({failed.reason}: {failed.message}); "
-                    + "; ".join([p.summary() for p in pods] + ended))
-        return deployed.verdict(pods)
+        why = (f"job {JOB_NAME} failed ({failed.reason}: {failed.message}); "
+               + "; ".join(p.summary() for p in pods)) if failed else deployed.verdict(pods)
+        if not why:
+            return None
+        # How the containers ended says why (e.g. a command the container does not have).
+        ended = [f"{p.name}/{cs.get('name')} ended: exit {t.get('exitCode')} {t.get('reason')}: "
+                 f"{(t.get('message') or '').strip()[:300]}"
+                 for p in pods for cs in p.status.get("containerStatuses") or []
+                 if (t := (cs.get("state") or {}).get("terminated"))]
+        return "; ".join([why] + ended)
 
     def describe(state):
         job, pods = state

@@ -337,7 +337,7 @@ class Testbed:
         net = layout.node(node.name)
         paths = node_config.NodePaths(self.dir / "nodes" / node.name)
         paths.create()
-        cgroup_root = hostsys.cgroup_root(layout.control_plane.split("-", 1)[1], node.name)
+        cgroup_root = hostsys.cgroup_root(layout.tag, node.name)
         state.setdefault("real_nodes", {})[node.name] = {"dir": str(paths.dir), "cgroup_root": cgroup_root}
         self._save(state)
         shutil.copyfile(pki.ca_cert, paths.pki / "ca.crt")

@@ -81,6 +81,11 @@ class Layout:
         cp = f"draconf-{tag}"
         return cls(cp, tuple(NodeNet(n, i, f"{cp}-n{i}") for i, n in enumerate(node_names)))
 
+    @property
+    def tag(self) -> str:
+        """The hash of the bed's state directory that names everything the bed makes on the host."""
+        return self.control_plane.removeprefix("draconf-")
+
     def node(self, name: str) -> NodeNet:
         return next(n for n in self.nodes if n.name == name)
 

@@ -134,7 +134,8 @@ def test_no_resourceslices(dg_beds, dg_namespaces):
     error, took = failure_of(workload.wait_running)
     result = diagnosed(api, ns, "allocation", error, "no-resourceslices", took)
     assert result.code == "no-resourceslices", result
-    assert "no ResourceSlice" in result.evidence["resourceslices"]
+    # A real plugin that finds no GPU publishes its pool with no device in it.
+    assert "hold no devices" in result.reason or "No ResourceSlice" in result.reason, result
 
 
 def test_attribute_drift_with_the_model_selected_workload(dg_beds, dg_namespaces):
@@ -200,12 +201,16 @@ def test_claims_not_released(dg_beds, dg_namespaces):
     api = dg_beds.get("claims-not-released")
     ns = dg_namespaces(api, "w")
     workload = deploy(api, ns, single_gpu())
-    workload.wait_running()
+    (pod,) = workload.wait_running()
     published = PublishedDevices.read(api, DRIVER)
     error, took = failure_of(lambda: workload.check_cleanup(published, lambda devices: []))
     result = diagnosed(api, ns, "cleanup", error, "claims-not-released", took)
     assert result.code == "claim-not-released", result
-    assert "gpu.nvidia.com/unprepare-pending" in result.reason
+    if inventory.load().node(pod.node).kind == "real":
+        # The kubelet's NodeUnprepareResources fails: the pod is never finished, the claim stays.
+        assert "never finished" in result.reason and "still reserved" in result.reason, result
+    else:
+        assert "gpu.nvidia.com/unprepare-pending" in result.reason
 
 
 # --- control-plane and operator faults --------------------------------------------------------
