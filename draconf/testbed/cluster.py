@@ -313,6 +313,7 @@ class Testbed:
             f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
             "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
             f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
+            f"--tls-cert-file={pki.kwok_cert}", f"--tls-private-key-file={pki.kwok_key}",
             "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"],
             env={"PATH": str(shim_dir), "HOME": "/nonexistent"}, netns=netns)
 

@@ -38,6 +38,8 @@ class Pki:
     sa_pub = property(lambda self: self.dir / "sa.pub")
     token_file = property(lambda self: self.dir / "tokens.csv")
     kubelet_client_cert = property(lambda self: self.dir / "apiserver-kubelet-client.crt")
+    kwok_cert = property(lambda self: self.dir / "kwok-serving.crt")
+    kwok_key = property(lambda self: self.dir / "kwok-serving.key")
     kubelet_client_key = property(lambda self: self.dir / "apiserver-kubelet-client.key")
 
     def token(self, identity: str) -> str:
@@ -89,6 +91,10 @@ def create(directory: Path, extra_server_ips: tuple[str, ...] = (),
         lines.append(f'{secrets.token_hex(16)},{user},uid-{i},"{group}"' if group
                      else f"{secrets.token_hex(16)},{user},uid-{i}")
     pki.token_file.write_text("\n".join(lines) + "\n")
+    # kwok plays the kubelet of KWOK nodes (exec, logs) at 127.0.0.1; an API server that
+    # verifies kubelets (a bed with real nodes) must trust it too.
+    _signed(run, directory, "kwok-serving", "/CN=kwok",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
     if nodes:
         _signed(run, directory, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client",
                 "extendedKeyUsage=clientAuth\n")
