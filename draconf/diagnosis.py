@@ -941,6 +941,14 @@ def _rule_image_pull(facts: Facts, check, error_text):
 def _rule_plugin_unhealthy(facts: Facts, check, error_text):
     for pod in _stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
+        leaked = [e for e in failed if "already allocated to different claim" in e.message]
+        if leaked:
+            # The driver still holds the device for a claim its node never unprepared.
+            return ("claim-not-released",
+                    f"Pod {pod.name} cannot start on {pod.node}: the driver refuses its device because it "
+                    f"is still prepared for another claim ({leaked[-1].message[:300]}): a claim on that "
+                    "node was never unprepared; check the kubelet's log for NodeUnprepareResources "
+                    "errors and the driver's kubelet plugin.")
         on_node = [p for p in facts.plugin_pods if p.node == pod.node]
         unready = [p for p in on_node if not p.ready]
         absent = facts.plugin_pods_known and facts.plugin_pods and not on_node

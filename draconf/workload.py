@@ -181,6 +181,15 @@ class DeployedWorkload:
                 if now - first >= VERDICT_AFTER:
                     return (f"pod {pod.name} cannot pull its image: {'; '.join(pod.image_pull_failures)} "
                             "(set the profile's `image` to one the nodes can pull)")
+            if pod.phase == "Pending" and pod.node and pod.spec.get("resourceClaims"):
+                # The node's DRA driver refused to prepare the claims; the kubelet retries with
+                # back-off, so the refusal standing is a verdict.
+                first = self._unschedulable_since.setdefault((pod.uid, "prepare"), now)
+                if now - first >= VERDICT_AFTER:
+                    refused = [e for e in self.events()
+                               if "FailedPrepareDynamicResources" in e and f"Pod/{pod.name}:" in e]
+                    if refused:
+                        return f"the node cannot prepare the claims of pod {pod.name}: {refused[-1]}"
             if pod.phase == "Pending" and not pod.node and not pod.claim_names() \
                     and pod.spec.get("resourceClaims"):
                 # The claim was never created (e.g. quota): the reason is only in an event.

@@ -262,6 +262,16 @@ def test_prepare_failed_event():
     assert code == "plugin-unhealthy" and "FailedPrepareDynamicResources" in reason
 
 
+def test_a_device_still_prepared_for_an_unreleased_claim_is_claim_not_released():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
+                               "ResourceClaim gpu-pod-gpu-x: unable to prepare claim c2: requested device "
+                               "gpu-0 is already allocated to different claim c1", name="gpu-pod")]
+    code, reason = classify(facts, "cdi-injection", "injection cannot be checked: the node cannot prepare")
+    assert code == "claim-not-released" and "never unprepared" in reason
+
+
 def test_plugin_pod_crash_looping_on_the_node():
     pod, claim = bound_not_running()
     facts = with_workload(healthy(), pod, claim)
