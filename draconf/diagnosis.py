@@ -118,7 +118,7 @@ class PodFacts:
     waiting: list[str] = field(default_factory=list)
     #: "container: image (Reason: message)" of containers whose image cannot be pulled
     image_pull: list[str] = field(default_factory=list)
-    #: every container has terminated (what is left of a deleted pod is its node's cleanup)
+    #: no container runs (what is left of a deleted pod is its node's cleanup)
     stopped: bool = False
     #: pod-level claim name -> ResourceClaim name (only the ones known yet)
     claims: dict[str, str] = field(default_factory=dict)
@@ -1041,7 +1041,7 @@ def _rule_cleanup(facts: Facts, check, error_text):
     what = []
     owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
     if c.generated and owner is not None and owner.deleting:
-        what.append(f"generated for pod {owner.name}, which was deleted and whose containers stopped, "
+        what.append(f"generated for pod {owner.name}, which was deleted and runs no container, "
                     "but which its node never finished (the kubelet could not unprepare the claim)")
     elif c.generated:
         what.append(f"generated for pod {c.owner_pod or '?'}, which is gone or finished")

@@ -101,9 +101,9 @@ class Pod:
 
     @property
     def containers_stopped(self) -> bool:
-        """Every container of the pod has a terminated state (and there is at least one)."""
-        statuses = self.status.get("containerStatuses") or []
-        return bool(statuses) and all((cs.get("state") or {}).get("terminated") for cs in statuses)
+        """No container of the pod runs (they ended, or never started)."""
+        return not any((cs.get("state") or {}).get("running")
+                       for cs in self.status.get("containerStatuses") or [])
 
     @property
     def image_pull_failures(self) -> list[str]:

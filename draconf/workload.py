@@ -133,10 +133,12 @@ class DeployedWorkload:
         return deployed
 
     # --- observing ---------------------------------------------------------------------------
-    def pods(self) -> list[Pod]:
+    def pods(self, include_deleting: bool = False) -> list[Pod]:
+        """The workload's pods; a controller's pods being deleted only if asked (a rollout
+        replaces them, so they are not the workload's any more)."""
         if self.workload.pod_selector:
             return [p for p in Pod.list(self.api, self.namespace, self.workload.pod_selector)
-                    if not p.is_deleting]
+                    if include_deleting or not p.is_deleting]
         names = [d["metadata"]["name"] for d in self.documents if d["kind"] == "Pod"]
         pods = []
         for name in names:
@@ -376,7 +378,7 @@ class DeployedWorkload:
         timeout = self.profile.timeouts.cleanup
 
         def state():
-            pods = self.pods()
+            pods = self.pods(include_deleting=True)
             current = {c.name: c for c in Claim.list(self.api, self.namespace)}
             return pods, current
 
