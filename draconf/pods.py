@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import yaml
 from kubernetes.client.exceptions import ApiException
@@ -98,6 +99,22 @@ class Pod:
             if waiting:
                 reasons.append(f"{cs.get('name')}: {waiting.get('reason')}")
         return reasons
+
+    @property
+    def seconds_past_grace_period(self) -> float | None:
+        """For a pod being deleted: seconds since its grace period ended (negative before); else None.
+
+        The API server sets ``deletionTimestamp`` to the moment the grace period ends.
+
+        >>> Pod({"metadata": {"deletionTimestamp": "2000-01-01T00:00:00Z"}}).seconds_past_grace_period > 0
+        True
+        """
+        stamp = self.meta.get("deletionTimestamp")
+        if not stamp:
+            return None
+        if isinstance(stamp, str):
+            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        return (datetime.now(timezone.utc) - stamp).total_seconds()
 
     @property
     def containers_stopped(self) -> bool:

@@ -25,7 +25,7 @@ from draconf import manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import DELETE_GRACE_SECONDS, Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
+from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import Profile
 
 log = logging.getLogger("draconf.workload")
@@ -358,10 +358,15 @@ class DeployedWorkload:
                 if kind == "Pod":
                     delete_pods(self.api, self.namespace, name)
                 elif kind == "Deployment":
-                    self.api.apps.delete_namespaced_deployment(
-                        name, self.namespace, propagation_policy="Foreground")
-                    # The garbage collector would delete them with their default grace period.
-                    delete_pods(self.api, self.namespace, selector=_match_labels(doc))
+                    # The garbage collector would delete the pods with their own grace period
+                    # (30 s for `sleep`): orphan them from the Deployment and its ReplicaSets,
+                    # then delete them with the suite's.
+                    selector = _match_labels(doc)
+                    self.api.apps.delete_namespaced_deployment(name, self.namespace, propagation_policy="Orphan")
+                    for rs in self.api.apps.list_namespaced_replica_set(self.namespace, label_selector=selector).items:
+                        self.api.apps.delete_namespaced_replica_set(rs.metadata.name, self.namespace,
+                                                                    propagation_policy="Orphan")
+                    delete_pods(self.api, self.namespace, selector=selector)
             except ApiException as err:
                 if err.status != 404:
                     raise
@@ -404,12 +409,12 @@ class DeployedWorkload:
             pods, current = s
             now = time.monotonic()
             for pod in pods:
-                if pod.is_deleting and now - stuck_since.setdefault(pod.uid, now) >= \
-                        DELETE_GRACE_SECONDS + STUCK_CLAIM_AFTER:
+                overdue = pod.seconds_past_grace_period
+                if overdue is not None and overdue >= STUCK_CLAIM_AFTER:
                     held = [c.name for c in current.values() if pod.uid in c.reserved_for_uids]
-                    return (f"pod {pod.name} was deleted with a {DELETE_GRACE_SECONDS} s grace period "
-                            f"but its node has not finished it {STUCK_CLAIM_AFTER:.0f}s later, so its "
-                            f"claims {held} stay reserved (the node never finished unpreparing them)")
+                    return (f"pod {pod.name} was deleted and its grace period ended {overdue:.0f}s ago, "
+                            f"but its node has not finished it, so its claims {held} stay reserved "
+                            "(the node never finished unpreparing them)")
             if pods:
                 return None
             for claim in current.values():
