@@ -506,6 +506,7 @@ class Testbed:
         network.destroy(state.get("network", []))
         if state.get("real_nodes") and not hostsys.running_node_supervisors():
             hostsys.restore_sysctls()
+            hostsys.remove_created_dirs()
 
     def _terminate(self, names: list[str], procs: dict, grace: float) -> None:
         """SIGTERM each process group, wait up to ``grace`` seconds for all, then SIGKILL."""

@@ -27,6 +27,9 @@ CGROUP_MOUNT = Path("/sys/fs/cgroup")
 KUBELET_SYSCTLS = ["vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
                    "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes"]
 SYSCTL_RECORD = Path("/run/draconf/host-sysctls.json")
+#: Directories real nodes created on the host as mount points (e.g. /var/lib/kubelet), removed
+#: again when the last real node stops.
+CREATED_DIRS_RECORD = Path("/run/draconf/created-dirs")
 
 
 def cgroup_root(bed_tag: str, node: str) -> str:
@@ -142,6 +145,38 @@ def restore_sysctls() -> dict[str, str]:
             pass
     SYSCTL_RECORD.unlink(missing_ok=True)
     return values
+
+
+def make_mountpoint(path: str) -> None:
+    """``mkdir -p path``, remembering each directory this creates on the host."""
+    missing = []
+    current = Path(path)
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        CREATED_DIRS_RECORD.parent.mkdir(parents=True, exist_ok=True)
+        with open(CREATED_DIRS_RECORD, "a") as record:
+            record.write(f"{directory}\n")
+
+
+def remove_created_dirs() -> list[str]:
+    """Remove the mount points real nodes created, deepest first, if empty; call only when no
+    real node runs any more.  Returns what was removed."""
+    try:
+        dirs = set(CREATED_DIRS_RECORD.read_text().split())
+    except OSError:
+        return []
+    removed = []
+    for directory in sorted(dirs, key=lambda d: -d.count("/")):
+        try:
+            os.rmdir(directory)
+            removed.append(directory)
+        except OSError:
+            pass
+    CREATED_DIRS_RECORD.unlink(missing_ok=True)
+    return removed
 
 
 def running_node_supervisors(exclude: set[int] = frozenset()) -> list[int]:

@@ -63,7 +63,7 @@ class Supervisor:
         _check(_libc.sethostname(name, len(name)), "sethostname")
         for source, target in self.paths.mounts:
             if source.is_dir():
-                os.makedirs(target, exist_ok=True)
+                hostsys.make_mountpoint(target)
             subprocess.run(["mount", "--bind", str(source), target], check=True, capture_output=True)
             # Shared inside this namespace only (it began private): kubelet and containerd need
             # it for Bidirectional mounts, such as the DRA plugin's /var/lib/kubelet/plugins.
