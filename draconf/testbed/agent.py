@@ -63,15 +63,15 @@ def resource_slice(node: dict, drift: bool) -> dict:
             "brand": {"string": gpu["brand"]},
             "architecture": {"string": gpu["architecture"]},
             "cudaComputeCapability": {"version": semver(gpu["cudaComputeCapability"])},
-            "driverVersion": {"version": semver(gpu["driverVersion"])},
-            "cudaDriverVersion": {"version": semver(gpu["cudaDriverVersion"])},
+            "driverVersion": {"version": semver(node["driverVersion"])},
+            "cudaDriverVersion": {"version": semver(node["cudaDriverVersion"])},
             "resource.kubernetes.io/pciBusID": {"string": gpu["pciBusID"]},
             "resource.kubernetes.io/pcieRoot": {"string": gpu["pcieRoot"]},
         }
         if drift:
             del attributes["productName"]
         devices.append({"name": f"gpu-{gpu['minor']}", "attributes": attributes,
-                        "capacity": {"memory": {"value": format_binary(gpu["memory"])}}})
+                        "capacity": {"memory": {"value": format_binary(gpu["memoryBytes"])}}})
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node['name']}-{DRIVER}"},
             "spec": {"driver": DRIVER, "nodeName": node["name"],

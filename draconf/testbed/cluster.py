@@ -550,13 +550,8 @@ def _reap(pid: int) -> None:
 
 
 def _inventory_doc(inventory: Inventory) -> dict:
-    """The inventory as the agent reads it back (plain data, no classes)."""
-    return {"source": inventory.source, "nodes": [
-        {"name": n.name, "kind": n.kind, "gpus": [{
-            "minor": g.minor, "uuid": g.uuid, "productName": g.model.product_name,
-            "architecture": g.model.architecture, "brand": g.model.brand,
-            "cudaComputeCapability": g.model.cuda_compute_capability,
-            "driverVersion": g.driver_version, "cudaDriverVersion": g.cuda_driver_version,
-            "pciBusID": g.pci_bus_id, "pcieRoot": g.pcie_root, "memory": g.model.memory_bytes}
-            for g in n.gpus]}
-        for n in inventory.nodes]}
+    """The inventory as the agent reads it back: per node, what NVML reports on it (the same
+    record real nodes get in their driver root)."""
+    from draconf.testbed import nvidia
+    return {"source": inventory.source,
+            "nodes": [{"name": n.name, "kind": n.kind, **nvidia.nvml_data(n)} for n in inventory.nodes]}

@@ -23,7 +23,9 @@ def visible_gpus(environ=os.environ) -> list[dict]:
     uuids = [u for u in environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if u.startswith("GPU-")]
     with open(environ["DRACONF_GPU_INVENTORY"]) as fh:
         inventory = json.load(fh)
-    by_uuid = {g["uuid"]: g for n in inventory["nodes"] for g in n["gpus"]}
+    # Per node, the NVML record of draconf.testbed.nvidia.nvml_data: driver versions are the node's.
+    by_uuid = {g["uuid"]: {**g, "driverVersion": n["driverVersion"], "cudaDriverVersion": n["cudaDriverVersion"]}
+               for n in inventory["nodes"] for g in n["gpus"]}
     return sorted((by_uuid[u] for u in uuids if u in by_uuid), key=lambda g: g["pciBusID"])
 
 
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if query:
         fields = {"index": lambda i, g: str(i), "name": lambda i, g: g["productName"],
                   "uuid": lambda i, g: g["uuid"], "pci.bus_id": lambda i, g: g["pciBusID"],
-                  "memory.total": lambda i, g: f"{g['memory'] // 2**20} MiB",
+                  "memory.total": lambda i, g: f"{g['memoryBytes'] // 2**20} MiB",
                   "driver_version": lambda i, g: g["driverVersion"]}
         names = [f.strip() for f in query.split(",")]
         unknown = [n for n in names if n not in fields]
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
           f"    CUDA Version: {gpus[0]['cudaDriverVersion']}")
     for index, gpu in enumerate(gpus):
         print(f"|   {index}  {gpu['productName']:<32} | {gpu['pciBusID']} | "
-              f"{gpu['memory'] // 2**20}MiB |")
+              f"{gpu['memoryBytes'] // 2**20}MiB |")
     return 0
 
 
