@@ -143,11 +143,7 @@ def force_delete_stuck_pods(api, namespace: str) -> list[str]:
     for name in stuck:
         log.warning("namespace %s: force-deleting pod %s, which its node did not finish deleting",
                     namespace, name)
-        try:
-            api.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        delete_pods(api, namespace, name, grace_period_seconds=0)
     return stuck
 
 

@@ -227,15 +227,16 @@ class ExecResult:
 _EXIT_STATUS = re.compile(r"exit (?:status|code) (\d+)")
 
 
-def delete_pods(api, namespace: str, name: str | None = None, selector: str | None = None) -> None:
+def delete_pods(api, namespace: str, name: str | None = None, selector: str | None = None,
+                grace_period_seconds: int = DELETE_GRACE_SECONDS) -> None:
     """Delete one pod (``name``) or all matching ``selector`` (all if neither), with the suite's
-    stated grace period; pods already gone are fine."""
+    stated grace period unless told otherwise; pods already gone are fine."""
     # One by one rather than deletecollection: the RBAC the README gives grants delete, not that.
     names = [name] if name else [p.metadata.name for p in
                                  api.core.list_namespaced_pod(namespace, label_selector=selector).items]
     for pod in names:
         try:
-            api.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=DELETE_GRACE_SECONDS)
+            api.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=grace_period_seconds)
         except ApiException as err:
             if err.status != 404:
                 raise
