@@ -186,22 +186,25 @@ class DeployedWorkload:
             if pod.phase == "Pending" and pod.node and pod.spec.get("resourceClaims"):
                 # The node's DRA driver refused to prepare the claims; the kubelet retries with
                 # back-off, so the refusal standing is a verdict.
-                first = self._unschedulable_since.setdefault((pod.uid, "prepare"), now)
-                if now - first >= VERDICT_AFTER:
-                    refused = [e for e in self.events()
-                               if "FailedPrepareDynamicResources" in e and f"Pod/{pod.name}:" in e]
-                    if refused:
-                        return f"the node cannot prepare the claims of pod {pod.name}: {refused[-1]}"
+                refused = self._standing_event(pod, "FailedPrepareDynamicResources", now)
+                if refused:
+                    return f"the node cannot prepare the claims of pod {pod.name}: {refused}"
             if pod.phase == "Pending" and not pod.node and not pod.claim_names() \
                     and pod.spec.get("resourceClaims"):
                 # The claim was never created (e.g. quota): the reason is only in an event.
-                first = self._unschedulable_since.setdefault((pod.uid, "no-claim"), now)
-                if now - first >= VERDICT_AFTER:
-                    refused = [e for e in self.events()
-                               if "FailedResourceClaimCreation" in e and pod.name in e]
-                    if refused:
-                        return f"the claim of pod {pod.name} cannot be created: {refused[-1]}"
+                refused = self._standing_event(pod, "FailedResourceClaimCreation", now)
+                if refused:
+                    return f"the claim of pod {pod.name} cannot be created: {refused}"
         return None
+
+    def _standing_event(self, pod: Pod, reason: str, now: float) -> str | None:
+        """The last ``reason`` event of ``pod``, once the pod has been in that state for
+        VERDICT_AFTER seconds (its controller retries; a passing failure is no verdict)."""
+        first = self._unschedulable_since.setdefault((pod.uid, reason), now)
+        if now - first < VERDICT_AFTER:
+            return None
+        events = [e for e in self.events() if reason in e and f"Pod/{pod.name}:" in e]
+        return events[-1] if events else None
 
     def _held_by_this_run(self, message: str) -> bool:
         """True when devices are short only because other tests of this run (pytest-xdist
