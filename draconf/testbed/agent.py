@@ -15,8 +15,12 @@ For **KWOK nodes** only (large simulated fleets), where no kubelet runs:
   types of kubernetes-sigs/dra-driver-nvidia-gpu (cmd/gpu-kubelet-plugin/deviceinfo.go);
   "prepares" a pod's allocated claims once the scheduler has allocated and reserved them,
   and "unprepares" them when the last consumer is gone;
-* **CDI / the container runtime**: for each container that lists a claim, a kwok ``Exec`` rule
-  whose environment tells the ``nvidia-smi`` shim which GPUs were injected.
+* **CDI / the container runtime**: for each container of a prepared pod, a *view*, the
+  directory ``kwok-containers/<pod uid>/<container>`` holding what the CDI spec would have
+  put into the container (device nodes ``dev/nvidia<minor>`` of its GPUs, ``usr/bin/nvidia-smi``
+  and the node's NVML data), and a kwok ``Exec`` rule whose environment points the nvidia-smi
+  stand-in at it (``NVIDIA_SIM_ROOT``).  kwok runs exec requests in its sandbox
+  (:mod:`draconf.testbed.sandbox`), where the stand-in and ``env`` are the only programs.
 
 Allocation, reservation, generated claims, quota and garbage collection are left entirely to
 kube-scheduler, kube-controller-manager and kube-apiserver.
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import signal
 import sys
 import time
@@ -43,7 +48,8 @@ from draconf.quantity import format_binary
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
-                                    device_class, node_labels, plugin_daemonset, plugin_rbac, semver)
+                                    device_class, install_gpu_view, node_labels, plugin_daemonset,
+                                    plugin_rbac, semver)
 
 log = logging.getLogger("nvidia-dra-driver")
 
@@ -91,6 +97,11 @@ class Agent:
         self.gpu_nodes = {n["name"]: n for n in self.kwok_nodes if n["gpus"]}
         self.cdi_dir = state_dir / "cdi"
         self.cdi_dir.mkdir(exist_ok=True)
+        #: Per container of a prepared pod, what CDI injected (see the module docstring).
+        self.views_dir = state_dir / "kwok-containers"
+        self.views_dir.mkdir(exist_ok=True)
+        #: The stand-in as the sandbox holds it; views link it (cluster.Testbed._kwok_sandbox).
+        self.nvidia_smi = state_dir / "kwok-sandbox" / "kwok-node" / "bin" / "nvidia-smi"
         self.warned: set[str] = set()
         self.gpucluster_state: str | None = None
         self.stopping = False
@@ -268,7 +279,8 @@ class Agent:
                     claim.metadata.name, claim.metadata.namespace,
                     {"metadata": {"finalizers": finalizers + [UNPREPARE_FINALIZER]}})
 
-    def _injected_uuids(self, node: str, devices: list[str]) -> list[str]:
+    def _injected_gpus(self, node: str, devices: list[str]) -> list[dict]:
+        """The GPUs (NVML records) the runtime puts into a container allocated ``devices``."""
         gpus = {f"gpu-{g['minor']}": g for g in self.gpu_nodes[node]["gpus"]}
         if "cdi-not-injected" in self.faults:
             return []
@@ -279,10 +291,11 @@ class Agent:
             ordered = sorted(gpus, key=lambda d: gpus[d]["minor"])
             others = [d for d in ordered if d not in devices]
             devices = [others[i % len(others)] if others else d for i, d in enumerate(devices)]
-        return [gpus[d]["uuid"] for d in devices if d in gpus]
+        return [gpus[d] for d in devices if d in gpus]
 
     def _write_exec(self, pod, pod_claims) -> None:
         node = pod.spec.node_name
+        record = {k: v for k, v in self.gpu_nodes[node].items() if k not in ("name", "kind")}
         execs = []
         for container in pod.spec.containers:
             devices: list[str] = []
@@ -297,12 +310,15 @@ class Agent:
                         continue
                     if result.device not in devices:
                         devices.append(result.device)
-            uuids = self._injected_uuids(node, devices)
+            gpus = self._injected_gpus(node, devices)
+            view = self.views_dir / pod.metadata.uid / container.name
+            view.mkdir(parents=True, exist_ok=True)
             envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"},
-                    {"name": "DRACONF_POD_UID", "value": pod.metadata.uid}]
-            if uuids:
-                envs += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(uuids)},
-                         {"name": "DRACONF_GPU_INVENTORY", "value": str(self.dir / "inventory.json")}]
+                    {"name": "DRACONF_POD_UID", "value": pod.metadata.uid},
+                    {"name": "NVIDIA_SIM_ROOT", "value": str(view)}]
+            if gpus:
+                install_gpu_view(view, record, [g["minor"] for g in gpus], self.nvidia_smi)
+                envs.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(g["uuid"] for g in gpus)})
             execs.append({"containers": [container.name], "local": {"envs": envs}})
         body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
                 "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
@@ -334,8 +350,9 @@ class Agent:
         while not self.stopping:
             probes += 1
             try:
-                seen = exec_in_container(self.api, namespace, name, container,
-                                         ["printenv", "DRACONF_POD_UID"], timeout=5).stdout.strip()
+                env = exec_in_container(self.api, namespace, name, container, ["env"], timeout=5).stdout
+                seen = next((line.split("=", 1)[1] for line in env.splitlines()
+                             if line.startswith("DRACONF_POD_UID=")), f"no DRACONF_POD_UID in {env!r}")
             except Exception as err:  # noqa: BLE001 - the probe is retried until the deadline
                 seen = f"exec failed: {err}"
             if seen == uid:
@@ -361,6 +378,9 @@ class Agent:
                 continue  # the node never gets to unprepare: the finalizer stays on the claim
             spec.unlink(missing_ok=True)
             log.info("unprepared claim %s", uid)
+        for view in self.views_dir.iterdir():
+            if view.name not in live:
+                shutil.rmtree(view, ignore_errors=True)  # the pod and its containers are gone
 
     def _event(self, pod, reason: str, message: str) -> None:
         now = datetime.now(timezone.utc)

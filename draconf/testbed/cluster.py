@@ -39,12 +39,14 @@ import yaml
 
 from draconf.errors import DraconfError
 from draconf.testbed import build, faults as faults_mod, hostsys, images, kwok_config, network, node as node_mod
-from draconf.testbed import node_config, pins, pki as pki_mod
+from draconf.testbed import node_config, pins, pki as pki_mod, sandbox
 from draconf.testbed.inventory import Inventory
 
 SERVICE_CIDR = "10.96.0.0/16"
 #: Components that talk to the API server from inside the control plane's namespace.
 IN_CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kwok")
+#: Where kwok and the only programs a KWOK "container" can run live inside its sandbox.
+KWOK_TOOLS = "/kwok-node"
 #: Seconds a real node gets to stop its kubelet, containers and containerd.
 NODE_STOP_GRACE = 30
 
@@ -307,15 +309,17 @@ class Testbed:
             "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"], netns=netns)
         kwok_yaml = self.dir / "kwok.yaml"
         kwok_yaml.write_text(kwok_config.render(pins.KUBERNETES_VERSION))
-        shim_dir = self._install_node_tools()
-        self._spawn(state, "kwok", [
-            str(bindir / "kwok"), f"--kubeconfig={self.dir / 'kwok.kubeconfig'}",
-            f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
-            "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
-            f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
-            f"--tls-cert-file={pki.kwok_cert}", f"--tls-private-key-file={pki.kwok_key}",
-            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"],
-            env={"PATH": str(shim_dir), "HOME": "/nonexistent"}, netns=netns)
+        root = self._kwok_sandbox(bindir)
+        self._spawn(state, "kwok", sandbox.command(
+            root, binds=[(bindir / "kwok", Path(KWOK_TOOLS) / "kwok", True), (self.dir, self.dir, True)],
+            path=f"{KWOK_TOOLS}/bin", workdir=self.dir, program=[
+                f"{KWOK_TOOLS}/kwok", f"--kubeconfig={self.dir / 'kwok.kubeconfig'}",
+                f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
+                "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
+                f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
+                f"--tls-cert-file={pki.kwok_cert}", f"--tls-private-key-file={pki.kwok_key}",
+                "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"]),
+            netns=netns, marker=f"draconf.testbed.sandbox --root {root}")
 
         (self.dir / "inventory.json").write_text(json.dumps(_inventory_doc(inventory)))
         log("installing the NVIDIA DRA driver (simulated on KWOK nodes)")
@@ -371,26 +375,21 @@ class Testbed:
             sys.executable, "-m", "draconf.testbed.node", "--node-dir", str(paths.dir)],
             netns=net.netns, marker=f"draconf.testbed.node --node-dir {paths.dir}")
 
-    def _install_node_tools(self) -> Path:
-        """The only commands a KWOK node's "container" can run: ``nvidia-smi``, reading the CDI
-        state, and ``printenv``, which the driver's readiness probe uses.
+    def _kwok_sandbox(self, bindir: Path) -> Path:
+        """The root kwok runs in, and so every ``kubectl exec`` into a KWOK node's pod.
 
-        kwok runs an exec request as a process of its own, looked up on its own PATH; the bed
-        starts kwok with this directory as its whole PATH and no host environment, so
-        ``kubectl exec`` into a KWOK pod cannot run the host's programs by name (it fails as a
-        missing binary does) nor read the host's environment.
+        kwok runs an exec request as a process of its own.  In this root the only programs
+        are the nvidia-smi stand-in and ``env`` (the agent's probe reads a container's
+        environment with it); anything else, by name or by path, does not exist, as a
+        command missing from a container image.  See :mod:`draconf.testbed.sandbox`.
         """
-        shim_dir = self.dir / "node-tools"
-        shim_dir.mkdir(exist_ok=True)
-        shim = shim_dir / "nvidia-smi"
-        package_root = str(Path(__file__).resolve().parents[2])
-        shim.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {package_root!r})\n"
-                        "from draconf.testbed.nvidia_smi import main\nraise SystemExit(main())\n")
-        shim.chmod(0o755)
-        printenv = shim_dir / "printenv"
-        if not printenv.exists():
-            printenv.symlink_to(shutil.which("printenv") or "/usr/bin/printenv")
-        return shim_dir
+        root = self.dir / "kwok-sandbox"
+        tools = root / KWOK_TOOLS.lstrip("/") / "bin"
+        tools.mkdir(parents=True, exist_ok=True)
+        for name, source in (("nvidia-smi", bindir / "nvidia-smi"), ("env", bindir / "busybox")):
+            shutil.copyfile(source, tools / name)  # busybox runs the applet its name says
+            (tools / name).chmod(0o755)
+        return root
 
     def _write_kubeconfig(self, path: Path, server: str, pki, identity: str) -> None:
         config = {

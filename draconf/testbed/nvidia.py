@@ -88,18 +88,35 @@ def nvml_data(node) -> dict:
 
 def install_driver_root(root: Path, node, nvidia_smi: Path) -> None:
     """Lay out the simulated GPUs of ``node`` under ``root`` (mounted at /run/nvidia/driver)."""
+    install_gpu_view(root, nvml_data(node), [g.minor for g in node.gpus], nvidia_smi)
+
+
+def install_gpu_view(root: Path, nvml: dict, minors: list[int], nvidia_smi: Path | None) -> None:
+    """What a driver root, or a container that got GPUs through CDI, holds under ``root``:
+    ``dev/nvidia<minor>`` for ``minors`` (and ``dev/nvidiactl``), ``usr/bin/nvidia-smi`` (the
+    stand-in; none when ``nvidia_smi`` is None) and the node's NVML record.
+
+    The nvidia-smi stand-in (``gomod/gpu-driver/cmd/nvidia-smi``) run with ``NVIDIA_SIM_ROOT``
+    set to ``root`` lists exactly the GPUs whose device nodes are here.
+    """
     dev = root / "dev"
     dev.mkdir(parents=True, exist_ok=True)
-    for name, minor in [*((f"nvidia{g.minor}", g.minor) for g in node.gpus), ("nvidiactl", 255)]:
+    for name, minor in [*((f"nvidia{m}", m) for m in minors), ("nvidiactl", 255)]:
         path = dev / name
         if not path.exists():
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(nvidia_smi, root / "usr" / "bin" / "nvidia-smi")
-    (root / "usr" / "bin" / "nvidia-smi").chmod(0o755)
+    if nvidia_smi is not None:
+        (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+        target = root / "usr" / "bin" / "nvidia-smi"
+        target.unlink(missing_ok=True)
+        try:
+            os.link(nvidia_smi, target)  # one copy per bed, not per container
+        except OSError:
+            shutil.copyfile(nvidia_smi, target)
+        target.chmod(0o755)
     data = root / NVML_DATA
     data.parent.mkdir(parents=True, exist_ok=True)
-    data.write_text(json.dumps(nvml_data(node), indent=2))
+    data.write_text(json.dumps(nvml, indent=2))
 
 
 #: Fault of the bed -> the plugin's --simulate-fault value acting at the same place on a real node.

@@ -45,7 +45,8 @@ TARGETS = [
     Target("kubernetes", "k8s.io/kubernetes/cmd/kubectl", "kubectl"),
     Target("kubernetes", "k8s.io/kubernetes/cmd/kubelet", "kubelet"),
     Target("etcd", ".", "etcd"),
-    Target("kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok"),
+    # Static: kwok runs in a sandbox root that holds none of the host's libraries.
+    Target("kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok", static=True),
     Target("containerd", "github.com/containerd/containerd/v2/cmd/containerd", "containerd",
            static=True, tags=_CONTAINERD_TAGS),
     Target("containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",

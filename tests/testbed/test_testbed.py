@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import yaml
 
@@ -152,9 +153,13 @@ def test_a_kwok_container_cannot_run_the_hosts_programs_or_read_its_environment(
     api.core.create_namespaced_pod(ns, {"metadata": {"name": "plain"}, "spec": {
         "nodeName": kwok_nodes[0], "containers": [{"name": "c", "image": PROFILE.image, "command": ["sleep", "1d"]}]}})
     waits.wait_until("pod plain to run", lambda: Pod.read(api, ns, "plain"), lambda p: p.is_running, timeout=30)
-    for command in (["hostname"], ["ls", "/"], ["bash", "-c", "id"]):
+    # By name: not on the sandbox's PATH.  By path: the host's files are not in the sandbox.
+    for command in (["hostname"], ["ls", "/"], ["bash", "-c", "id"], ["nvidia-smi", "-L"]):
         out = exec_in_container(api, ns, "plain", "c", command)
         assert out.exit_code == 127 and "executable file not found" in out.stderr + out.error, (command, out)
-    env = exec_in_container(api, ns, "plain", "c", ["printenv"]).stdout
-    assert not {"VIRTUAL_ENV", "PYTHONPATH", "KUBECONFIG", "DRACONF_STATE_DIR"} & \
+    for command in (["/bin/sh", "-c", "id"], ["/usr/bin/id"], [sys.executable, "-c", "print(1)"]):
+        out = exec_in_container(api, ns, "plain", "c", command)
+        assert not out.succeeded and "no such file or directory" in out.error, (command, out)
+    env = exec_in_container(api, ns, "plain", "c", ["env"]).stdout
+    assert env and not {"VIRTUAL_ENV", "PYTHONPATH", "KUBECONFIG", "DRACONF_STATE_DIR"} & \
         {line.split("=", 1)[0] for line in env.splitlines()}, env

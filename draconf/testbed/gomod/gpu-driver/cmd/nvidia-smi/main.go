@@ -28,15 +28,36 @@
 //     exit 9.
 //
 // NVIDIA_SIM_ROOT (default /) prefixes /dev and the nvml.json path, to run it on a node
-// against a driver root.
+// against a driver root, or on a KWOK node against a container's view: there the bed's agent
+// lays out, per container, what the CDI spec would have given it (device nodes, nvml.json and
+// usr/bin/nvidia-smi), and kwok runs this binary from its sandbox with NVIDIA_SIM_ROOT set to
+// that view.
+//
+// A view without usr/bin/nvidia-smi is a container that got no nvidia-smi mounted: the
+// command is missing there, so it answers as the runtime does for a missing executable
+// (message on stderr, exit status 127).
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 
 	"draconf.local/testbed/gpu-driver/internal/smi"
 )
 
+// ExitNotFound is the status a shell (and kubectl exec) gives a command that does not exist.
+const ExitNotFound = 127
+
 func main() {
+	root := os.Getenv("NVIDIA_SIM_ROOT")
+	if root == "" {
+		root = "/"
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr", "bin", "nvidia-smi")); err != nil {
+		fmt.Fprintln(os.Stderr, `OCI runtime exec failed: exec failed: unable to start container process: exec: `+
+			`"nvidia-smi": executable file not found in $PATH: unknown`)
+		os.Exit(ExitNotFound)
+	}
 	os.Exit(smi.Run(os.Args[1:], os.Stdout, os.Stderr, smi.Default()))
 }
