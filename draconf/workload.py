@@ -153,9 +153,19 @@ class DeployedWorkload:
         return {c.name: c for c in Claim.list(self.api, self.namespace)}
 
     def describe(self, pods: list[Pod] | None = None) -> str:
+        """Pods, with the last event of each pod not yet running (what the kubelet is doing:
+        pulling an image, preparing claims), and claims: the progress and timeout line."""
         pods = self.pods() if pods is None else pods
         claims = self.claims()
-        lines = [p.summary() for p in pods] or ["no pods"]
+        events = self.events() if any(not p.is_running for p in pods) else []
+        lines = []
+        for pod in pods:
+            line = pod.summary()
+            last = [e for e in events if f" Pod/{pod.name}: " in e]
+            if not pod.is_running and last:
+                line += f" (last event: {last[-1]})"
+            lines.append(line)
+        lines = lines or ["no pods"]
         lines += [c.summary() for c in claims.values()]
         return "; ".join(lines)
 

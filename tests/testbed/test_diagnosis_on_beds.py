@@ -275,6 +275,9 @@ def test_an_image_the_nodes_cannot_pull(dg_beds, dg_namespaces):
     ns = dg_namespaces(api, "w")
     workload = DeployedWorkload.deploy(api, ns, single_gpu(), dataclasses.replace(PROFILE, image="ubuntu:24.04"),
                                        RUN.labels)
+    # While it waits, progress lines show what the kubelet is doing with the image.
+    waits.wait_until("the pull to show in the workload's progress line", workload.describe,
+                     lambda line: 'image "ubuntu:24.04"' in line and "last event: " in line, timeout=20)
     error, took = failure_of(workload.wait_running)
     assert took < 20 and "cannot pull its image" in str(error), error
     result = diagnosed(api, ns, "allocation", error, None, took)
