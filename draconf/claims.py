@@ -62,6 +62,26 @@ class Claim:
     def requests(self) -> list[dict]:
         return (self.raw.get("spec") or {}).get("devices", {}).get("requests", [])
 
+    def request_selectors(self, request: str) -> tuple[str | None, list[str]]:
+        """The DeviceClass and CEL selectors of the request an allocation result names
+        (``req`` of ``exactly``, or ``req/sub`` of a ``firstAvailable`` alternative).
+
+        >>> c = Claim({"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+        ...     "deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": "true"}}]}}]}}})
+        >>> c.request_selectors("gpu"), c.request_selectors("other")
+        (('gpu.nvidia.com', ['true']), (None, []))
+        """
+        name, _, sub = request.partition("/")
+        for r in self.requests:
+            if r.get("name") != name:
+                continue
+            spec = r.get("exactly") or {}
+            if sub:
+                spec = next((a for a in r.get("firstAvailable") or [] if a.get("name") == sub), {})
+            return spec.get("deviceClassName"), [s["cel"]["expression"] for s in spec.get("selectors") or []
+                                                 if (s.get("cel") or {}).get("expression")]
+        return None, []
+
     @property
     def is_allocated(self) -> bool:
         return bool(self.status.get("allocation"))

@@ -4,6 +4,7 @@
     draconf report                   single-file HTML report from reports/allure-results
     draconf sweep                    delete what a killed run left in the cluster
     draconf audit                    namespaces whose GPU quota DRA claims bypass (read-only)
+    draconf lint FILE...             what each CEL selector in FILEs selects on the cluster (read-only)
     draconf testbed build            build the pinned control plane into the cache
     draconf testbed up [--fault F]   start the embedded test bed (idempotent)
     draconf testbed status | env     where it is and how to point kubectl at it
@@ -177,6 +178,33 @@ def cmd_audit(args) -> int:
     return 1 if findings else 0
 
 
+def cmd_lint(args) -> int:
+    """Read-only: each CEL selector of the files judged over the cluster's published devices.
+
+    Exit 0: every selector matches some device and fails on none; 1: some selector matches
+    nothing, fails (compile or runtime error) or names a missing DeviceClass; 2: bad input
+    (unreadable or invalid file) or the cluster cannot be read.
+    """
+    from draconf import lint
+    from draconf.devices import class_selectors, devices_from_slices
+    found = lint.load_files(args.files)  # bad files fail before the cluster is contacted
+    api = _target_api(args)
+    try:
+        slices = api.resource.list_resource_slice(_request_timeout=15).items
+        wanted = {f.device_class for f in found if f.device_class} - set(lint.classes_in(found))
+        classes = {name: class_selectors(api, name) for name in sorted(wanted)}
+    except DraconfError:
+        raise
+    except Exception as err:  # urllib3 / ApiException: one line, not a traceback
+        reason = getattr(err, "reason", None) or err.__class__.__name__
+        raise DraconfError(f"cannot read ResourceSlices and DeviceClasses from {api.source}: "
+                           f"{' '.join(str(reason).split())[:300]}") from None
+    classes.update(lint.classes_in(found))
+    judgements = lint.judge(found, devices_from_slices(slices), classes)
+    print(lint.format_table(judgements))
+    return lint.EXIT_OK if all(j.ok for j in judgements) else lint.EXIT_FINDINGS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -212,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
         name_flag="--name")
     p.add_argument("--profile", default="nvidia", help="driver profile (gives the DeviceClass)")
     p.set_defaults(func=cmd_audit)
+
+    p = with_target(sub.add_parser(
+        "lint", help="read-only: which published devices each CEL selector in FILEs matches, or "
+                     "the scheduler's error (exit 0 all match, 1 findings, 2 bad input)"),
+        name_flag="--name")
+    p.add_argument("files", nargs="+", metavar="FILE", help="YAML manifests (claims, templates, DeviceClasses)")
+    p.set_defaults(func=cmd_lint)
 
     testbed = sub.add_parser("testbed", help="the embedded test bed (real control plane, simulated GPU nodes)")
     tsub = testbed.add_subparsers(dest="action", required=True)

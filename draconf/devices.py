@@ -19,6 +19,17 @@ from dataclasses import dataclass, field
 from draconf.quantity import parse_quantity
 
 
+class Version(str):
+    """A ``version`` attribute's value: a string that remembers it was published as a semantic
+    version (CEL compares it with ``semver(...)``, not as text).
+
+    >>> Version("580.95.5") == "580.95.5"
+    True
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Device:
     driver: str
@@ -53,7 +64,7 @@ def _attribute_value(attr) -> object:
     for kind in ("string", "int", "bool", "version"):
         value = getattr(attr, kind, None)
         if value is not None:
-            return value
+            return Version(value) if kind == "version" else value
     return None
 
 
@@ -76,6 +87,18 @@ def devices_from_slices(slices) -> list[Device]:
                     continue
             devices.append(Device(driver, s.spec.pool.name, dev.name, s.spec.node_name, attrs, caps))
     return devices
+
+
+def class_selectors(api, name: str) -> list[str] | None:
+    """The CEL selectors of the live DeviceClass ``name`` (None: it does not exist)."""
+    from kubernetes.client.exceptions import ApiException
+    try:
+        obj = api.resource.read_device_class(name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return [s.cel.expression for s in obj.spec.selectors or [] if s.cel and s.cel.expression]
 
 
 @dataclass

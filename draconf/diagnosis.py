@@ -44,17 +44,18 @@ profile, namespace and check of a failing test, diagnoses it and calls
 :func:`draconf.reporting.record_diagnosis`, so the reporting plugin prefixes the message with
 ``[code]``; it leaves alone tests that recorded their own diagnosis.
 
-Selectors are CEL, which Python cannot evaluate in general; :func:`cel_eval` understands the
-forms DeviceClasses and the suite's workloads use (``==``, ``in``, ``matches``,
-``isGreaterThan(quantity(...))``, ``has``, ``&&``/``||``/``!``) and answers "unknown" for the
-rest, in which case the rules fall back to coarser evidence.
+Selectors are the CEL the cluster holds (the claims' and templates' selectors and the live
+DeviceClasses'), evaluated by :mod:`draconf.cel` (a CEL engine with Kubernetes' functions) per
+published device: match, no match, or the runtime error the scheduler would report (``no such
+key`` for an attribute the device lacks).  Where a selector fails otherwise on some device, the
+rules fall back to coarser evidence.
 
 >>> from draconf.devices import Device
 >>> d = Device("gpu.nvidia.com", "n1", "gpu-0", "n1", {"gpu.nvidia.com/type": "gpu"}, {})
->>> cel_eval("device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'", d)
-True
->>> cel_eval("device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*h100.*$')", d)
-Missing('gpu.nvidia.com/productName')
+>>> selectors_eval(["device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"], d)
+Verdict(match)
+>>> selectors_eval(["device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*h100.*$')"], d)
+Verdict(CEL runtime error: no such key: productName)
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
-from draconf.devices import Device
+from draconf import cel
+from draconf.devices import Device, Version
 from draconf.pods import Pod, describe_pod
 from draconf.quantity import parse_quantity
 from draconf.reporting import DIAGNOSES
@@ -326,230 +327,18 @@ class Facts:
 
 
 # =============================================================================================
-# A small CEL evaluator for device selectors
+# Device selectors: the CEL the cluster holds, evaluated by draconf.cel
 # =============================================================================================
 
-@dataclass(frozen=True)
-class Missing:
-    """The CEL runtime error ``no such key``: the device lacks this attribute or capacity."""
-    name: str
+def selectors_eval(selectors: list[str], device: Device) -> cel.Verdict:
+    """A list of selectors (a class's, then a request's) on one device, as the allocator
+    applies them: in order, the first non-match or error decides.
 
-    def __repr__(self) -> str:
-        return f"Missing({self.name!r})"
-
-
-#: device.attributes['domain'].name  or  device.attributes['domain']['name'] (same for capacity)
-_ACCESS = (r"device\.(attributes|capacity)\[\s*['\"]([^'\"]+)['\"]\s*\]"
-           r"(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
-_ACCESS_RE = re.compile(_ACCESS)
-_STR = r"(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")"
-_LIT = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+|true|false)"
-_CMP = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, ">": lambda a, b: a > b,
-        "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b}
-_PATTERNS = {
-    "driver": re.compile(rf"^device\.driver\s*(==|!=)\s*({_LIT})$"),
-    "has": re.compile(rf"^has\(\s*{_ACCESS}\s*\)$"),
-    "compare": re.compile(rf"^{_ACCESS}\s*(==|!=|>=|<=|>|<)\s*({_LIT})$"),
-    "compare_rev": re.compile(rf"^({_LIT})\s*(==|!=)\s*{_ACCESS}$"),
-    "string_fn": re.compile(rf"^{_ACCESS}((?:\.(?:lowerAscii|upperAscii)\(\))?)"
-                            rf"\.(matches|startsWith|endsWith|contains)\(\s*{_STR}\s*\)$"),
-    "in": re.compile(rf"^{_ACCESS}\s+in\s+\[(.*)\]$", re.S),
-    "quantity_fn": re.compile(rf"^{_ACCESS}\.(isGreaterThan|isLessThan)\(\s*quantity\(\s*{_STR}\s*\)\s*\)$"),
-    "quantity_cmp": re.compile(rf"^{_ACCESS}\.compareTo\(\s*quantity\(\s*{_STR}\s*\)\s*\)\s*"
-                               r"(==|!=|>=|<=|>|<)\s*(-?\d+)$"),
-}
-
-
-def _literal(text: str):
-    text = text.strip()
-    if text in ("true", "false"):
-        return text == "true"
-    if text[:1] in ("'", '"'):
-        return text[1:-1].encode().decode("unicode_escape")
-    return int(text)
-
-
-def _unquoted(expr: str):
-    """``(index, char, depth)`` for each character outside string literals; ``depth`` counts the
-    ``(`` and ``[`` still open before it."""
-    depth, quote, i = 0, None, 0
-    while i < len(expr):
-        ch = expr[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        else:
-            yield i, ch, depth
-            if ch in "([":
-                depth += 1
-            elif ch in ")]":
-                depth -= 1
-        i += 1
-
-
-def _split_top(expr: str, op: str) -> list[str]:
-    """Split ``expr`` at ``op`` outside quotes, parentheses and brackets."""
-    parts, start = [], 0
-    for i, _, depth in _unquoted(expr):
-        if depth == 0 and i >= start and expr.startswith(op, i):
-            parts.append(expr[start:i])
-            start = i + len(op)
-    parts.append(expr[start:])
-    return parts
-
-
-def _strip_parens(expr: str) -> str:
-    expr = expr.strip()
-    # "(a) && (b)" starts and ends with parentheses too: strip only if the inside is balanced.
-    while expr.startswith("(") and expr.endswith(")") and _balanced(expr[1:-1]):
-        expr = expr[1:-1].strip()
-    return expr
-
-
-def _balanced(expr: str) -> bool:
-    level = 0
-    for _, ch, _ in _unquoted(expr):
-        level += (ch in "([") - (ch in ")]")
-        if level < 0:
-            return False
-    return level == 0
-
-
-def _lookup(device: Device, kind: str, domain: str, name: str):
-    qualified = f"{domain}/{name}"
-    table = device.attributes if kind == "attributes" else device.capacity
-    if qualified not in table:
-        return Missing(qualified)
-    return table[qualified]
-
-
-def _access(match, offset: int = 0):
-    kind, domain = match.group(offset + 1), match.group(offset + 2)
-    return kind, domain, match.group(offset + 3) or match.group(offset + 4)
-
-
-def cel_eval(expr: str, device: Device):
-    """Evaluate a device selector: True, False, :class:`Missing` (runtime error) or None
-    (an expression this evaluator does not understand).
-
-    ``&&`` and ``||`` follow CEL's commutative error handling: ``false && error`` is false.
-
-    >>> d = Device("gpu.nvidia.com", "n1", "gpu-0", "n1",
-    ...            {"gpu.nvidia.com/productName": "NVIDIA H100 80GB HBM3"},
-    ...            {"gpu.nvidia.com/memory": 80 * 2**30})
-    >>> cel_eval('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("40Gi"))', d)
-    True
-    >>> cel_eval("has(device.attributes['gpu.nvidia.com'].uuid) && device.attributes['gpu.nvidia.com'].uuid == 'x'", d)
-    False
-    >>> cel_eval("device.attributes['gpu.nvidia.com'].productName.size() > 3", d) is None
-    True
+    >>> d = Device("gpu.nvidia.com", "n1", "gpu-0", "n1", {"gpu.nvidia.com/type": "gpu"}, {})
+    >>> selectors_eval(["device.attributes['gpu.nvidia.com'].productName == 'x'"], d).missing
+    'gpu.nvidia.com/productName'
     """
-    expr = _strip_parens(" ".join(expr.split()))
-    for op, combine in (("||", _any), ("&&", _all)):
-        parts = _split_top(expr, op)
-        if len(parts) > 1:
-            return combine([cel_eval(p, device) for p in parts])
-    if expr.startswith("!") and not expr.startswith("!="):
-        inner = cel_eval(expr[1:], device)
-        return (not inner) if isinstance(inner, bool) else inner
-    if expr in ("true", "false"):
-        return expr == "true"
-    try:
-        return _clause(expr, device)
-    except (ValueError, TypeError, re.error):
-        return None
-
-
-def _any(results):
-    if any(r is True for r in results):
-        return True
-    for r in results:
-        if isinstance(r, Missing):
-            return r
-    return None if any(r is None for r in results) else False
-
-
-def _all(results):
-    if any(r is False for r in results):
-        return False
-    for r in results:
-        if isinstance(r, Missing):
-            return r
-    return None if any(r is None for r in results) else True
-
-
-def _clause(expr: str, device: Device):
-    if m := _PATTERNS["driver"].match(expr):
-        return _CMP[m.group(1)](device.driver, _literal(m.group(2)))
-    if m := _PATTERNS["has"].match(expr):
-        return not isinstance(_lookup(device, *_access(m)), Missing)
-    if m := _PATTERNS["compare"].match(expr):
-        value = _lookup(device, *_access(m))
-        if isinstance(value, Missing):
-            return value
-        want = _literal(m.group(6))
-        if m.group(1) == "capacity":
-            return None  # a quantity compared with a plain literal is a CEL type error
-        if type(value) is not type(want) and not (isinstance(value, int) and isinstance(want, int)):
-            return None if m.group(5) not in ("==", "!=") else _CMP[m.group(5)](value, want)
-        return _CMP[m.group(5)](value, want)
-    if m := _PATTERNS["compare_rev"].match(expr):
-        value = _lookup(device, *_access(m, offset=2))
-        if isinstance(value, Missing):
-            return value
-        return _CMP[m.group(2)](value, _literal(m.group(1)))
-    if m := _PATTERNS["string_fn"].match(expr):
-        value = _lookup(device, *_access(m))
-        if isinstance(value, Missing):
-            return value
-        if not isinstance(value, str):
-            return None
-        case, fn = m.group(5), m.group(6)
-        arg = (m.group(7) if m.group(7) is not None else m.group(8)).encode().decode("unicode_escape")
-        if "lowerAscii" in case:
-            value = value.lower()
-        elif "upperAscii" in case:
-            value = value.upper()
-        if fn == "matches":
-            return re.search(arg, value) is not None
-        return {"startsWith": value.startswith, "endsWith": value.endswith,
-                "contains": value.__contains__}[fn](arg)
-    if m := _PATTERNS["in"].match(expr):
-        value = _lookup(device, *_access(m))
-        if isinstance(value, Missing):
-            return value
-        items = [_literal(x) for x in _split_top(m.group(5), ",") if x.strip()]
-        return value in items
-    if m := _PATTERNS["quantity_fn"].match(expr):
-        value = _lookup(device, *_access(m))
-        if isinstance(value, Missing):
-            return value
-        want = parse_quantity(m.group(6) if m.group(6) is not None else m.group(7))
-        return value > want if m.group(5) == "isGreaterThan" else value < want
-    if m := _PATTERNS["quantity_cmp"].match(expr):
-        value = _lookup(device, *_access(m))
-        if isinstance(value, Missing):
-            return value
-        want = parse_quantity(m.group(5) if m.group(5) is not None else m.group(6))
-        order = (value > want) - (value < want)
-        return _CMP[m.group(7)](order, int(m.group(8)))
-    # Not understood; but reading an attribute the device lacks fails whatever the operation.
-    if "has(" not in expr:
-        for m in _ACCESS_RE.finditer(expr):
-            value = _lookup(device, *_access(m))
-            if isinstance(value, Missing):
-                return value
-    return None
-
-
-def selectors_eval(selectors: list[str], device: Device):
-    """All of a request's (or class's) selectors, combined like CEL's ``&&``."""
-    return _all([cel_eval(s, device) for s in selectors]) if selectors else True
+    return cel.evaluate_all(selectors, device)
 
 
 # =============================================================================================
@@ -629,16 +418,17 @@ _SEES = re.compile(r"(\S+) sees (\[[^\]]*\]), allocated (\[[^\]]*\])")
 
 
 def _class_devices(facts: Facts, class_name: str) -> tuple[list[Device], bool]:
-    """Published devices the DeviceClass selects, and whether that is exact (CEL understood)."""
+    """Published devices the DeviceClass selects, and whether that is exact (no selector failed
+    on any device: a failing device is kept, as it may be the one the scheduler chokes on)."""
     selectors = (facts.device_classes or {}).get(class_name)
     if selectors is None:
         return list(facts.devices), False
     chosen, exact = [], True
     for d in facts.devices:
         r = selectors_eval(selectors, d)
-        if r is True:
+        if r.matched:
             chosen.append(d)
-        elif r is None or isinstance(r, Missing):
+        elif r.failed:
             chosen.append(d)
             exact = False
     return chosen, exact
@@ -649,30 +439,26 @@ class _RequestAnalysis:
     claim: str
     request: str
     needed: int | str
-    #: device -> True (matches) / False / None (unknown) / Missing
-    results: dict[str, Any]
+    #: device -> the class's then the request's selectors on it (match / no match / error)
+    results: dict[str, cel.Verdict]
     devices: dict[str, Device]
 
     @property
     def exact(self) -> bool:
-        return all(isinstance(r, bool) for r in self.results.values())
+        return not any(r.failed for r in self.results.values())
 
     def matching(self) -> list[Device]:
-        return [self.devices[k] for k, r in self.results.items() if r is True]
+        return [self.devices[k] for k, r in self.results.items() if r.matched]
 
-    def missing(self) -> list[tuple[Device, Missing]]:
-        return [(self.devices[k], r) for k, r in self.results.items() if isinstance(r, Missing)]
+    def missing(self) -> list[tuple[Device, cel.Verdict]]:
+        """Devices on which a selector reads an attribute or capacity they lack."""
+        return [(self.devices[k], r) for k, r in self.results.items() if r.missing]
 
 
 def _analyse(facts: Facts, claim: str, req: RequestFacts) -> _RequestAnalysis:
-    devices, class_exact = _class_devices(facts, req.device_class)
-    results = {}
-    for d in devices:
-        r = selectors_eval(req.selectors, d)
-        if r is True and not class_exact:
-            cls = selectors_eval((facts.device_classes or {}).get(req.device_class, []), d)
-            r = cls if not isinstance(cls, bool) else r
-        results[d.key] = r
+    devices, _ = _class_devices(facts, req.device_class)
+    class_selectors = (facts.device_classes or {}).get(req.device_class) or []
+    results = {d.key: selectors_eval([*class_selectors, *req.selectors], d) for d in devices}
     needed = "All" if req.mode == "All" else max(1, req.count or 1)
     return _RequestAnalysis(claim, req.name, needed, results, {d.key: d for d in devices})
 
@@ -790,7 +576,7 @@ def _rule_attribute_missing(facts: Facts, check, error_text):
             analysis = _analyse(facts, label, req)
             lacking = analysis.missing()
             if lacking:
-                names = sorted({m.name for _, m in lacking})
+                names = sorted({m.missing for _, m in lacking})
                 devices = [str(d) for d, _ in lacking]
                 return ("attribute-missing",
                         f"{label} request {req.name} selects on {', '.join(names)}, which "
@@ -1320,7 +1106,7 @@ def _claim_facts(raw: dict) -> ClaimFacts:
 def _attribute_value(attr: dict):
     for kind in ("string", "int", "bool", "version"):
         if attr.get(kind) is not None:
-            return attr[kind]
+            return Version(attr[kind]) if kind == "version" else attr[kind]
     return None
 
 

@@ -1,8 +1,8 @@
-"""CEL device selectors paired with the same rule in Python.
+"""The CEL device selectors the suite puts into its claims, built from parameters.
 
-The scheduler evaluates the CEL; the suite checks the scheduler's choice against the device's
-*published* attributes with the Python twin.  Both are generated from the same parameters, so
-they cannot drift apart.
+The scheduler evaluates the CEL; the suite judges a device by evaluating the *same CEL text*
+over the device's published attributes with :mod:`draconf.cel` (a CEL engine with Kubernetes'
+functions), so there is no second rule to drift from the first.
 
 >>> from draconf.devices import Device
 >>> h100 = Device("gpu.nvidia.com", "n", "gpu-0", "n",
@@ -20,22 +20,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
 
+from draconf import cel as celeval
 from draconf.quantity import format_binary
 
 
 @dataclass(frozen=True)
 class Selector:
     cel: str
-    predicate: Callable
     description: str
 
+    def verdict(self, device) -> "celeval.Verdict":
+        """Match, no match, or the CEL error the scheduler would report for this device."""
+        return celeval.evaluate(self.cel, device)
+
     def matches(self, device) -> bool:
-        try:
-            return bool(self.predicate(device))
-        except (KeyError, TypeError, AttributeError):
-            return False  # CEL would fail on a missing attribute: the device does not match
+        """True only when the CEL evaluates to true (an error, e.g. a missing attribute, is no match)."""
+        return self.verdict(device).matched
 
     def __str__(self) -> str:
         return self.description
@@ -52,11 +53,8 @@ def model_token(product_name: str) -> str:
 
 def model(domain: str, attribute: str, product_name: str) -> Selector:
     token = model_token(product_name)
-    pattern = re.compile(f"^.*{token}.*$")
     return Selector(
         cel=f"device.attributes['{domain}'].{attribute}.lowerAscii().matches('^.*{token}.*$')",
-        predicate=lambda d: d.attribute(f"{domain}/{attribute}") is not None
-        and bool(pattern.match(str(d.attribute(f"{domain}/{attribute}")).lower())),
         description=f"{attribute} matching {product_name!r}")
 
 
@@ -64,7 +62,6 @@ def memory_above(domain: str, capacity: str, threshold: int) -> Selector:
     q = format_binary(threshold)
     return Selector(
         cel=f"device.capacity['{domain}'].{capacity}.isGreaterThan(quantity(\"{q}\"))",
-        predicate=lambda d: (d.memory(f"{domain}/{capacity}") or 0) > threshold,
         description=f"{capacity} > {q}")
 
 
@@ -74,8 +71,6 @@ def architecture_and_memory_above(domain: str, arch_attribute: str, architecture
     return Selector(
         cel=(f"device.attributes['{domain}'].{arch_attribute} == '{architecture}'\n&&\n"
              f"device.capacity['{domain}'].{capacity}.isGreaterThan(quantity(\"{q}\"))"),
-        predicate=lambda d: d.attribute(f"{domain}/{arch_attribute}") == architecture
-        and (d.memory(f"{domain}/{capacity}") or 0) > threshold,
         description=f"{arch_attribute} == {architecture!r} and {capacity} > {q}")
 
 
@@ -83,13 +78,12 @@ def uuid_in(domain: str, attribute: str, uuids: list[str]) -> Selector:
     listed = ", ".join(f"'{u}'" for u in uuids)
     return Selector(
         cel=f"device.attributes['{domain}'].{attribute} in [{listed}]",
-        predicate=lambda d: d.attribute(f"{domain}/{attribute}") in uuids,
         description=f"{attribute} in {uuids}")
 
 
 def device_class(driver: str, type_attribute: str, device_type: str) -> Selector:
-    """The twin of the NVIDIA DeviceClass selector (``driver == ... && type == ...``)."""
+    """The NVIDIA DeviceClass selector as its chart writes it (``driver == ... && type == ...``);
+    checks judge by the live DeviceClass's selectors, this one is for choosing devices up front."""
     return Selector(
         cel=f"device.driver == '{driver}' && device.attributes['{driver}'].{type_attribute} == '{device_type}'",
-        predicate=lambda d: d.driver == driver and d.attribute(f"{driver}/{type_attribute}") == device_type,
         description=f"class selector: driver {driver}, {type_attribute} == {device_type!r}")

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import manifests, waits
+from draconf import cel, manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
-from draconf.devices import PublishedDevices
+from draconf.devices import PublishedDevices, class_selectors
 from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import Profile
 
@@ -255,8 +255,9 @@ class DeployedWorkload:
         pods = self.pods()
         claims = self.claims()
         evidence, problems = [], []
-        class_rule = sel.device_class(self.profile.driver, self.profile.attributes["type"],
-                                      self.profile.device_type)
+        # Devices are judged by the CEL the cluster holds: the live DeviceClass's selectors and
+        # the claim's own, evaluated over the published attributes (draconf.cel).
+        class_cel: dict[str, list[str] | None] = {}
         owners: dict[str, str] = {}
         if len(pods) != self.workload.expected_pods:
             problems.append(f"expected {self.workload.expected_pods} pod(s), found {len(pods)}")
@@ -290,7 +291,6 @@ class DeployedWorkload:
                                     f"{want} requested")
                 if len({r.key for r in claim.results}) != len(claim.results):
                     problems.append(f"claim {claim_name}: the same device allocated twice")
-                template = ref.get("resourceClaimTemplateName") or ref.get("resourceClaimName")
                 for result in claim.results:
                     other = owners.setdefault(result.key, claim_name)
                     if other != claim_name:
@@ -300,14 +300,18 @@ class DeployedWorkload:
                         problems.append(f"claim {claim_name}: device {result.key} is not in any "
                                         "published ResourceSlice")
                         continue
-                    if not class_rule.matches(device):
+                    class_name, request_cel = claim.request_selectors(result.request)
+                    if class_name not in class_cel:
+                        class_cel[class_name] = class_selectors(self.api, class_name) if class_name else []
+                    if class_cel[class_name] is None:
+                        problems.append(f"claim {claim_name}: its DeviceClass {class_name} does not exist")
+                    elif not (verdict := cel.evaluate_all(class_cel[class_name], device)).matched:
                         problems.append(f"claim {claim_name}: device {result.key} fails the "
-                                        f"DeviceClass {self.profile.device_class} ({class_rule})")
-                    for rule in self.workload.selectors.get(template, []):
-                        if not rule.matches(device):
-                            problems.append(f"claim {claim_name}: device {result.key} does not satisfy "
-                                            f"the selector ({rule}); it publishes "
-                                            f"{_published_summary(device, self.profile)}")
+                                        f"DeviceClass {class_name} selectors ({verdict})")
+                    if not (verdict := cel.evaluate_all(request_cel, device)).matched:
+                        problems.append(f"claim {claim_name}: device {result.key} does not satisfy "
+                                        f"the request's selectors ({verdict}); it publishes "
+                                        f"{_published_summary(device, self.profile)}")
                     if device.node and pod.node and device.node != pod.node:
                         problems.append(f"pod {pod.name} runs on {pod.node} but its device "
                                         f"{result.key} is on {device.node}")

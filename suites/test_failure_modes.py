@@ -113,11 +113,10 @@ def scheduler_events(api, namespace: str, pod: str) -> list[str]:
 
 
 def memory_equals(domain: str, capacity: str, size: int) -> sel.Selector:
-    """The seed's exact-size selector (``memory == quantity("64Gi")``) with its Python twin."""
+    """The seed's exact-size selector (``memory == quantity("64Gi")``)."""
     q = format_binary(size)
     return sel.Selector(
         cel=f"device.capacity['{domain}'].{capacity} == quantity(\"{q}\")",
-        predicate=lambda d: d.memory(f"{domain}/{capacity}") == size,
         description=f"{capacity} == {q}")
 
 
