@@ -66,10 +66,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from kubernetes.utils import parse_quantity
 
 from draconf.devices import Device
 from draconf.pods import Pod, describe_pod
-from draconf.quantity import parse_quantity
 from draconf.reporting import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
