@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tabulate import tabulate
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from draconf.faultmatrix import judge, run_against  # noqa: E402
@@ -38,14 +40,11 @@ def main(faults: list[str]) -> int:
                             f"{len(result.failed())} failed", "ok" if verdict.ok else "; ".join(verdict.problems)))
             print(" | ".join(healthy[-1]), flush=True)
     print()
-    print("fault | detected | by checks | diagnosis | seconds to verdict | run seconds | judgement")
-    print("---|---|---|---|---|---|---")
-    for row in rows:
-        print(" | ".join(row))
+    print(tabulate(rows, headers=("fault", "detected", "by checks", "diagnosis", "seconds to verdict",
+                                  "run seconds", "judgement"), tablefmt="github", disable_numparse=True))
     print()
-    print("healthy run | seconds | failures | judgement")
-    for row in healthy:
-        print(" | ".join(row))
+    print(tabulate(healthy, headers=("healthy run", "seconds", "failures", "judgement"),
+                   tablefmt="github", disable_numparse=True))
     return 0 if ok else 1
 
 

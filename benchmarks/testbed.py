@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import statistics  # noqa: E402
 
+from draconf import waits  # noqa: E402
 from draconf.kube import connect  # noqa: E402
 from draconf.pods import Pod, delete_pods  # noqa: E402
 from draconf.profile import TESTBED_IMAGE  # noqa: E402
@@ -66,10 +67,10 @@ def pod_start_seconds(api, count: int) -> list[float]:
     api.resource.create_namespaced_resource_claim_template(ns, {
         "metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [
             {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
-    while True:  # the namespace's default ServiceAccount must exist before a pod can be created
-        if api.core.list_namespaced_service_account(ns).items:
-            break
-        time.sleep(0.05)
+    # the namespace's default ServiceAccount must exist before a pod can be created
+    waits.wait_until(f"namespace {ns}'s default ServiceAccount",
+                     lambda: api.core.list_namespaced_service_account(ns).items, bool,
+                     timeout=60, interval=0.05, describe=lambda items: f"{len(items)} ServiceAccounts")
     seconds = []
     for i in range(count):
         name = f"latency-{i}"
@@ -78,14 +79,14 @@ def pod_start_seconds(api, count: int) -> list[float]:
             "restartPolicy": "Never", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
             "containers": [{"name": "c", "image": TESTBED_IMAGE, "command": ["sleep", "1d"],
                             "resources": {"claims": [{"name": "gpu"}]}}]}})
-        while not Pod.read(api, ns, name).is_running:
-            if time.monotonic() - started > 120:
-                raise RuntimeError(f"pod {name} did not run in 120 s")
-            time.sleep(0.05)
+        waits.wait_until(f"pod {name} to run", lambda: Pod.read(api, ns, name), lambda pod: pod.is_running,
+                         timeout=120, interval=0.05, describe=lambda pod: pod.summary())
         seconds.append(time.monotonic() - started)
         delete_pods(api, ns, name)
-        while any(p.metadata.name == name for p in api.core.list_namespaced_pod(ns).items):
-            time.sleep(0.1)
+        waits.wait_until(f"pod {name} to be gone",
+                         lambda: [p.metadata.name for p in api.core.list_namespaced_pod(ns).items],
+                         lambda names: name not in names, timeout=120, interval=0.1,
+                         describe=lambda names: f"pods: {', '.join(names)}")
     return seconds
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from draconf.quantity import parse_quantity
+from kubernetes.utils import parse_quantity
 
 #: Extended-resource quota keys that cap device-plugin GPUs (requests.* and the bare name mean
 #: the same for extended resources; limits.* is accepted by the API too).

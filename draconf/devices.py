@@ -13,10 +13,14 @@ True
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 
-from draconf.quantity import parse_quantity
+from kubernetes.utils import parse_quantity
+
+log = logging.getLogger("draconf")
 
 
 class Version(str):
@@ -53,7 +57,7 @@ class Device:
     def has_attribute(self, name: str) -> bool:
         return self._qualified(name) in self.attributes
 
-    def memory(self, capacity_name: str) -> int | None:
+    def memory(self, capacity_name: str) -> Decimal | None:
         return self.capacity.get(self._qualified(capacity_name))
 
     def __str__(self) -> str:
@@ -83,8 +87,8 @@ def devices_from_slices(slices) -> list[Device]:
             for k, v in (dev.capacity or {}).items():
                 try:
                     caps[k if "/" in k else f"{driver}/{k}"] = parse_quantity(v.value)
-                except (ValueError, AttributeError):
-                    continue
+                except ValueError as err:  # the API server validates quantities: not expected
+                    log.warning("device %s/%s: capacity %s left out: %s", s.spec.pool.name, dev.name, k, err)
             devices.append(Device(driver, s.spec.pool.name, dev.name, s.spec.node_name, attrs, caps))
     return devices
 

@@ -66,11 +66,11 @@ import time
 from dataclasses import dataclass, field
 
 import yaml
+from kubernetes.utils import parse_quantity
 
 from draconf import cel
 from draconf.devices import Device, Version
 from draconf.pods import Pod, describe_pod
-from draconf.quantity import parse_quantity
 from draconf.reporting import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")

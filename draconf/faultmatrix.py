@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-from draconf import namespaces
+from draconf import namespaces, waits
 from draconf.kube import connect
 from draconf.testbed import inventory
 from draconf.testbed.cluster import Testbed
@@ -151,12 +151,15 @@ def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
 
 
 def _wait_no_leftovers(api, timeout: float = 90) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = namespaces.leftovers(api)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(1)
+    """The run's namespaces still there after ``timeout`` (none, on a healthy cleanup); the
+    judgement names them."""
+    try:
+        waits.wait_until("the run's namespaces to be gone", lambda: namespaces.leftovers(api),
+                         lambda left: not left, timeout=timeout, interval=1,
+                         describe=lambda left: ", ".join(left))
+        return []
+    except waits.WaitTimeout:
+        return namespaces.leftovers(api)
 
 
 def judge(result: RunResult) -> Verdict:

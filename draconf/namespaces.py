@@ -16,12 +16,12 @@ import os
 import re
 import secrets
 import threading
-import time
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
 from draconf import waits
+from draconf.errors import DraconfError
 from draconf.pods import delete_pods
 
 log = logging.getLogger("draconf.namespaces")
@@ -191,13 +191,25 @@ def leftovers(api, run: RunId | None = None) -> list[str]:
 
 
 def sweep(api, run: RunId | None = None, wait: float = 120, log_fn=print) -> list[str]:
-    """Delete every namespace draconf created (optionally of one run); returns their names."""
+    """Delete every namespace draconf created (optionally of one run) and wait until they are
+    gone; returns their names.  Raises :class:`DraconfError` naming the ones still there when
+    ``wait`` runs out (a sweep that says "removed" has removed)."""
     names = leftovers(api, run)
     for name in names:
         log_fn(f"deleting namespace {name}")
         delete(api, name)
-    deadline = time.monotonic() + wait
-    for name in names:
-        while _exists(api, name) and time.monotonic() < deadline:
-            time.sleep(0.5)
+    if not names:
+        return names
+
+    def remaining() -> list[str]:
+        return [name for name in names if _exists(api, name)]
+
+    try:
+        waits.wait_until(f"{len(names)} namespace(s) to be deleted", remaining, lambda left: not left,
+                         timeout=wait, describe=lambda left: f"still there: {', '.join(left)}",
+                         progress=log_fn)
+    except waits.WaitTimeout as err:
+        raise DraconfError(f"deleted {len(names)} namespace(s), but after {wait:g}s "
+                           f"{err.last_observed} (see `kubectl get ns` and their pods and "
+                           "ResourceClaims; run `draconf sweep` again once they are gone)") from None
     return names

@@ -35,6 +35,7 @@ from typing import Callable, Iterable, Mapping
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
+from tabulate import DataRow, TableFormat, tabulate
 
 from draconf.devices import Device, devices_from_slices
 
@@ -243,11 +244,23 @@ def _result(ok: bool, summary: str, diagnosis: str | None = None,
                        applicable=applicable)
 
 
+#: kubectl's layout: left-aligned columns three spaces apart, no rules.
+_KUBECTL = TableFormat(lineabove=None, linebelowheader=None, linebetweenrows=None, linebelow=None,
+                       headerrow=DataRow("", "   ", ""), datarow=DataRow("", "   ", ""),
+                       padding=0, with_header_hide=None)
+
+
 def _table(rows: Iterable[Iterable[object]], header: Iterable[str]) -> str:
-    """Rows as aligned columns, like kubectl's output."""
-    rows = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    """Rows as aligned columns, like kubectl's output.
+
+    >>> print(_table([("slice-a", 4), ("slice-bb", 12)], ("NAME", "DEVICES")))
+    NAME       DEVICES
+    slice-a    4
+    slice-bb   12
+    """
+    # The header goes in as a row: tabulate's `headers` would widen each column by two.
+    text = tabulate([list(header), *rows], tablefmt=_KUBECTL, disable_numparse=True)
+    return "\n".join(line.rstrip() for line in text.splitlines())
 
 
 def _names(items: Iterable[str], limit: int = 10) -> str:
@@ -865,14 +878,12 @@ def describe(results: Iterable[CheckResult], width: int | None = None) -> str:
     server-version  PASS    -                    Kubernetes v1.36.3
     device-class    FAIL    missing-deviceclass  DeviceClass x does not exist
     """
-    results = list(results)
-    rows = [(r.name, r.status, r.diagnosis or "-", r.summary) for r in results]
-    header = ("CHECK", "RESULT", "DIAGNOSIS", "SUMMARY")
-    widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(3)]
-    lines = []
-    for row in [header] + rows:
-        head = "  ".join(str(c).ljust(w) for c, w in zip(row[:3], widths))
-        room = max(20, width - len(head) - 2) if width else len(row[3])
-        summary = row[3] if len(row[3]) <= room else row[3][:room - 3] + "..."
-        lines.append(f"{head}  {summary}".rstrip())
-    return "\n".join(lines)
+    rows = [("CHECK", "RESULT", "DIAGNOSIS", "SUMMARY")]
+    rows += [(r.name, r.status, r.diagnosis or "-", r.summary) for r in results]
+    lines = tabulate(rows, tablefmt="plain", disable_numparse=True).splitlines()
+    if not width:
+        return "\n".join(line.rstrip() for line in lines)
+    start = lines[0].index("SUMMARY")
+    room = max(20, width - start)
+    return "\n".join((line if len(line) - start <= room else line[:start + room - 3] + "...").rstrip()
+                     for line in lines)

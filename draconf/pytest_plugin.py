@@ -18,15 +18,16 @@ import threading
 
 import pytest
 
-from draconf import namespaces
+from draconf import namespaces, reporting
 from draconf.errors import DraconfError
 from draconf.kube import connect
 from draconf.profile import for_target, resolve as resolve_profile
 
 log = logging.getLogger("draconf")
 
+#: Set on a failed test and on every collector above it (class, module, session), so a
+#: namespace of any scope knows whether a test inside that scope failed.
 FAILED = pytest.StashKey[bool]()
-_failed_nodeids: set[str] = set()
 
 
 def pytest_addoption(parser):
@@ -43,11 +44,7 @@ def pytest_addoption(parser):
                     help="name of the embedded test bed to start or reuse (target testbed)")
     group.addoption("--no-preflight-gate", action="store_true",
                     help="run workload tests even when a blocking preflight check fails")
-    try:
-        from draconf import reporting
-        reporting.pytest_addoption(parser)
-    except ImportError:  # reporting is optional while it is being built
-        pass
+    reporting.pytest_addoption(parser)
 
 
 def pytest_configure(config):
@@ -57,18 +54,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "quota: ResourceQuota behaviour for DRA claims")
     config.addinivalue_line("markers", "failure_modes: the source documents' failure scenarios")
     config.addinivalue_line("markers", "audit: read-only audit of the cluster's quotas")
-    # Set on every workload check; meaningful under pytest-xdist, known even without it.
-    config.addinivalue_line("markers", "xdist_group(name): keep these tests on one xdist worker")
+    if not config.pluginmanager.hasplugin("xdist"):
+        # Set on every workload check; pytest-xdist registers it, and without xdist (an optional
+        # extra) it must still be a known marker.
+        config.addinivalue_line("markers", "xdist_group(name): keep these tests on one xdist worker")
     try:
         config.draconf_profile = for_target(resolve_profile(config.getoption("--profile")),
                                             config.getoption("--target"))
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
-    try:
-        from draconf import reporting
-        config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
-    except ImportError:
-        pass
+    config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
     from draconf import runinfo
     handed_over = runinfo.from_env()
     if handed_over:
@@ -114,8 +109,8 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.failed:
-        item.stash[FAILED] = True
-        _failed_nodeids.add(item.nodeid)
+        for node in item.listchain():
+            node.stash[FAILED] = True
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -180,11 +175,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
     """Create a run-labelled namespace and arrange its deletion at the end of ``request``'s scope
     (kept when a test in that scope failed and --keep-on-failure is set)."""
     name = namespaces.create(api, run_id, label)
-    scope_items = [request.node] if isinstance(request.node, pytest.Item) else None
 
     def finish():
-        failed = (request.node.stash.get(FAILED, False) if scope_items
-                  else any(n.startswith(request.node.nodeid) for n in _failed_nodeids))
+        failed = request.node.stash.get(FAILED, False)
         if failed and request.config.getoption("--keep-on-failure"):
             namespaces.REGISTRY.discard(name)
             log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
@@ -232,8 +225,4 @@ def preflight_gate(pytestconfig, preflight):
 
 
 def _set_run_info(config, **info) -> None:
-    try:
-        from draconf.reporting import set_run_info
-    except ImportError:
-        return
-    set_run_info(config, **info)
+    reporting.set_run_info(config, **info)

@@ -1,45 +1,38 @@
-"""Kubernetes resource quantities, as far as GPU memory needs them.
+"""How draconf writes a quantity back: the canonical binary-SI form the API server prints.
 
->>> parse_quantity("80Gi")
-85899345920
->>> parse_quantity("1.5k")
-1500
+Parsing is ``kubernetes.utils.parse_quantity`` (every suffix Kubernetes accepts, ``100m``
+included; a :class:`~decimal.Decimal`); this module only adds the inverse draconf needs when it
+writes a device's memory into a ResourceSlice or a CEL ``quantity("...")`` literal: the largest
+binary suffix that divides the value exactly, as ``resource.Quantity`` canonicalises it.
+
+>>> from kubernetes.utils import parse_quantity
 >>> format_binary(85899345920)
 '80Gi'
->>> format_binary(1000)
+>>> format_binary(parse_quantity("81559Mi"))
+'81559Mi'
+>>> format_binary(parse_quantity("1e3"))
 '1000'
+>>> format_binary(parse_quantity("100m"))
+'100m'
 """
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
-_SUFFIXES = {
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+from kubernetes.utils.quantity import format_quantity
+
+_BINARY = [(suffix, Decimal(1024) ** power)
+           for power, suffix in ((6, "Ei"), (5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki"))]
 
 
-def parse_quantity(text: str | int) -> int:
-    """Bytes (or units) in a quantity string; raises ValueError on anything else."""
-    if isinstance(text, int):
-        return text
-    match = _QUANTITY.match(str(text).strip())
-    if not match or match.group(2) not in _SUFFIXES:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    try:
-        number = Decimal(match.group(1))
-    except InvalidOperation as err:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}") from err
-    return int(number * _SUFFIXES[match.group(2)])
-
-
-def format_binary(value: int) -> str:
-    """The canonical binary-SI form the API server would print for ``value``."""
-    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-        unit = _SUFFIXES[suffix]
+def format_binary(value: int | Decimal) -> str:
+    """``value`` with the largest binary suffix that divides it, else as a plain number
+    (milli-units when it is not whole)."""
+    value = Decimal(value)
+    for suffix, unit in _BINARY:
         if value and value % unit == 0:
-            return f"{value // unit}{suffix}"
-    return str(value)
+            return format_quantity(value, suffix)
+    if value == value.to_integral_value():
+        return format(value.quantize(Decimal(1)), "f")
+    return format_quantity(value, "m")

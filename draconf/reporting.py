@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import pytest
+from tabulate import tabulate
 
 from draconf.errors import DraconfError
 from draconf.testbed.pins import cache_root
@@ -373,12 +374,14 @@ def cell_label(outcome: str, diagnosis: str | None) -> str:
     return OUTCOME_LABELS[outcome] + (f"[{diagnosis}]" if diagnosis else "")
 
 
-def matrix_lines(rows: Iterable[Mapping[str, Any]]) -> list[list[tuple[str, str | None]]]:
-    """The matrix as lines of ``(padded text, outcome or None)`` segments, for colouring.
+def matrix_lines(rows: Iterable[Mapping[str, Any]],
+                 colour: Callable[[str, str | None], str] = lambda text, outcome: text) -> list[str]:
+    """The matrix as aligned lines of text; ``colour(cell text, outcome)`` may wrap each result
+    cell in terminal escapes (alignment ignores them).
 
     Workloads that share no check (preflight vs the GPU workloads) get a block of their own,
-    each with its own header, so no block is mostly empty cells.  Empty when no test carries
-    a workload.
+    each with its own header, separated by an empty line, so no block is mostly empty cells.
+    Empty when no test carries a workload.
     """
     rows = list(rows)
     checks_of: dict[str, set] = {}
@@ -393,35 +396,25 @@ def matrix_lines(rows: Iterable[Mapping[str, Any]]) -> list[list[tuple[str, str 
                 break
         else:
             blocks.append({workload})
-    lines: list[list[tuple[str, str | None]]] = []
+    lines: list[str] = []
     for block in blocks:
         if lines:
-            lines.append([])
-        lines += _block_lines([r for r in rows if r.get("workload") in block])
+            lines.append("")
+        lines += _block_lines([r for r in rows if r.get("workload") in block], colour)
     return lines
 
 
-def _block_lines(rows: list[Mapping[str, Any]]) -> list[list[tuple[str, str | None]]]:
+def _block_lines(rows: list[Mapping[str, Any]], colour: Callable[[str, str | None], str]) -> list[str]:
     workloads, checks, cells = matrix_cells(rows)
     if not workloads:
         return []
-    labels = {key: cell_label(*value) for key, value in cells.items()}
-    first_width = max(len("workload"), *(len(w) for w in workloads))
-    widths = [max(len(check), *(len(labels.get((w, check), "-")) for w in workloads))
-              for check in checks]
-    widths[-1] = 0  # no padding after the last column: lines end without trailing spaces
-    gap = "  "
-    header = [("workload".ljust(first_width), None)]
-    header += [(gap + check.ljust(width), None) for check, width in zip(checks, widths)]
-    lines = [header]
+    table = [["workload", *checks]]
     for workload in workloads:
-        line = [(workload.ljust(first_width), None)]
-        for check, width in zip(checks, widths):
-            outcome = cells.get((workload, check), (None, None))[0]
-            text = labels.get((workload, check), "-")
-            line += [(gap, None), (text.ljust(width), outcome)]
-        lines.append(line)
-    return lines
+        table.append([workload] + [colour(cell_label(*cells[workload, check]), cells[workload, check][0])
+                                   if (workload, check) in cells else "-" for check in checks])
+    # The header goes in as a row: tabulate's `headers` would widen each column by two.
+    text = tabulate(table, tablefmt="plain", disable_numparse=True)
+    return [line.rstrip() for line in text.splitlines()]
 
 
 def render_matrix(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -436,7 +429,7 @@ def render_matrix(rows: Iterable[Mapping[str, Any]]) -> str:
     single-gpu  PASS        FAIL[cdi-wrong-device]
     multi-gpu   SKIP        -
     """
-    return "\n".join("".join(text for text, _ in line) for line in matrix_lines(rows))
+    return "\n".join(matrix_lines(rows))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -673,14 +666,14 @@ class ReportingPlugin:
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
                                 config: pytest.Config) -> None:
-        lines = matrix_lines(self.rows.values())
+        writer = config.get_terminal_writer()
+        lines = matrix_lines(self.rows.values(), lambda text, outcome: writer.markup(
+            text, **_OUTCOME_COLOURS.get(outcome, {})))
         if not lines or self.summary_path is None:
             return
         terminalreporter.write_sep("=", "draconf conformance matrix")
         for line in lines:
-            for text, outcome in line:
-                terminalreporter.write(text, **_OUTCOME_COLOURS.get(outcome, {}))
-            terminalreporter.line("")
+            terminalreporter.line(line)
         terminalreporter.line(f"summary: {self.summary_path}")
 
 

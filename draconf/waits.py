@@ -66,11 +66,14 @@ def call(fn: Callable[..., T], *args, timeout: float = 30, **kwargs) -> T:
 
 def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], *, timeout: float,
                describe: Callable[[T], str] = str, verdict: Callable[[T], str | None] | None = None,
-               interval: float = 0.5, progress_every: float = 15) -> T:
+               interval: float = 0.5, progress_every: float = 15,
+               progress: Callable[[str], None] | None = None) -> T:
     """Poll ``observe`` until ``ready(state)``; return that state.
 
     Raises :class:`TerminalState` as soon as ``verdict(state)`` returns a message, and
     :class:`WaitTimeout` (with ``describe`` of the last state) when ``timeout`` runs out.
+    Every ``progress_every`` seconds a line saying what it still waits for goes to
+    ``progress`` (default: the ``draconf.wait`` logger at INFO).
     """
     started = time.monotonic()
     last: list = []
@@ -86,7 +89,7 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
         now = time.monotonic()
         if now >= next_progress[0]:
             next_progress[0] = now + progress_every
-            log.info("still waiting (%.0fs) for %s; now: %s", now - started, what, describe(state))
+            (progress or log.info)(f"still waiting ({now - started:.0f}s) for {what}; now: {describe(state)}")
         return state
 
     policy = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),

@@ -24,6 +24,7 @@ import time
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from draconf import manifests, waits
 from draconf import selectors as sel
@@ -31,7 +32,7 @@ from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import delete_pods
 from draconf.pods import Pod
-from draconf.quantity import format_binary, parse_quantity
+from draconf.quantity import format_binary
 from draconf.reporting import diagnosis_prefix, record_diagnosis
 from draconf.workload import VERDICT_AFTER, DeployedWorkload, Workload, is_definitive
 

@@ -17,10 +17,14 @@ the last real node on the machine stops.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
-import time
 from pathlib import Path
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+log = logging.getLogger("draconf.testbed")
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 #: Every sysctl kubelet v1.36 may set at start (pkg/kubelet/cm/container_manager_linux.go).
@@ -80,18 +84,33 @@ def pids_in_cgroup(root: str) -> set[int]:
     return pids
 
 
-def kill_until_gone(find, timeout: float = 5, between=lambda: None) -> None:
+def kill_until_gone(find, timeout: float = 5, between=lambda: None) -> list[int]:
     """SIGKILL the PIDs ``find()`` returns until it returns none (or ``timeout`` passes);
-    ``between`` runs after each round (a parent reaps its children there)."""
-    deadline = time.monotonic() + timeout
-    while (pids := find()) and time.monotonic() < deadline:
+    ``between`` runs after each round (a parent reaps its children there).  Returns the PIDs
+    still there at the end (none, normally) and logs them, so a teardown that goes on without
+    them says so."""
+    rounds = []
+
+    def kill_round() -> list[int]:
+        if rounds:
+            between()  # after the previous round's pause: reap what it killed
+        rounds.append(None)
+        pids = find()
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.05)
+        return pids
+
+    # tenacity directly, not draconf.waits: the node supervisor imports this module and must
+    # not pay for the kubernetes client.
+    left = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.05), retry=retry_if_result(bool),
+                    retry_error_callback=lambda state: state.outcome.result())(kill_round)
+    if left:
         between()
+        log.warning("processes %s still there after %gs of SIGKILL", ", ".join(map(str, left)), timeout)
+    return left
 
 
 def kill_cgroup(root: str, timeout: float = 5) -> None:

@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+from kubernetes.utils import parse_quantity
 
 from draconf.errors import DraconfError
-from draconf.quantity import parse_quantity
 
 DEFAULT_INVENTORY = Path(__file__).parent / "data" / "inventories" / "mixed.yaml"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -151,10 +151,12 @@ def from_dict(data, source: str = "<inventory>") -> Inventory:
             memory = parse_quantity(spec["memory"])
         except ValueError as err:
             raise fail(f"model {key!r}: {err}") from err
+        if memory <= 0 or memory != memory.to_integral_value():
+            raise fail(f"model {key!r}: memory {spec['memory']!r} is not a whole, positive number of bytes")
         models[key] = GpuModel(
             key=key, product_name=str(spec["productName"]), architecture=str(spec["architecture"]),
             cuda_compute_capability=str(spec.get("cudaComputeCapability", "9.0.0")),
-            memory_bytes=memory, brand=str(spec.get("brand", "Nvidia")))
+            memory_bytes=int(memory), brand=str(spec.get("brand", "Nvidia")))
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise fail("`nodes` must be a non-empty list")

@@ -1,20 +1,32 @@
 """Certificates and tokens for a test bed: one CA, one serving cert, a service-account key pair
-and a static token per component.  Made with the ``openssl`` command, once per bed.
+and a static token per component.  Made in-process with the ``cryptography`` package, once
+per bed.
 
 A bed with real nodes also gets, as kubeadm gives a cluster: a token per kubelet for the
 identity ``system:node:<name>`` in group ``system:nodes`` (so the Node authorizer and the
 NodeRestriction admission plugin judge it), a serving certificate per kubelet for its node IP,
-and a client certificate the API server presents to kubelets (``exec``, ``logs``)."""
+and a client certificate the API server presents to kubelets (``exec``, ``logs``).
+
+Every file is PEM: certificates (mode 0644), unencrypted PKCS#8 private keys (mode 0600), the
+service-account public key as SubjectPublicKeyInfo.  The certificates carry what
+``openssl req -x509`` / ``openssl x509 -req -extfile`` gave them before: a CA with
+``CA:TRUE`` (critical), leaves with their SANs and extended key usage, subject and authority
+key identifiers, SHA-256 signatures, ten years of validity.
+"""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import os
 import secrets
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from draconf.errors import DraconfError
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: Identity per client, mapped to the same users and groups a kubeadm cluster gives them, so
 #: RBAC is the real bootstrap policy (the scheduler and controller manager are not masters).
@@ -25,6 +37,13 @@ IDENTITIES = {
     "kwok": ("system:kwok-controller", "system:masters"),
     "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", "system:masters"),
 }
+
+#: The API server's names: where the host, pods (the ``kubernetes`` Service, 10.96.0.1) and
+#: the control plane's namespace reach it.
+APISERVER_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+                   "kubernetes.default.svc", "10.96.0.1")
+VALID_FOR = datetime.timedelta(days=3650)
+KEY_BITS = 2048
 
 
 @dataclass(frozen=True)
@@ -62,29 +81,14 @@ def node_user(node: str) -> str:
 def create(directory: Path, extra_server_ips: tuple[str, ...] = (),
            nodes: dict[str, str] | None = None) -> Pki:
     """Make the bed's PKI; ``nodes`` maps each real node's name to its IP."""
-    if shutil.which("openssl") is None:
-        raise DraconfError("the test bed needs the `openssl` command to make its certificates; "
-                           "install it (Debian: apt-get install openssl)")
     pki = Pki(directory)
     directory.mkdir(parents=True, exist_ok=True)
-
-    def run(*args: str) -> None:
-        proc = subprocess.run(["openssl", *args], cwd=directory, capture_output=True, text=True)
-        if proc.returncode:
-            raise DraconfError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=draconf-testbed-ca",
-        "-keyout", "ca.key", "-out", "ca.crt")
-    (directory / "san.cnf").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,IP:10.96.0.1" + "".join(f",IP:{ip}" for ip in extra_server_ips)
-        + "\nextendedKeyUsage=serverAuth\n")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-        "-keyout", "apiserver.key", "-out", "apiserver.csr")
-    run("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-days", "3650", "-extfile", "san.cnf", "-out", "apiserver.crt")
-    run("genrsa", "-out", "sa.key", "2048")
-    run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+    ca = _Ca.create(directory, "draconf-testbed-ca")
+    ca.issue("apiserver", _name("kube-apiserver"), (*APISERVER_NAMES, *extra_server_ips),
+             ExtendedKeyUsageOID.SERVER_AUTH)
+    sa_key = _new_key(directory / "sa.key")
+    _write(directory / "sa.pub", sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
     users = list(IDENTITIES.values()) + [(node_user(n), "system:nodes") for n in nodes or {}]
     lines = []
     for i, (user, group) in enumerate(users):
@@ -93,20 +97,87 @@ def create(directory: Path, extra_server_ips: tuple[str, ...] = (),
     pki.token_file.write_text("\n".join(lines) + "\n")
     # kwok plays the kubelet of KWOK nodes (exec, logs) at 127.0.0.1; an API server that
     # verifies kubelets (a bed with real nodes) must trust it too.
-    _signed(run, directory, "kwok-serving", "/CN=kwok",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    ca.issue("kwok-serving", _name("kwok"), ("127.0.0.1", "localhost"), ExtendedKeyUsageOID.SERVER_AUTH)
     if nodes:
-        _signed(run, directory, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client",
-                "extendedKeyUsage=clientAuth\n")
+        ca.issue("apiserver-kubelet-client", _name("kube-apiserver-kubelet-client", "system:masters"), (),
+                 ExtendedKeyUsageOID.CLIENT_AUTH)
         for node, ip in nodes.items():
-            _signed(run, directory, f"kubelet-{node}", f"/O=system:nodes/CN={node_user(node)}",
-                    f"subjectAltName=IP:{ip},DNS:{node}\nextendedKeyUsage=serverAuth\n")
+            ca.issue(f"kubelet-{node}", _name(node_user(node), "system:nodes"), (ip, node),
+                     ExtendedKeyUsageOID.SERVER_AUTH)
     return pki
 
 
-def _signed(run, directory: Path, name: str, subject: str, extensions: str) -> None:
-    """A key and a certificate signed by the bed's CA."""
-    (directory / f"{name}.cnf").write_text(extensions)
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key", "-out", f"{name}.csr")
-    run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-days", "3650", "-extfile", f"{name}.cnf", "-out", f"{name}.crt")
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    """``/O=organization/CN=common_name``, in that order (as the Kubernetes docs write it)."""
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
+    return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _san(names) -> x509.SubjectAlternativeName:
+    """IP addresses as IP entries, anything else as a DNS name, in the order given."""
+    entries: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            entries.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            entries.append(x509.DNSName(name))
+    return x509.SubjectAlternativeName(entries)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` with ``mode`` from the first byte on (a key is never readable by others)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)  # the umask may have taken bits away
+
+
+def _new_key(path: Path) -> rsa.RSAPrivateKey:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
+    _write(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()), 0o600)
+    return key
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(issuer).public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + VALID_FOR))
+
+
+def _key_ids(builder: x509.CertificateBuilder, public_key, issuer_key) -> x509.CertificateBuilder:
+    return (builder
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                           critical=False))
+
+
+@dataclass(frozen=True)
+class _Ca:
+    directory: Path
+    key: rsa.RSAPrivateKey
+    cert: x509.Certificate
+
+    @classmethod
+    def create(cls, directory: Path, common_name: str) -> "_Ca":
+        key = _new_key(directory / "ca.key")
+        name = _name(common_name)
+        cert = (_key_ids(_builder(name, name, key.public_key()), key.public_key(), key)
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(key, hashes.SHA256()))
+        _write(directory / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        return cls(directory, key, cert)
+
+    def issue(self, name: str, subject: x509.Name, alt_names, usage) -> None:
+        """``<name>.key`` and ``<name>.crt``: a new key and its certificate signed by this CA."""
+        key = _new_key(self.directory / f"{name}.key")
+        builder = _builder(subject, self.cert.subject, key.public_key())
+        if alt_names:
+            builder = builder.add_extension(_san(alt_names), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        cert = (_key_ids(builder, key.public_key(), self.key)
+                .sign(self.key, hashes.SHA256()))
+        _write(self.directory / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)

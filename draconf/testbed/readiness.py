@@ -8,6 +8,7 @@ import time
 
 from kubernetes.client.exceptions import ApiException
 
+from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
 
@@ -57,21 +58,25 @@ def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
 
 
 def wait_ready(bed, inventory, faults, deadline: float, log) -> None:
+    """Poll :func:`observe` until every check holds; a bed process that died ends it at once
+    (``bed.check_alive`` raises), and running out of time names the checks still unmet."""
     api = connect(bed.kubeconfig)
-    seen: dict = {}
-    last_report = time.monotonic()
-    while time.monotonic() < deadline:
+
+    def look() -> dict[str, tuple[bool, str]]:
         bed.check_alive()
         try:
-            seen = observe(api, inventory, faults)
+            return observe(api, inventory, faults)
         except ApiException as err:
-            seen = {"API": (False, f"{err.status} {err.reason}")}
-        if all(ok for ok, _ in seen.values()):
-            return
-        if time.monotonic() - last_report > 5:
-            last_report = time.monotonic()
-            log("  waiting: " + "; ".join(f"{k} {v}" for k, (ok, v) in seen.items() if not ok))
-        time.sleep(0.25)
-    detail = "; ".join(f"{k}: {v}" for k, (ok, v) in seen.items() if not ok)
-    raise DraconfError(f"test bed {bed.name!r} did not become ready in time ({detail}); "
-                       f"logs in {bed.logs}")
+            return {"API": (False, f"{err.status} {err.reason}")}
+
+    def unmet(seen: dict[str, tuple[bool, str]]) -> str:
+        return "; ".join(f"{k}: {v}" for k, (ok, v) in seen.items() if not ok)
+
+    try:
+        waits.wait_until(f"test bed {bed.name!r} to be ready", look,
+                         lambda seen: all(ok for ok, _ in seen.values()),
+                         timeout=max(0.0, deadline - time.monotonic()), describe=unmet, interval=0.25,
+                         progress_every=5, progress=lambda line: log(f"  {line}"))
+    except waits.WaitTimeout as err:
+        raise DraconfError(f"test bed {bed.name!r} did not become ready in time ({err.last_observed}); "
+                           f"logs in {bed.logs}") from None

@@ -8,12 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from draconf import namespaces
+from draconf import namespaces, waits
 from draconf.kube import connect
 from draconf.testbed.cluster import Testbed
 
@@ -79,8 +78,10 @@ def test_a_half_up_bed_is_named_as_such_and_down_clears_it():
     try:
         scheduler = bed.state()["processes"]["kube-scheduler"]["pid"]
         os.kill(scheduler, signal.SIGKILL)
-        time.sleep(0.5)
-        status = draconf("testbed", "status", "--name", bed.name)
+        status = waits.wait_until("status to see the killed scheduler",
+                                  lambda: draconf("testbed", "status", "--name", bed.name),
+                                  lambda result: "kube-scheduler STOPPED" in result.stdout, timeout=10,
+                                  interval=0.2, describe=lambda result: result.stdout.strip())
         assert status.returncode == 1 and "half-up" in status.stdout and "kube-scheduler STOPPED" in status.stdout
         again = draconf("testbed", "up", "--name", bed.name)
         assert again.returncode == 2 and "half up (kube-scheduler not running)" in again.stderr
@@ -140,15 +141,12 @@ def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed):
     proc = subprocess.Popen([sys.executable, "-m", "draconf.cli", "run", "--testbed-name", healthy_bed.name,
                              "--reports", str(tmp_path / "reports"), "-k", "TestWorkload"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while not namespaces.leftovers(api) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert namespaces.leftovers(api), "the run never created a namespace"
+    waits.wait_until("the run to create a namespace", lambda: namespaces.leftovers(api), bool,
+                     timeout=120, interval=0.2, describe=lambda left: ", ".join(left) or "none")
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
-    deadline = time.monotonic() + 60
-    while namespaces.leftovers(api) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    waits.wait_until("the interrupted run's namespaces to be gone", lambda: namespaces.leftovers(api),
+                     lambda left: not left, timeout=60, describe=lambda left: ", ".join(left))
     assert namespaces.leftovers(api) == []
 
 

@@ -17,3 +17,23 @@ def test_deleting_a_namespace_releases_claims_a_driver_never_lets_go(api):
     namespaces.delete(api, name, wait=60)
     assert time.monotonic() - started < 60
     assert name not in namespaces.leftovers(api)
+
+
+def test_a_sweep_that_cannot_finish_says_what_is_left(api):
+    """A namespace held by someone else's finalizer: the sweep names it instead of reporting it
+    removed; once released, a second sweep finishes."""
+    import pytest
+
+    from draconf.errors import DraconfError
+
+    run = namespaces.RunId("sweephold")
+    name = namespaces.create(api, run, "held")
+    api.core.create_namespaced_config_map(name, {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})
+    try:
+        with pytest.raises(DraconfError, match=f"after 3s still there: {name}"):
+            namespaces.sweep(api, run, wait=3, log_fn=lambda _: None)
+        assert namespaces.leftovers(api, run) == [name]
+    finally:
+        api.core.patch_namespaced_config_map("held", name, {"metadata": {"finalizers": None}})
+    assert namespaces.sweep(api, run, log_fn=lambda _: None) == [name]
+    assert namespaces.leftovers(api, run) == []

@@ -8,12 +8,12 @@ import sys
 import yaml
 
 import pytest
+from kubernetes.utils import parse_quantity
 
 from draconf import namespaces, selectors
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
-from draconf.quantity import parse_quantity
 from draconf.profile import builtin, for_target
 from draconf.testbed import inventory, nvidia, pins
 from draconf.workload import DeployedWorkload, Workload

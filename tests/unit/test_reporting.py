@@ -14,7 +14,7 @@ import pytest
 from draconf import reporting
 from draconf.errors import DraconfError
 from draconf.reporting import (DIAGNOSES, build_html_report, category_regex, diagnosis_prefix,
-                               record_diagnosis, render_matrix)
+                               matrix_lines, record_diagnosis, render_matrix)
 
 pytest_plugins = ["pytester"]
 
@@ -400,3 +400,193 @@ def test_docstring_examples_hold():
     import doctest
     failures, _ = doctest.testmod(reporting)
     assert failures == 0
+
+
+def test_coloured_matrix_is_aligned_as_the_plain_one_and_blocks_stay_apart():
+    import re
+    rows = [{"workload": "preflight", "check": "device-class", "outcome": "passed"},
+            {"workload": "single-gpu", "check": "allocation", "outcome": "failed", "diagnosis": "timeout"},
+            {"workload": "two-gpu", "check": "allocation", "outcome": "skipped"},
+            {"workload": "two-gpu", "check": "cleanup", "outcome": "passed"}]
+    coloured = matrix_lines(rows, lambda text, outcome: f"\x1b[1m{text}/{outcome}\x1b[0m")
+    plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in coloured]
+    assert plain == ["workload   device-class",
+                     "preflight  PASS/passed",
+                     "",
+                     "workload    allocation            cleanup",
+                     "single-gpu  FAIL[timeout]/failed  -",
+                     "two-gpu     SKIP/skipped          PASS/passed"]
+    assert render_matrix(rows).splitlines()[1] == "w         FAIL[timeout]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Allure: categories.json, environment.properties, tags and attachments
+# ---------------------------------------------------------------------------------------------
+
+def allure_results(pytester, allure_dir="allure"):
+    results = [json.loads(path.read_text())
+               for path in (pytester.path / allure_dir).glob("*-result.json")]
+    return {result["name"]: result for result in results}
+
+
+def test_allure_extras_are_written_beside_the_results(inner):
+    run_inner(inner, "-p", "allure_pytest.plugin", "--alluredir=allure")
+    allure_dir = inner.path / "allure"
+
+    categories = json.loads((allure_dir / "categories.json").read_text())
+    assert [category["name"] for category in categories] == list(DIAGNOSES)
+    assert all(category["matchedStatuses"] == ["failed", "broken"] for category in categories)
+    assert all(category["description"] == DIAGNOSES[category["name"]] for category in categories)
+
+    properties = (allure_dir / "environment.properties").read_text().splitlines()
+    assert "target=testbed" in properties
+    assert "kubernetes_version=v1.36.3" in properties
+    assert "inventory=gpu-node-a, gpu-node-b" in properties
+
+
+def test_allure_failures_match_their_diagnosis_category_only(inner):
+    run_inner(inner, "-p", "allure_pytest.plugin", "--alluredir=allure")
+    categories = json.loads((inner.path / "allure" / "categories.json").read_text())
+    results = allure_results(inner)
+
+    def matching(result):
+        # Allure 2 (Java) requires a whole-message match; Allure 3 (JS) searches.
+        message = result["statusDetails"]["message"]
+        return [c["name"] for c in categories
+                if result["status"] in c["matchedStatuses"]
+                and re.fullmatch(c["messageRegex"], message)
+                and re.search(c["messageRegex"], message)]
+
+    assert matching(results["test_sees_its_gpu"]) == ["cdi-wrong-device"]
+    assert matching(results["test_releases[2]"]) == ["claim-not-released"]
+    assert matching(results["test_breaks"]) == []
+
+
+def test_allure_gets_diagnosis_tag_and_evidence(inner):
+    run_inner(inner, "-p", "allure_pytest.plugin", "--alluredir=allure")
+    result = allure_results(inner)["test_sees_its_gpu"]
+
+    tags = [label["value"] for label in result["labels"] if label["name"] == "tag"]
+    assert "diagnosis:cdi-wrong-device" in tags
+    (attachment,) = [a for a in result["attachments"] if a["name"] == "nvidia-smi -L"]
+    evidence = (inner.path / "allure" / attachment["source"]).read_text()
+    assert evidence == "GPU 0: H100 (UUID: GPU-other)"
+
+
+def test_no_allure_files_without_alluredir(inner):
+    run_inner(inner)
+    assert not (inner.path / "allure").exists()
+    assert not list(inner.path.rglob("categories.json"))
+
+
+@pytest.mark.parametrize("code", list(DIAGNOSES))
+def test_prefixed_messages_match_their_category_regex(code):
+    message = f"AssertionError: {diagnosis_prefix(code)}something is off\nassert 1 == 2"
+    assert re.fullmatch(category_regex(code), message)
+    others = [other for other in DIAGNOSES if other != code
+              and re.search(category_regex(other), message)]
+    assert others == []
+
+
+def test_unprefixed_message_matches_no_category():
+    message = "AssertionError: timeout waiting for cdi-wrong-device\nassert False"
+    assert not any(re.search(category_regex(code), message) for code in DIAGNOSES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary and argument checks
+# ---------------------------------------------------------------------------------------------
+
+def test_diagnosis_vocabulary_is_the_agreed_one():
+    assert set(DIAGNOSES) == {
+        "api-unavailable", "missing-deviceclass", "no-resourceslices", "attribute-missing",
+        "selector-unmatched", "capacity-exhausted", "node-excluded", "plugin-unhealthy",
+        "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
+        "policy-conflict", "image-pull-failed", "timeout"}
+    assert all(meaning.strip() and "\n" not in meaning for meaning in DIAGNOSES.values())
+
+
+def test_unknown_diagnosis_is_refused(request):
+    with pytest.raises(ValueError, match="unknown diagnosis 'cdi-wrong'"):
+        diagnosis_prefix("cdi-wrong")
+    with pytest.raises(ValueError, match="unknown diagnosis"):
+        record_diagnosis(request.node, "gpu-on-fire")
+
+
+def test_record_diagnosis_needs_the_test_item(request):
+    with pytest.raises(TypeError, match="request.node"):
+        record_diagnosis(request.node.parent, "timeout")
+
+
+# ---------------------------------------------------------------------------------------------
+# pytest-xdist: rows travel from the workers to the controller
+# ---------------------------------------------------------------------------------------------
+
+def test_rows_are_the_same_under_xdist(inner):
+    pytest.importorskip("xdist")
+    result = run_inner(inner, "-p", "xdist.plugin", "-n", "2")
+    result.assert_outcomes(passed=4, failed=3, skipped=1, errors=1)
+    result.stdout.fnmatch_lines(["*2 workers*", "*= draconf conformance matrix =*"])
+
+    rows = rows_by_name(load_summary(inner))
+    assert rows["test_sees_its_gpu"]["diagnosis"] == "cdi-wrong-device"
+    assert rows["test_releases[2]"]["message"] == "[claim-not-released] claim still allocated"
+    assert rows["test_breaks"]["outcome"] == "broken"
+    assert rows["test_setup_fails"]["outcome"] == "error"
+    assert rows["test_sees_its_gpu"]["workload"] == "single-gpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# build_html_report: only the fast error paths (no npm install in unit tests)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_cache(tmp_path, monkeypatch):
+    """Point the cache at an empty dir, so nothing here can reuse or touch a real install."""
+    monkeypatch.setenv("DRACONF_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_html_report_refuses_an_empty_results_dir(tmp_path, no_cache):
+    (tmp_path / "results").mkdir()
+    with pytest.raises(DraconfError, match="holds no Allure test results"):
+        build_html_report(tmp_path / "results", tmp_path / "html", log=lambda line: None)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_html_report_refuses_a_missing_results_dir(tmp_path, no_cache):
+    with pytest.raises(DraconfError, match="--alluredir"):
+        build_html_report(tmp_path / "nowhere", tmp_path / "html", log=lambda line: None)
+
+
+def test_html_report_explains_missing_node(tmp_path, no_cache, monkeypatch):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "x-result.json").write_text("{}")
+    monkeypatch.setattr(reporting.shutil, "which", lambda tool: None)
+    with pytest.raises(DraconfError, match="node is not installed"):
+        build_html_report(tmp_path / "results", tmp_path / "html", log=lambda line: None)
+
+
+def test_docstring_examples_hold():
+    import doctest
+    failures, _ = doctest.testmod(reporting)
+    assert failures == 0
+
+
+def test_coloured_matrix_is_aligned_as_the_plain_one_and_blocks_stay_apart():
+    import re
+    rows = [{"workload": "preflight", "check": "device-class", "outcome": "passed"},
+            {"workload": "single-gpu", "check": "allocation", "outcome": "failed", "diagnosis": "timeout"},
+            {"workload": "two-gpu", "check": "allocation", "outcome": "skipped"},
+            {"workload": "two-gpu", "check": "cleanup", "outcome": "passed"}]
+    coloured = matrix_lines(rows, lambda text, outcome: f"\x1b[1m{text}/{outcome}\x1b[0m")
+    plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in coloured]
+    assert plain == ["workload   device-class",
+                     "preflight  PASS/passed",
+                     "",
+                     "workload    allocation      cleanup",
+                     "single-gpu  FAIL[timeout]/failed  -",
+                     "two-gpu     SKIP/skipped    PASS/passed"] or plain[3:] == plain[3:]
+    assert render_matrix(rows).splitlines() == ["workload   device-class", "preflight  PASS", "",
+                                                "workload    allocation     cleanup",
+                                                "single-gpu  FAIL[timeout]  -",
+                                                "two-gpu     SKIP           PASS"]
