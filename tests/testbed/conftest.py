@@ -15,11 +15,11 @@ from draconf.testbed import inventory
 from draconf.testbed.cluster import Testbed
 
 
-def _start(name: str, faults: list[str]) -> Testbed:
+def _start(name: str, faults: list[str], fleet: inventory.Inventory | None = None) -> Testbed:
     bed = Testbed.named(name)
     if bed.is_up and (bed.state() or {}).get("faults") != sorted(faults):
         bed.down(log=lambda *_: None)
-    bed.up(inventory.load(), faults=faults, log=lambda *_: None)
+    bed.up(fleet or inventory.load(), faults=faults, log=lambda *_: None)
     return bed
 
 
@@ -38,6 +38,14 @@ def healthy_bed():
 @pytest.fixture(scope="session")
 def api(healthy_bed):
     return connect(healthy_bed.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def kwok_gpu_bed():
+    """The default fleet with every node a KWOK node: the simulation large fleets use."""
+    bed = _start("selftest-kwok", [], inventory.with_node_kind(inventory.load(), "kwok"))
+    yield bed
+    _stop(bed)
 
 
 @pytest.fixture
