@@ -86,8 +86,10 @@ def resource_slice(node: dict, drift: bool) -> dict:
 
 
 class Agent:
-    def __init__(self, state_dir: Path, crd_dir: Path, faults: list[str]):
+    def __init__(self, state_dir: Path, crd_dir: Path, faults: list[str], nvidia: bool = True):
         self.dir = state_dir
+        #: False on a bed whose driver is installed from another chart: KWOK nodes only.
+        self.nvidia = nvidia
         self.crd_dir = crd_dir
         self.faults = set(faults)
         self.api = connect(state_dir / "nvidia-dra-driver.kubeconfig")
@@ -109,6 +111,10 @@ class Agent:
     # --- install -----------------------------------------------------------------------------
     def install(self) -> None:
         self._apply_crd(self.crd_dir / "kwok.x-k8s.io_execs.yaml")
+        if not self.nvidia:
+            self._register_nodes()
+            log.info("KWOK nodes registered; the bed's driver comes from its own chart")
+            return
         self._apply_crd(DATA / "crds" / "gpucluster.yaml")
         if "clusterpolicy-conflict" in self.faults:
             self._apply_crd(DATA / "crds" / "clusterpolicy.yaml")
@@ -198,6 +204,9 @@ class Agent:
     def run(self) -> None:
         last_report = 0.0
         while not self.stopping:
+            if not self.nvidia:
+                time.sleep(0.25)  # nothing to simulate: no KWOK GPU node has this driver
+                continue
             try:
                 if time.monotonic() - last_report > 1:
                     last_report = time.monotonic()
@@ -399,9 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--crd-dir", type=Path, required=True)
     parser.add_argument("--fault", action="append", default=[])
+    parser.add_argument("--driver", choices=["nvidia", "example"], default="nvidia",
+                        help="example: another driver is installed from its chart; only register "
+                             "the KWOK nodes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    agent = Agent(args.state_dir, args.crd_dir, args.fault)
+    agent = Agent(args.state_dir, args.crd_dir, args.fault, nvidia=args.driver == "nvidia")
 
     def stop(*_):
         agent.stopping = True

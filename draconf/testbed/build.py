@@ -56,7 +56,8 @@ def ensure_built(log=print, force: bool = False) -> Path:
         groups.setdefault(key, []).append(target)
     for (module, static, tags, subdir), targets in groups.items():
         (bindir / subdir).mkdir(parents=True, exist_ok=True)
-        _go_build(pins.GOMOD_DIR / module, targets, bindir / subdir, log, static=static, tags=tags)
+        _go_build(pins.GOMOD_DIR / module, targets, bindir / subdir, log, static=static, tags=tags,
+                  ldflags=pins.version_ldflags())
     _copy_kwok_crds(bindir, log)
     versions = debs.fetch(pins.DEBIAN_PACKAGES, bindir, log=log)
     log("[build] from Debian: " + ", ".join(f"{p} {v}" for p, v in versions.items()))
@@ -66,7 +67,35 @@ def ensure_built(log=print, force: bool = False) -> Path:
     return bindir
 
 
-def _go_build(moddir: Path, targets: list[pins.Target], outdir: Path, log, static: bool, tags: str) -> None:
+def ensure_example_built(log=print) -> Path:
+    """Build dra-example-driver (kubelet plugin, webhook), helm and the plugin's image, once;
+    return the directory holding them (``bin/example``).  Only beds with ``--driver example``
+    need them, so a plain ``draconf testbed build`` does not spend the time."""
+    bindir = ensure_built(log=log)
+    outdir = bindir / "example"
+    stamp = outdir / STAMP
+    digest = pins.pins_digest(pins.EXAMPLE_TARGETS)
+    if stamp.is_file() and stamp.read_text().strip() == digest and \
+            all((bindir / t.output).is_file() for t in pins.EXAMPLE_TARGETS):
+        return outdir
+    outdir.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    started = time.monotonic()
+    log(f"[build] dra-example-driver {pins.EXAMPLE_DRIVER_VERSION} and helm {pins.HELM_VERSION} "
+        f"-> {outdir} (first build takes a few minutes)")
+    for module in dict.fromkeys(t.module for t in pins.EXAMPLE_TARGETS):
+        targets = [t for t in pins.EXAMPLE_TARGETS if t.module == module]
+        # Their own version flags: these are not Kubernetes components.
+        _go_build(pins.GOMOD_DIR / module, targets, outdir, log, static=True, tags="", ldflags="-s -w")
+    archive = images.example_plugin_image(outdir / "dra-example-kubeletplugin", images_dir())
+    log(f"[build] image: {archive.ref}")
+    stamp.write_text(digest + "\n")
+    log(f"[build] done in {time.monotonic() - started:.0f}s")
+    return outdir
+
+
+def _go_build(moddir: Path, targets: list[pins.Target], outdir: Path, log, static: bool, tags: str,
+              ldflags: str) -> None:
     names = ", ".join(os.path.basename(t.output) for t in targets)
     env = dict(os.environ)
     if static:
@@ -75,7 +104,7 @@ def _go_build(moddir: Path, targets: list[pins.Target], outdir: Path, log, stati
         out = str(outdir / os.path.basename(targets[0].output))
     else:
         out = str(outdir) + os.sep
-    cmd = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-ldflags", pins.version_ldflags(),
+    cmd = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-ldflags", ldflags,
            *(["-tags", tags] if tags else []), "-o", out, *[t.package for t in targets]]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=moddir, env=env, stdout=subprocess.PIPE,
@@ -132,10 +161,18 @@ def build_images(bindir: Path, log=print) -> list[images.ImageArchive]:
     return built
 
 
-def image_archives() -> list[Path]:
-    """The archives :func:`build_images` wrote, for each real node to import."""
-    return [images_dir() / images.archive_name(ref)
-            for ref in (images.PAUSE_REF, images.WORKLOAD_REF, images.GPU_PLUGIN_REF)]
+def image_archives(driver: str = "nvidia") -> list[Path]:
+    """The archives each real node imports: the bed's own, and the plugin image of ``driver``."""
+    plugin = images.GPU_PLUGIN_REF if driver == "nvidia" else images.EXAMPLE_PLUGIN_REF
+    return [images_dir() / images.archive_name(ref) for ref in (images.PAUSE_REF, images.WORKLOAD_REF, plugin)]
+
+
+def example_chart_dir() -> Path:
+    """dra-example-driver's own Helm chart, as its module ships it (never a copy of ours)."""
+    moddir = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/dra-example-driver"],
+        cwd=pins.GOMOD_DIR / "example-driver", capture_output=True, text=True, check=True).stdout.strip()
+    return Path(moddir) / "deployments" / "helm" / "dra-example-driver"
 
 
 if __name__ == "__main__":  # python -m draconf.testbed.build

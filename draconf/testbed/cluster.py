@@ -45,6 +45,8 @@ from draconf.testbed.inventory import Inventory
 SERVICE_CIDR = "10.96.0.0/16"
 #: Components that talk to the API server from inside the control plane's namespace.
 IN_CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kwok")
+#: The DRA drivers a bed can run: the simulated NVIDIA driver, or dra-example-driver.
+DRIVERS = ("nvidia", "example")
 #: Where kwok and the only programs a KWOK "container" can run live inside its sandbox.
 KWOK_TOOLS = "/kwok-node"
 #: Seconds a real node gets to stop its kubelet, containers and containerd.
@@ -160,22 +162,37 @@ class Testbed:
             return {"name": self.name, "state": "down"}
         return {"name": self.name, "state": "up" if self.is_up else "half-up",
                 "kubeconfig": str(self.kubeconfig),
-                "server": state.get("server"), "faults": state.get("faults", []),
+                "server": state.get("server"), "driver": state.get("driver", "nvidia"), "faults": state.get("faults", []),
                 "inventory": state.get("inventory"), "components": self.processes(),
                 "real nodes": sorted(state.get("real_nodes", {})),
                 "kubernetes": pins.KUBERNETES_VERSION, "logs": str(self.logs)}
 
     # --- up ----------------------------------------------------------------------------------
     def up(self, inventory: Inventory, faults: list[str], log=print,
-           apiserver_port: int | None = None, timeout: float = 120) -> Path:
-        """Start the bed (or confirm it is already up with the same faults); return the kubeconfig."""
+           apiserver_port: int | None = None, timeout: float = 120, driver: str = "nvidia") -> Path:
+        """Start the bed (or confirm it is already up with the same faults); return the kubeconfig.
+
+        ``driver``: ``nvidia`` (the simulated NVIDIA driver, default) or ``example``
+        (dra-example-driver from its own chart; real GPU nodes only)."""
         faults = faults_mod.validate(faults)
+        if driver not in DRIVERS:
+            raise DraconfError(f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}")
+        if driver == "example":
+            if kwok_gpus := [n.name for n in inventory.gpu_nodes if n.kind == "kwok"]:
+                raise DraconfError(
+                    f"--driver example runs on real nodes only, but {', '.join(kwok_gpus)} "
+                    "are KWOK GPU nodes; leave out --node-kind kwok / --nodes")
+            if faults:
+                raise DraconfError("the bed's faults act inside the simulated NVIDIA driver; "
+                                   "--driver example takes none")
         state = self.state()
         if state is not None:
             if self.is_up:
-                if state.get("faults", []) != faults or state.get("inventory") != inventory.source:
+                if state.get("faults", []) != faults or state.get("inventory") != inventory.source \
+                        or state.get("driver", "nvidia") != driver:
                     raise DraconfError(
-                        f"test bed {self.name!r} is already up with faults {state.get('faults') or 'none'} "
+                        f"test bed {self.name!r} is already up with faults {state.get('faults') or 'none'}, "
+                        f"driver {state.get('driver', 'nvidia')} "
                         f"and inventory {state.get('inventory')}; run `draconf testbed down"
                         f"{'' if self.name == 'default' else ' --name ' + self.name}` first")
                 log(f"test bed {self.name!r} is already up")
@@ -193,15 +210,17 @@ class Testbed:
             raise DraconfError(f"port {apiserver_port} on 127.0.0.1 is already in use; choose another "
                                "--port or leave it out to pick a free one")
         bindir = build.ensure_built(log=log)
+        if driver == "example":
+            build.ensure_example_built(log=log)
         started = time.monotonic()
         if self.dir.exists():
             shutil.rmtree(self.dir)
         self.logs.mkdir(parents=True)
         state = {"name": self.name, "faults": faults, "inventory": inventory.source,
-                 "processes": {}, "ready": False}
+                 "driver": driver, "processes": {}, "ready": False}
         self._save(state)
         try:
-            self._start(state, bindir, inventory, faults, apiserver_port, log, timeout)
+            self._start(state, bindir, inventory, faults, apiserver_port, log, timeout, driver)
         except BaseException:
             log(f"test bed {self.name!r} failed to start; stopping what was started "
                 f"(logs kept in {self.logs})")
@@ -211,12 +230,13 @@ class Testbed:
         state["ready"] = True
         self._save(state)
         log(f"test bed {self.name!r} is up in {time.monotonic() - started:.1f}s: "
-            f"{len(inventory.nodes)} nodes ({len(inventory.real_nodes)} real), {inventory.gpu_count} GPUs"
-            f"{', faults: ' + ', '.join(faults) if faults else ''}")
+            f"{len(inventory.nodes)} nodes ({len(inventory.real_nodes)} real), "
+            + ("dra-example-driver from its chart" if driver == "example" else f"{inventory.gpu_count} GPUs")
+            + (f", faults: {', '.join(faults)}" if faults else ""))
         log(f"kubeconfig: {self.kubeconfig}")
         return self.kubeconfig
 
-    def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout) -> None:
+    def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout, driver) -> None:
         real = inventory.real_nodes
         layout = network.Layout.plan(self.dir, [n.name for n in real]) if real else None
         pki = pki_mod.create(self.dir / "pki", extra_server_ips=(network.Layout.apiserver_ip,) if layout else (),
@@ -322,21 +342,33 @@ class Testbed:
             netns=netns, marker=f"draconf.testbed.sandbox --root {root}")
 
         (self.dir / "inventory.json").write_text(json.dumps(_inventory_doc(inventory)))
-        log("installing the NVIDIA DRA driver (simulated on KWOK nodes)")
+        log("installing the NVIDIA DRA driver (simulated on KWOK nodes)" if driver == "nvidia"
+            else "registering KWOK nodes")
         self._spawn(state, "nvidia-dra-driver", [
             sys.executable, "-m", "draconf.testbed.agent", "--state-dir", str(self.dir),
-            "--crd-dir", str(build.crd_dir()), *[f"--fault={f}" for f in faults]],
+            "--crd-dir", str(build.crd_dir()), f"--driver={driver}", *[f"--fault={f}" for f in faults]],
             marker="-m draconf.testbed.agent")
         if layout:
             log(f"starting {len(real)} real node(s): containerd, kubelet")
             hostsys.record_sysctls()
             for node in real:
-                self._start_real_node(state, bindir, pki, layout, node, faults)
+                self._start_real_node(state, bindir, pki, layout, node, faults, driver)
+        if driver == "example":
+            log("installing dra-example-driver from its chart (helm template)")
+            self._install_example_driver(bindir)
         log("waiting for nodes, ResourceSlices and DeviceClasses")
         from draconf.testbed.readiness import wait_ready  # needs the kubernetes client; lazy
-        wait_ready(self, inventory, faults, deadline, log)
+        wait_ready(self, inventory, faults, deadline, log, driver)
 
-    def _start_real_node(self, state, bindir, pki, layout, node, faults) -> None:
+    def _install_example_driver(self, bindir: Path) -> None:
+        from draconf.kube import connect  # needs the kubernetes client; lazy
+        from draconf.testbed import example_driver
+        api = connect(self.kubeconfig)
+        docs = example_driver.render(bindir / "example" / "helm", build.example_chart_dir(),
+                                     images.EXAMPLE_PLUGIN_REF, *example_driver.cluster_facts(api))
+        example_driver.install(api, docs)
+
+    def _start_real_node(self, state, bindir, pki, layout, node, faults, driver) -> None:
         """Write one node's configuration and simulated hardware, then start its supervisor."""
         from draconf.testbed import nvidia  # the NVIDIA install's facts; needs no cluster
         net = layout.node(node.name)
@@ -357,11 +389,13 @@ class Testbed:
         (paths.etc / "containerd.toml").write_text(
             node_config.containerd_toml(paths, bindir, images.PAUSE_REF))
         (paths.cni_conf_dir / "10-draconf.conflist").write_text(node_config.cni_conflist(net.pod_cidr))
-        nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi")
-        labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
+        labels = {}
+        if driver == "nvidia":
+            nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi")
+            labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
         taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
         spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,
-                "images": [str(path) for path in build.image_archives()],
+                "images": [str(path) for path in build.image_archives(driver)],
                 "kubelet_args": [
                     f"--config={paths.etc / 'kubelet.yaml'}", f"--kubeconfig={paths.etc / 'kubelet.kubeconfig'}",
                     f"--hostname-override={node.name}", f"--node-ip={net.ip}", "--root-dir=/var/lib/kubelet",

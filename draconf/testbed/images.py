@@ -57,6 +57,10 @@ PAUSE_REF = "draconf.local/pause:3.10"
 WORKLOAD_REF = TESTBED_IMAGE
 #: The kubelet-plugin DaemonSet names it (see nvidia.plugin_daemonset).
 GPU_PLUGIN_REF = PLUGIN_IMAGE
+#: dra-example-driver's plugin, built from its module (the chart runs `dra-example-kubeletplugin`
+#: from PATH, as its own Dockerfile installs it).
+EXAMPLE_PLUGIN_REF = "draconf.local/dra-example-driver:v0.2.1"
+EXAMPLE_PLUGIN_PATH = "/usr/bin/dra-example-kubeletplugin"
 
 #: Where the GPU kubelet plugin binary sits in its image (and its entrypoint).
 GPU_PLUGIN_PATH = "/usr/bin/gpu-kubelet-plugin"
@@ -378,3 +382,10 @@ def gpu_plugin_image(plugin: Path, out_dir: Path) -> ImageArchive:
     entries = [*_base_files(), file(GPU_PLUGIN_PATH, plugin)]
     return build_archive(GPU_PLUGIN_REF, entries, ImageConfig(entrypoint=[GPU_PLUGIN_PATH]),
                          Path(out_dir) / archive_name(GPU_PLUGIN_REF))
+
+
+def example_plugin_image(plugin: Path, out_dir: Path) -> ImageArchive:
+    """dra-example-driver's kubelet plugin image: its static binary on PATH."""
+    entries = [*_base_files(), file(EXAMPLE_PLUGIN_PATH, plugin)]
+    return build_archive(EXAMPLE_PLUGIN_REF, entries, ImageConfig(),
+                         Path(out_dir) / archive_name(EXAMPLE_PLUGIN_REF))

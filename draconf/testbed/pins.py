@@ -19,6 +19,10 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 CONTAINERD_VERSION = "v2.4.2"
 CNI_PLUGINS_VERSION = "v1.10.0"
+#: A driver this project did not write (``draconf testbed up --driver example``), and the helm
+#: that renders its chart; built only for such beds.
+EXAMPLE_DRIVER_VERSION = "v0.2.1"
+HELM_VERSION = "v3.22.0"
 #: Debian packages whose binaries the bed takes as they are (extracted, never installed).
 DEBIAN_PACKAGES = {"runc": ["usr/sbin/runc"], "busybox-static": ["bin/busybox"]}
 
@@ -62,6 +66,15 @@ TARGETS = [
     Target("pause", ".", "pause", static=True),
 ]
 
+#: Built on demand by :func:`draconf.testbed.build.ensure_example_built` into ``bin/example``.
+EXAMPLE_TARGETS = [
+    Target("example-driver", "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin",
+           "example/dra-example-kubeletplugin", static=True),
+    Target("example-driver", "sigs.k8s.io/dra-example-driver/cmd/dra-example-webhook",
+           "example/dra-example-webhook", static=True),
+    Target("helm", "helm.sh/helm/v3/cmd/helm", "example/helm", static=True),
+]
+
 
 def version_ldflags() -> str:
     """Linker flags that make ``/version`` and ``kubectl version`` report the real release."""
@@ -76,14 +89,19 @@ def version_ldflags() -> str:
     ])
 
 
-def pins_digest() -> str:
-    """A short hash of every file that decides what gets built (go.mod, go.sum, main.go, flags)."""
+def pins_digest(targets: list[Target] | None = None) -> str:
+    """A short hash of every file that decides what gets built (go.mod, go.sum, main.go, flags)
+    for ``targets`` (default: the bed's own :data:`TARGETS`), reading only their modules."""
+    targets = TARGETS if targets is None else targets
+    modules = {t.module for t in targets}
     h = hashlib.sha256(version_ldflags().encode())
-    h.update(repr(TARGETS).encode())
-    h.update(repr(DEBIAN_PACKAGES).encode())
+    h.update(repr(targets).encode())
+    if targets is TARGETS:
+        h.update(repr(DEBIAN_PACKAGES).encode())
     for path in sorted(GOMOD_DIR.rglob("*")):
-        if path.is_file() and path.suffix in {".mod", ".sum", ".go"}:
-            h.update(str(path.relative_to(GOMOD_DIR)).encode())
+        relative = path.relative_to(GOMOD_DIR)
+        if relative.parts[0] in modules and path.is_file() and path.suffix in {".mod", ".sum", ".go"}:
+            h.update(str(relative).encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:12]
 

@@ -13,8 +13,8 @@ from draconf.errors import DraconfError
 from draconf.kube import connect
 
 
-def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
-    """Check name -> (satisfied, what was seen)."""
+def observe(api, inventory, faults, driver: str = "nvidia") -> dict[str, tuple[bool, str]]:
+    """Check name -> (satisfied, what was seen), for the bed's ``driver`` (nvidia or example)."""
     nodes = api.core.list_node().items
     ready = [n.metadata.name for n in nodes
              if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
@@ -27,12 +27,17 @@ def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
         # A real plugin that crashes at start never publishes; the KWOK agent still does.
         want_slices -= {n.name for n in inventory.real_nodes}
     classes = {c.metadata.name for c in api.resource.list_device_class().items}
-    want_classes = {"mig.nvidia.com", "vfio.gpu.nvidia.com"}
-    if "missing-deviceclass" not in faults:
-        want_classes.add("gpu.nvidia.com")
+    if driver == "example":
+        from draconf.testbed import example_driver
+        want_classes = {example_driver.DEVICE_CLASS}
+        plugin_namespace, plugin_selector = example_driver.NAMESPACE, example_driver.PLUGIN_SELECTOR
+    else:
+        want_classes = {"mig.nvidia.com", "vfio.gpu.nvidia.com"}
+        if "missing-deviceclass" not in faults:
+            want_classes.add("gpu.nvidia.com")
+        plugin_namespace, plugin_selector = "gpu-operator", "app=nvidia-dra-driver-kubelet-plugin"
     try:
-        plugin_pods = api.core.list_namespaced_pod(
-            "gpu-operator", label_selector="app=nvidia-dra-driver-kubelet-plugin").items
+        plugin_pods = api.core.list_namespaced_pod(plugin_namespace, label_selector=plugin_selector).items
     except ApiException:
         plugin_pods = []
     running = {p.spec.node_name for p in plugin_pods if p.status.phase == "Running"}
@@ -41,23 +46,25 @@ def observe(api, inventory, faults) -> dict[str, tuple[bool, str]]:
                     for p in plugin_pods if p.status.phase != "Running"
                     for s in p.status.container_statuses or [] if s.state and s.state.waiting
                     and s.state.waiting.reason not in (None, "ContainerCreating", "PodInitializing")})
-    try:
-        gpucluster = (api.custom.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
-                      .get("status") or {}).get("state")
-    except ApiException:
-        gpucluster = None
-    want_gpucluster = "notReady" if "plugin-unhealthy" in faults else "ready"
-    return {
-        "GPUCluster state": (gpucluster == want_gpucluster, str(gpucluster)),
+    checks = {
         "nodes Ready": (len(ready) >= want_nodes, f"{len(ready)}/{want_nodes}"),
         "ResourceSlices published": (want_slices <= published, f"{len(published & gpu_nodes)}/{len(want_slices)}"),
         "DeviceClasses present": (want_classes <= classes, ", ".join(sorted(classes)) or "none"),
         "kubelet plugin on GPU nodes": (gpu_nodes <= running, f"{len(running & gpu_nodes)}/{len(gpu_nodes)}"
                                         + (f" ({'; '.join(stuck)})" if stuck else "")),
     }
+    if driver == "nvidia":
+        try:
+            gpucluster = (api.custom.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters",
+                                                               "gpu-cluster").get("status") or {}).get("state")
+        except ApiException:
+            gpucluster = None
+        want_gpucluster = "notReady" if "plugin-unhealthy" in faults else "ready"
+        checks = {"GPUCluster state": (gpucluster == want_gpucluster, str(gpucluster)), **checks}
+    return checks
 
 
-def wait_ready(bed, inventory, faults, deadline: float, log) -> None:
+def wait_ready(bed, inventory, faults, deadline: float, log, driver: str = "nvidia") -> None:
     """Poll :func:`observe` until every check holds; a bed process that died ends it at once
     (``bed.check_alive`` raises), and running out of time names the checks still unmet."""
     api = connect(bed.kubeconfig)
@@ -65,7 +72,7 @@ def wait_ready(bed, inventory, faults, deadline: float, log) -> None:
     def look() -> dict[str, tuple[bool, str]]:
         bed.check_alive()
         try:
-            return observe(api, inventory, faults)
+            return observe(api, inventory, faults, driver)
         except ApiException as err:
             return {"API": (False, f"{err.status} {err.reason}")}
 

@@ -15,11 +15,12 @@ from draconf.testbed import inventory
 from draconf.testbed.cluster import Testbed
 
 
-def _start(name: str, faults: list[str], fleet: inventory.Inventory | None = None) -> Testbed:
+def _start(name: str, faults: list[str], fleet: inventory.Inventory | None = None,
+           driver: str = "nvidia") -> Testbed:
     bed = Testbed.named(name)
     if bed.is_up and (bed.state() or {}).get("faults") != sorted(faults):
         bed.down(log=lambda *_: None)
-    bed.up(fleet or inventory.load(), faults=faults, log=lambda *_: None)
+    bed.up(fleet or inventory.load(), faults=faults, log=lambda *_: None, driver=driver)
     return bed
 
 
@@ -44,6 +45,14 @@ def api(healthy_bed):
 def kwok_gpu_bed():
     """The default fleet with every node a KWOK node: the simulation large fleets use."""
     bed = _start("selftest-kwok", [], inventory.with_node_kind(inventory.load(), "kwok"))
+    yield bed
+    _stop(bed)
+
+
+@pytest.fixture(scope="module")
+def example_driver_bed():
+    """The default fleet's real nodes running dra-example-driver, installed from its chart."""
+    bed = _start("selftest-example", [], driver="example")
     yield bed
     _stop(bed)
 
