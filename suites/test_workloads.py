@@ -11,6 +11,11 @@ Each workload follows the source documents' walkthrough: apply the manifest from
 
 Selectors are chosen from what the cluster publishes: the model-selected workload asks for a
 model that exists, the memory-selected one for a threshold some but not all GPUs pass.
+
+A workload that never started (the cluster refused or never ran it) still gets an allocation
+verdict, read from its pods and claims with the cluster's reason; injection and cleanup then
+give **no verdict** (:class:`~draconf.errors.NoVerdict`) naming that reason, as does cleanup
+when nothing was allocated.  The start outcome travels as the ``started`` fixture's value.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import pytest
 
 from draconf import manifests
 from draconf import selectors as sel
+from draconf.errors import NoVerdict
 from draconf.reporting import diagnosis_prefix
-from draconf.workload import DeployedWorkload, Workload, prove_allocatable
+from draconf.workload import DeployedWorkload, Start, Workload, prove_allocatable
 
 WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
 CHECKS = ["allocation", "cdi-injection", "cleanup"]
@@ -79,20 +85,13 @@ def build_workload(name: str, published, profile) -> Workload:
 
 
 @pytest.fixture(scope="class", params=WORKLOADS)
-def deployed(request, cluster, profile, run_id, published_devices):
-    """The workload applied in its own namespace; waits for its pods (a failure is kept for the
-    checks to report, so each check still gets its own verdict)."""
+def started(request, cluster, profile, run_id, published_devices) -> Start:
+    """The workload applied in its own namespace and waited for: a :class:`Start`, whose
+    ``failure`` (the cluster's reason the workload never started) each check judges by."""
     from draconf.pytest_plugin import make_namespace
     workload = build_workload(request.param, published_devices, profile)
     ns = make_namespace(request, cluster, run_id, request.param)
-    deployed = DeployedWorkload.deploy(cluster, ns, workload, profile, run_id.labels)
-    deployed.applied_yaml = manifests.dump(deployed.documents)
-    try:
-        deployed.wait_running()
-        deployed.start_error = None
-    except AssertionError as err:
-        deployed.start_error = err
-    return deployed
+    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
 
 
 @pytest.fixture(scope="class")
@@ -109,20 +108,30 @@ def published_devices(cluster, profile):
 class TestWorkload:
     """One class instance per workload; the checks run in this order."""
 
-    def test_allocation(self, deployed, published_devices):
+    def test_allocation(self, started, published_devices):
+        """Judged from the pods and claims even when the workload never started: an unplaced
+        pod or an unallocated claim is the failure, with the cluster's reason appended."""
+        deployed = started.deployed
         attach_state(deployed)
-        if deployed.start_error and "scheduler" in str(deployed.start_error):
-            raise AssertionError(f"allocation failed: {deployed.start_error}")
         with allure.step("claims are allocated to published devices that satisfy the request"):
-            attach_evidence("allocation", deployed.check_allocation(published_devices))
+            try:
+                evidence = deployed.check_allocation(published_devices)
+            except AssertionError as err:
+                if started.never_started:
+                    raise AssertionError(f"{err} (the workload never started: {started.failure})") from None
+                raise
+            attach_evidence("allocation", evidence)
 
-    def test_cdi_injection(self, deployed, published_devices):
-        if deployed.start_error:
-            raise AssertionError(f"injection cannot be checked: {deployed.start_error}")
+    def test_cdi_injection(self, started, published_devices):
+        if started.never_started:
+            raise NoVerdict(started.no_verdict_cause)
         with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):
-            attach_evidence("nvidia-smi -L", deployed.check_injection(published_devices))
+            attach_evidence("nvidia-smi -L", started.deployed.check_injection(published_devices))
 
-    def test_cleanup(self, deployed, published_devices, cluster, profile, run_id):
+    def test_cleanup(self, started, published_devices, cluster, profile, run_id):
+        if started.never_started:
+            raise NoVerdict(started.no_verdict_cause)
+        deployed = started.deployed
         with allure.step("delete the consumers; claims are released and the devices reusable"):
             attach_evidence("cleanup", deployed.check_cleanup(
                 published_devices, lambda devices: prove_allocatable(
@@ -131,7 +140,8 @@ class TestWorkload:
 
 def attach_state(deployed) -> None:
     """The applied manifests, claims and events, attached to the Allure result."""
-    allure.attach(deployed.applied_yaml, name="applied manifests", attachment_type=allure.attachment_type.YAML)
+    allure.attach(manifests.dump(deployed.documents), name="applied manifests",
+                  attachment_type=allure.attachment_type.YAML)
     claims = [c.raw for c in deployed.claims().values()]
     allure.attach(manifests.dump(claims) if claims else "no claims", name="claims",
                   attachment_type=allure.attachment_type.YAML)
