@@ -122,13 +122,14 @@ class Start:
     """How starting a workload ended: ``failure`` is None when every pod ran, else the
     cluster's reason it did not (a standing scheduler verdict, an admission rejection, a node
     that cannot prepare the claims or pull the image, or the timeout's last observed state).
+    ``deployed`` is None when the workload could not even be written for this cluster.
 
     >>> Start(deployed=None, failure="the scheduler cannot place pod p: 0/4 nodes").no_verdict_cause
     'workload never started: the scheduler cannot place pod p: 0/4 nodes'
     >>> Start(deployed=None, failure=None).never_started
     False
     """
-    deployed: "DeployedWorkload"
+    deployed: "DeployedWorkload | None"
     failure: str | None = None
 
     @property

@@ -33,13 +33,27 @@ WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shar
 CHECKS = ["allocation", "cdi-injection", "cleanup"]
 
 
+class NotBuildable(AssertionError):
+    """The workload cannot be written for this cluster: what it selects on is not published."""
+
+
 def choose_model(published, profile) -> str:
     """The most common published product name (ties: alphabetical)."""
     counts = published.values_of(profile.attributes["model"])
     if not counts:
-        pytest.fail(diagnosis_prefix("attribute-missing") + f"no published device has the "
-                    f"{profile.attributes['model']!r} attribute, so no model can be selected")
+        raise NotBuildable(diagnosis_prefix("attribute-missing") + f"no published device has the "
+                           f"{profile.attributes['model']!r} attribute, so no model can be selected")
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def memory_sizes(devices, profile) -> list[int]:
+    """The published memory sizes of ``devices``; none published is a finding, not a reason to
+    drop the memory selector (the workload would silently become a plain single-GPU one)."""
+    sizes = [d.memory(profile.memory_capacity) for d in devices if d.memory(profile.memory_capacity)]
+    if not sizes:
+        raise NotBuildable(diagnosis_prefix("attribute-missing") + "no published device has the "
+                           f"capacity {profile.memory_capacity!r}, so no memory selector can be written")
+    return sizes
 
 
 def memory_threshold(sizes: list[int]) -> int:
@@ -57,18 +71,17 @@ def build_workload(name: str, published, profile) -> Workload:
         return Workload(name, ["02-model-selected.yaml"], expected_pods=1,
                         selectors={"h100-gpu": [sel.model(domain, attrs["model"], product)]})
     if name == "memory-selected":
-        sizes = [d.memory(memory) for d in published if d.memory(memory)]
-        floor = sel.memory_above(domain, memory, memory_threshold(sizes)) if sizes else None
+        floor = sel.memory_above(domain, memory, memory_threshold(memory_sizes(published, profile)))
         # The combined form: the architecture of the largest GPU, above that architecture's
         # next-smaller memory size, so it picks the biggest cards of that family only.
         largest = max(published, key=lambda d: d.memory(memory) or 0)
         arch = largest.attribute(attrs["architecture"])
-        arch_sizes = [d.memory(memory) for d in published
-                      if d.attribute(attrs["architecture"]) == arch and d.memory(memory)]
+        arch_sizes = memory_sizes([d for d in published
+                                   if d.attribute(attrs["architecture"]) == arch], profile)
         combined = sel.architecture_and_memory_above(domain, attrs["architecture"], arch, memory,
                                                      memory_threshold(arch_sizes))
         return Workload(name, ["03-memory-selected.yaml", "04-architecture-and-memory.yaml"],
-                        expected_pods=2, selectors={"large-memory-gpu": [floor] if floor else [],
+                        expected_pods=2, selectors={"large-memory-gpu": [floor],
                                                     "hopper-large-memory-gpu": [combined]})
     if name == "two-gpu":
         return Workload(name, ["05-two-gpus.yaml"], expected_pods=1)
@@ -89,7 +102,10 @@ def started(request, cluster, profile, run_id, published_devices) -> Start:
     """The workload applied in its own namespace and waited for: a :class:`Start`, whose
     ``failure`` (the cluster's reason the workload never started) each check judges by."""
     from draconf.pytest_plugin import make_namespace
-    workload = build_workload(request.param, published_devices, profile)
+    try:
+        workload = build_workload(request.param, published_devices, profile)
+    except NotBuildable as err:
+        return Start(None, str(err))
     ns = make_namespace(request, cluster, run_id, request.param)
     return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
 
@@ -112,6 +128,8 @@ class TestWorkload:
         """Judged from the pods and claims even when the workload never started: an unplaced
         pod or an unallocated claim is the failure, with the cluster's reason appended."""
         deployed = started.deployed
+        if deployed is None:  # nothing to deploy: what it would select on is not published
+            raise AssertionError(started.failure)
         attach_state(deployed)
         with allure.step("claims are allocated to published devices that satisfy the request"):
             try:
