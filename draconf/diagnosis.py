@@ -1291,7 +1291,8 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     """Diagnose a failing draconf test item (for the pytest plugin's hook).
 
     Finds the cluster (``config.draconf_api``), the profile, the test's namespace (the
-    ``deployed`` workload's or the ``namespace`` fixture's) and its check (``draconf`` marker).
+    ``started`` workload's, a ``deployed`` one's or the ``namespace`` fixture's) and its check
+    (``draconf`` marker).
     Returns None when there is no cluster connection to read from.
     """
     config = item.config
@@ -1301,7 +1302,8 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
         return None
     funcargs = getattr(item, "funcargs", {}) or {}
     namespace = None
-    deployed = funcargs.get("deployed")
+    started = funcargs.get("started")  # a draconf.workload.Start (suites/test_workloads.py)
+    deployed = started.deployed if started is not None else funcargs.get("deployed")
     if deployed is not None and getattr(deployed, "namespace", None):
         namespace = deployed.namespace
     elif isinstance(funcargs.get("namespace"), str):
@@ -1309,9 +1311,6 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     marker = item.get_closest_marker("draconf")
     check = marker.kwargs.get("check") if marker else None
     text = str(exc) if exc is not None else ""
-    start_error = getattr(deployed, "start_error", None) if deployed is not None else None
-    if start_error is not None and str(start_error) not in text:
-        text += f"\n{start_error}"
     return diagnose(api, profile, namespace, check, text)
 
 

@@ -7,3 +7,27 @@ traceback: it must say what went wrong and what to do about it.
 
 class DraconfError(Exception):
     """A failure the user can act on; ``str(err)`` is the whole message."""
+
+
+import pytest as _pytest  # noqa: E402  (only for the skip outcome NoVerdict derives from)
+
+
+class NoVerdict(_pytest.skip.Exception):
+    """A check that could reach no verdict, with the cause that blocked it.
+
+    Neither a pass nor a failure: the cluster gave no evidence either way (the workload never
+    started, nothing was allocated to release, preflight found the cluster unfit).  It derives
+    from pytest's skip outcome, so pytest, JUnit and Allure report it as *skipped* with its
+    message; draconf's reports (summary.json, the matrix) show it as ``no-verdict``.  Use it
+    where a check applies but cannot be judged; a plain ``pytest.skip`` stays for checks that
+    do not apply to this cluster (no node with 3 GPUs, containers on KWOK nodes).
+    """
+
+    def __init__(self, cause: str):
+        super().__init__(msg=cause)
+        self.cause = cause
+
+
+# As pytest does for Skipped: tracebacks and JUnit show "NoVerdict: <cause>", no module path
+# (which also hides the class from doctest collection, so its behaviour is unit-tested).
+NoVerdict.__module__ = "builtins"

@@ -40,12 +40,15 @@ class Expectation:
     """What a run against one fault must show.
 
     ``catch``: (workload, check) patterns that must fail, each with ``diagnosis``.
-    ``dragged``: patterns that may also fail (a consequence, not a miss).
+    ``dragged``: patterns that may also fail or give no verdict (a consequence, not a miss).
+    ``no_verdict``: patterns that must give no verdict (the fault blocks them: they must not
+    pass, and failing would blame the wrong check).
     ``verdict_seconds``: the longest a catching test may take (a definitive signal is quick).
     """
     catch: tuple[str, ...]
     diagnosis: dict[str, str]
     dragged: tuple[str, ...] = ()
+    no_verdict: tuple[str, ...] = ()
     verdict_seconds: float = 45
 
 
@@ -53,17 +56,24 @@ def _all(check: str) -> tuple[str, ...]:
     return tuple(f"{w}/{check}" for w in GPU_WORKLOADS)
 
 
+#: What the preflight gate holds back when a blocking check fails: no verdict, with the reason.
+GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*")
+
+
 EXPECTED: dict[str, Expectation] = {
     "missing-deviceclass": Expectation(
-        ("preflight/device-class",), {"preflight/device-class": "missing-deviceclass"}),
+        ("preflight/device-class",), {"preflight/device-class": "missing-deviceclass"},
+        no_verdict=GATED),
     "no-resourceslices": Expectation(
-        ("preflight/resource-slices",), {"preflight/resource-slices": "no-resourceslices"}),
+        ("preflight/resource-slices",), {"preflight/resource-slices": "no-resourceslices"},
+        no_verdict=GATED),
     "attribute-drift": Expectation(
-        ("preflight/device-attributes",), {"preflight/device-attributes": "attribute-missing"}),
+        ("preflight/device-attributes",), {"preflight/device-attributes": "attribute-missing"},
+        no_verdict=GATED),
     # On real nodes a crashing plugin never publishes, so the nodes have no slices either.
     "plugin-unhealthy": Expectation(
         ("preflight/kubelet-plugin",), {"preflight/kubelet-plugin": "plugin-unhealthy"},
-        dragged=("preflight/gpu-cluster", "preflight/resource-slices")),
+        dragged=("preflight/gpu-cluster", "preflight/resource-slices"), no_verdict=GATED),
     "clusterpolicy-conflict": Expectation(
         ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
     # The job's container has no nvidia-smi to run, so the job fails.
@@ -78,7 +88,8 @@ EXPECTED: dict[str, Expectation] = {
         dragged=("two-gpu/cdi-injection",)),
     # On real nodes the driver keeps the devices of claims it never unprepared and refuses them to
     # later claims ("already allocated to different claim"): after the first workload, which
-    # must catch it, later ones may not start at all (their cleanup then has nothing to release).
+    # must catch it, later ones may not start at all (their injection and cleanup then give no
+    # verdict).
     "claims-not-released": Expectation(
         ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
         dragged=_all("cleanup") + _all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")),
@@ -88,9 +99,11 @@ EXPECTED: dict[str, Expectation] = {
         {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced",
          "quota/extended-resource-trap": "quota-not-enforced"},
         dragged=("quota/generated-claim",)),
+    # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
-        dragged=_all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")),
+        dragged=("job/*", "quota/*", "failure-modes/*"),
+        no_verdict=_all("cdi-injection") + _all("cleanup")),
 }
 
 
@@ -107,6 +120,10 @@ class RunResult:
 
     def failed(self) -> list[dict]:
         return [r for r in self.rows if r["outcome"] in ("failed", "broken", "error")]
+
+    def no_verdict(self) -> list[dict]:
+        """Rows that reached no verdict: neither a pass nor a catch."""
+        return [r for r in self.rows if r["outcome"] == "no-verdict"]
 
 
 @dataclass
@@ -163,7 +180,10 @@ def _wait_no_leftovers(api, timeout: float = 90) -> list[str]:
 
 
 def judge(result: RunResult) -> Verdict:
-    """Compare a run with what its fault must show (a healthy run: no failure at all)."""
+    """Compare a run with what its fault must show (a healthy run: no failure and no
+    check without a verdict).  A no-verdict row never counts as a catch; on a fault bed it is
+    expected where the fault blocks the check (``no_verdict``, which must then not pass) and
+    tolerated where the check is ``dragged``, and a problem anywhere else."""
     verdict = Verdict(result.fault, ok=True)
     problems = verdict.problems
     if result.leftovers:
@@ -171,10 +191,14 @@ def judge(result: RunResult) -> Verdict:
     if not result.rows:
         problems.append("the run produced no test results:\n" + result.output_tail)
     failed = {(_key(r), r["id"]): r for r in result.failed()}
+    blocked = {(_key(r), r["id"]): r for r in result.no_verdict()}
     if result.fault is None:
         if result.exit_code != 0 or failed:
             problems.append(f"healthy run failed (exit {result.exit_code}): "
                             + "; ".join(f"{k[1]}: {r.get('message')}" for k, r in failed.items()))
+        if blocked:
+            problems.append("healthy run left checks without a verdict: "
+                            + "; ".join(f"{k[1]}: {r.get('message')}" for k, r in blocked.items()))
         verdict.ok = not problems
         return verdict
     expected = EXPECTED[result.fault]
@@ -200,6 +224,13 @@ def judge(result: RunResult) -> Verdict:
     for (key, nodeid), row in failed.items():
         if not any(fnmatch(key, p) for p in allowed):
             problems.append(f"unrelated check failed: {nodeid} [{row.get('diagnosis')}] {row.get('message')}")
+    for row in result.rows:
+        key = _key(row)
+        if row["outcome"] == "passed" and any(fnmatch(key, p) for p in expected.no_verdict):
+            problems.append(f"{row['id']} passed, but this fault leaves it nothing to judge")
+    for (key, nodeid), row in blocked.items():
+        if not any(fnmatch(key, p) for p in expected.dragged + expected.no_verdict):
+            problems.append(f"unexpected no verdict: {nodeid}: {row.get('message')}")
     catching = [r.get("duration", 0) for (key, _), r in failed.items()
                 if any(fnmatch(key, p) for p in catch)]
     verdict.seconds_to_verdict = max(catching, default=0.0)

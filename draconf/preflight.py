@@ -412,6 +412,14 @@ def evaluate_device_class(existing: Iterable[str], device_class: str) -> CheckRe
 
 
 def evaluate_optional_classes(existing: Iterable[str], optional: Iterable[str]) -> CheckResult:
+    """Information: ok when every optional DeviceClass exists, a WARN naming the absent ones
+    (workloads of those device types would stay Pending) otherwise; never blocking.
+
+    >>> evaluate_optional_classes(["gpu.nvidia.com"], ["mig.nvidia.com"]).ok
+    False
+    >>> evaluate_optional_classes(["mig.nvidia.com"], ["mig.nvidia.com"]).ok
+    True
+    """
     existing = set(existing)
     optional = list(optional)
     present = [c for c in optional if c in existing]
@@ -423,7 +431,7 @@ def evaluate_optional_classes(existing: Iterable[str], optional: Iterable[str]) 
         parts.append(f"present: {', '.join(present)}")
     if absent:
         parts.append(f"absent: {', '.join(absent)} (only needed for those device types)")
-    return _result(True, "optional DeviceClasses " + "; ".join(parts),
+    return _result(not absent, "optional DeviceClasses " + "; ".join(parts),
                    evidence={"optional DeviceClasses": "\n".join(
                        f"{c}: {'present' if c in existing else 'absent'}" for c in optional)})
 

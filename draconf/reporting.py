@@ -31,8 +31,18 @@ failed    the test body raised AssertionError (or called ``pytest.fail``): the c
           does not conform
 broken    the test body raised anything else: the test could not reach a verdict
 error     setup or teardown (a fixture) failed
-skipped   skipped or xfailed
+skipped   skipped or xfailed: the check does not apply to this cluster
 ========  ==========================================================================
+
+and one of draconf's own, for a check that applies but was blocked:
+
+==========  ========================================================================
+no-verdict  the check raised :class:`draconf.errors.NoVerdict` (in setup or call): it
+            could reach no verdict, and its message names the blocking cause (e.g.
+            ``workload never started: ...``).  Never a pass.  pytest, JUnit and Allure
+            see a skip, whose message starts with ``NoVerdict:``; summary.json and
+            the matrix (``NO VERDICT``) name it.
+==========  ========================================================================
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 from tabulate import tabulate
 
-from draconf.errors import DraconfError
+from draconf.errors import DraconfError, NoVerdict
 from draconf.testbed.pins import cache_root
 
 #: Every diagnosis a test may record, with what it means for the cluster and where to look.
@@ -127,10 +137,11 @@ RUN_INFO_KEY = pytest.StashKey[dict]()
 
 #: Outcomes from best to worst; a matrix cell shows the worst of its tests. ``failed`` is
 #: worst because it is the one definitive "does not conform"; the others mean "no verdict".
-OUTCOMES = ("passed", "skipped", "error", "broken", "failed")
-OUTCOME_LABELS = {"passed": "PASS", "skipped": "SKIP", "error": "ERROR",
-                  "broken": "BROKEN", "failed": "FAIL"}
+OUTCOMES = ("passed", "skipped", "no-verdict", "error", "broken", "failed")
+OUTCOME_LABELS = {"passed": "PASS", "skipped": "SKIP", "no-verdict": "NO VERDICT",
+                  "error": "ERROR", "broken": "BROKEN", "failed": "FAIL"}
 _OUTCOME_COLOURS = {"passed": {"green": True}, "skipped": {"yellow": True},
+                    "no-verdict": {"yellow": True, "bold": True},
                     "error": {"red": True}, "broken": {"purple": True},
                     "failed": {"red": True, "bold": True}}
 
@@ -224,11 +235,14 @@ def _allure_is_recording(config: pytest.Config) -> bool:
 def phase_outcome(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | None) -> str:
     """Classify one phase the way Allure does (see the module docstring).
 
-    ``excinfo`` is None for a strict XPASS, which pytest reports as a failed call.
+    ``excinfo`` is None for a strict XPASS, which pytest reports as a failed call.  A skip
+    raised as :class:`~draconf.errors.NoVerdict` is ``no-verdict``, in any phase.
     """
     if report.passed:
         return "passed"
     if report.skipped:
+        if excinfo is not None and excinfo.errisinstance(NoVerdict):
+            return "no-verdict"
         return "skipped"
     if report.when != "call":
         return "error"
@@ -247,8 +261,10 @@ def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | Non
         return None
     if hasattr(report, "wasxfail"):
         return first_line(f"XFAIL {report.wasxfail}".strip())
+    if report.skipped and excinfo is not None and excinfo.errisinstance(NoVerdict):
+        return first_line(excinfo.value.cause)
     if report.skipped and isinstance(report.longrepr, tuple):
-        return first_line(report.longrepr[2].removeprefix("Skipped: "))
+        return first_line(report.longrepr[2].removeprefix("Skipped: ").removeprefix("NoVerdict: "))
     if excinfo is not None:
         if excinfo.errisinstance((AssertionError, pytest.fail.Exception)):
             return first_line(str(excinfo.value)) or first_line(excinfo.exconly())
@@ -309,7 +325,7 @@ def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duratio
     takes_over = (
         (when == "call" and row["outcome"] == "passed")
         or (when == "teardown" and phase["outcome"] == "error"
-            and row["outcome"] in ("passed", "skipped")))
+            and row["outcome"] in ("passed", "skipped", "no-verdict")))
     if takes_over:
         row["outcome"] = phase["outcome"]
         row["message"] = phase.get("message")
@@ -328,7 +344,7 @@ def count_outcomes(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """``{"passed": n, "failed": n, ...}`` with every outcome present, zero or not."""
     counts = Counter(row["outcome"] for row in rows)
     return {outcome: counts.get(outcome, 0)
-            for outcome in ("passed", "failed", "broken", "skipped", "error")}
+            for outcome in ("passed", "failed", "broken", "no-verdict", "skipped", "error")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,7 +463,16 @@ def allure_categories() -> list[dict[str, Any]]:
     return [{"name": code, "description": meaning,
              "matchedStatuses": ["failed", "broken"],
              "messageRegex": category_regex(code)}
-            for code, meaning in DIAGNOSES.items()]
+            for code, meaning in DIAGNOSES.items()] + [NO_VERDICT_CATEGORY]
+
+
+#: Allure files a NoVerdict as skipped with the message "NoVerdict: <cause>"; this category
+#: sets them apart from checks that do not apply.
+NO_VERDICT_CATEGORY = {
+    "name": "no verdict",
+    "description": "The check applies but could reach no verdict; the message names the cause "
+                   "that blocked it (e.g. the workload never started). Not a pass.",
+    "matchedStatuses": ["skipped"], "messageRegex": r"\s*NoVerdict: [\s\S]*"}
 
 
 def category_regex(code: str) -> str:

@@ -3,14 +3,18 @@
 ``Workload`` is what a scenario declares: which manifests, which selectors to put into which
 claim (template), how many pods consume it.  ``DeployedWorkload`` is that workload running in
 a cluster, with ``check_allocation``, ``check_injection`` and ``check_cleanup``; each raises
-``AssertionError`` with a message an operator can act on, and returns the evidence it read.
+``AssertionError`` with a message an operator can act on, or
+:class:`~draconf.errors.NoVerdict` naming what kept it from a verdict, and returns the
+evidence it read.
 
-Example (the single-GPU walkthrough)::
+:meth:`DeployedWorkload.start` deploys and waits, and returns a :class:`Start`: the deployed
+workload and, when it never started, why (the cluster's own verdict: the scheduler's, the
+admission's, the node's).  The checks take that outcome as data::
 
-    workload = Workload("single-gpu", ["01-single-gpu.yaml"], expected_pods=1)
-    deployed = DeployedWorkload.deploy(api, namespace, workload, profile, labels)
-    deployed.wait_running()
-    deployed.check_allocation(published)
+    start = DeployedWorkload.start(api, namespace, workload, profile, labels)
+    start.deployed.check_allocation(published)   # fails with the real cause if never started
+    if start.never_started:
+        raise NoVerdict(start.no_verdict_cause)  # injection, cleanup: nothing to judge
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from draconf import cel, manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
+from draconf.errors import NoVerdict
 from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import Profile
 
@@ -112,6 +117,35 @@ def _pod_spec(doc: dict) -> dict | None:
     return None
 
 
+@dataclass(frozen=True)
+class Start:
+    """How starting a workload ended: ``failure`` is None when every pod ran, else the
+    cluster's reason it did not (a standing scheduler verdict, an admission rejection, a node
+    that cannot prepare the claims or pull the image, or the timeout's last observed state).
+    ``deployed`` is None when the workload could not even be written for this cluster.
+
+    >>> Start(deployed=None, failure="the scheduler cannot place pod p: 0/4 nodes").no_verdict_cause
+    'workload never started: the scheduler cannot place pod p: 0/4 nodes'
+    >>> Start(deployed=None, failure=None).never_started
+    False
+    """
+    deployed: "DeployedWorkload | None"
+    failure: str | None = None
+
+    @property
+    def never_started(self) -> bool:
+        return self.failure is not None
+
+    @property
+    def no_verdict_cause(self) -> str:
+        return f"workload never started: {self.failure}"
+
+
+#: API answers to a create that are the cluster's verdict on the workload (validation,
+#: admission, quota), not a fault of the suite's credentials (401/403) or a transient error.
+REJECTED_STATUSES = {400, 404, 409, 422}
+
+
 @dataclass
 class DeployedWorkload:
     api: object
@@ -131,6 +165,27 @@ class DeployedWorkload:
         deployed = cls(api, namespace, workload, profile, docs)
         deployed.run_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
         return deployed
+
+    @classmethod
+    def start(cls, api, namespace: str, workload: Workload, profile: Profile,
+              labels: dict | None = None) -> Start:
+        """Deploy ``workload`` and wait for its pods; a cluster that refuses or never runs it
+        gives a :class:`Start` with the reason (other errors, e.g. RBAC, propagate)."""
+        docs = workload.documents(profile)
+        deployed = cls(api, namespace, workload, profile, docs)
+        deployed.run_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
+        try:
+            manifests.create(api, namespace, docs, labels)
+        except ApiException as err:
+            if err.status not in REJECTED_STATUSES:
+                raise
+            return Start(deployed, f"the API server rejected the workload's objects: "
+                                   f"{err.status} {err.reason}: {_api_message(err)}")
+        try:
+            deployed.wait_running()
+        except waits.WaitFailed as err:
+            return Start(deployed, str(err))
+        return Start(deployed)
 
     # --- observing ---------------------------------------------------------------------------
     def pods(self, include_deleting: bool = False) -> list[Pod]:
@@ -390,9 +445,14 @@ class DeployedWorkload:
 
     def check_cleanup(self, published: PublishedDevices, probe) -> list[str]:
         """After the consumers are gone: generated claims deleted, named claims deallocated, and
-        the freed devices allocatable again (``probe(devices)`` allocates them to prove it)."""
+        the freed devices allocatable again (``probe(devices)`` allocates them to prove it).
+
+        With no claim allocated there is nothing whose release could be seen: no verdict."""
         claims = self.claims()
         held = {k: c for k, c in claims.items() if c.is_allocated}
+        if not held:
+            raise NoVerdict("nothing was allocated, so there is no release to check ("
+                            + ("; ".join(c.summary() for c in claims.values()) or "no claims") + ")")
         freed = [published.lookup(r.driver, r.pool, r.device)
                  for c in held.values() for r in c.results]
         freed = [d for d in freed if d is not None]
@@ -452,6 +512,15 @@ class DeployedWorkload:
         if freed:
             evidence += probe(freed)
         return evidence
+
+
+def _api_message(err: ApiException) -> str:
+    """The ``message`` of an API error's Status body, else its body."""
+    import json
+    try:
+        return json.loads(err.body or "")["message"]
+    except (ValueError, KeyError, TypeError):
+        return (err.body or "").strip()
 
 
 def _published_summary(device, profile: Profile) -> str:

@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=_rank)  # stable: keeps pytest's order within a module
     for item in items:
         callspec = getattr(item, "callspec", None)
-        workload = callspec.params.get("deployed") if callspec else None
+        workload = callspec.params.get("started") if callspec else None
         check = CHECK_OF_TEST.get(getattr(item, "originalname", None))
         if workload and check:
             item.add_marker(pytest.mark.draconf(workload=workload, check=check))

@@ -6,8 +6,8 @@ scheduler's verdict (PodScheduled=False / FailedScheduling), measured in seconds
 * **missing-deviceclass** - a claim naming a DeviceClass that does not exist: the pod stays
   Pending with ``device class <name> does not exist``;
 * **selector-unmatched** - a valid selector that no published device satisfies (exact memory
-  size, the seed's example): ``cannot allocate all claims``; the test names the selector and
-  counts the published devices it matches (zero, with the Python twin);
+  size, the seed's example, moved off every published size): ``cannot allocate all claims``,
+  and the claim stays unallocated; the test names the selector and the published sizes;
 * **capacity-exhausted** - every free GPU of one model is held, one more pod asks for that
   model: it stays Pending with ``cannot allocate all claims``, and runs once a holder is
   deleted.
@@ -193,10 +193,17 @@ def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, r
     message = pod.unschedulable_message
     assert f"request {request_name}: {text}" in message, (
         f"the scheduler's message does not name request {request_name!r}: {message}")
-    events = scheduler_events(api, namespace, pod_name)
-    log.info("FailedScheduling events of %s: %s", pod_name, events[-1:] or "none yet")
-    assert not events or any(text in e for e in events), (
-        f"FailedScheduling events of {pod_name} do not mention {text!r}: {events}")
+    # The reason must also reach `kubectl describe pod` (a FailedScheduling event), which is
+    # where an operator reads it; the scheduler may record it a moment after the condition.
+    try:
+        events = waits.wait_until(
+            f"a FailedScheduling event of {pod_name} naming {text!r}",
+            lambda: scheduler_events(api, namespace, pod_name),
+            lambda found: any(text in e for e in found), timeout=profile.timeouts.schedule,
+            describe=lambda found: "; ".join(found) or "no FailedScheduling event", interval=0.5)
+    except waits.WaitFailed as err:
+        raise AssertionError(f"the pod's condition names {text!r}, but its events do not: {err}") from None
+    log.info("FailedScheduling events of %s: %s", pod_name, events[-1:])
     claims = [c for c in Claim.list(api, namespace) if c.is_generated]
     assert claims and not any(c.is_allocated for c in claims), (
         "the generated claim should exist, unallocated: "
@@ -213,17 +220,14 @@ def test_unmatched_selector_is_reported(request, cluster, namespace, profile, ru
     size = parse_quantity("64Gi")  # the seed's example; moved if some device has exactly that
     while size in sizes:
         size += parse_quantity("1Gi")
+    # No device has this size by construction, so the verdict asserted below is the
+    # scheduler's own (the size is chosen, not checked: a check of our choice cannot fail).
     rule = memory_equals(profile.domain, profile.memory_capacity, size)
-    in_class = published.matching(sel.device_class(profile.driver, profile.attributes["type"],
-                                                   profile.device_type).matches)
-    matching = [d for d in in_class if rule.matches(d)]
     published_sizes = sorted({format_binary(s) for s in sizes if s})
-    summary = (f"selector `{rule.cel}` ({rule}) matches {len(matching)} of {len(in_class)} "
-               f"published {profile.device_class} device(s) (published memory sizes: "
-               f"{', '.join(published_sizes) or 'none'})")
+    summary = (f"selector `{rule.cel}`, which no published {profile.device_class} device "
+               f"satisfies (published memory sizes: {', '.join(published_sizes) or 'none'})")
     log.info(summary)
     request.node.user_properties.append(("selector", summary))
-    assert not matching, f"test set-up: {summary}"
 
     workload = Workload("selector-unmatched", ["31-unmatched-selector.yaml"], expected_pods=1,
                         selectors={"exact-64gi-gpu": [rule]})

@@ -10,8 +10,10 @@ Outcomes:
   evidence (``[code] summary``);
 * a check that could not reach a verdict (e.g. RBAC forbids a read) -> **broken**: the message
   names the missing permission;
-* an info check never fails; a check with nothing to look at (no GPUCluster CRD on a
-  standalone driver install) is **skipped** with the reason;
+* a check with nothing to look at (no GPUCluster CRD on a standalone driver install) is
+  **skipped** with the reason;
+* info checks (optional DeviceClasses) are not tests: they cannot fail a run, so a test of them
+  could only pass; their PASS/WARN is in the preflight table and summary.json's ``preflight``;
 * an unreachable API server ends the run with one message.
 """
 
@@ -27,19 +29,17 @@ pytestmark = pytest.mark.preflight
 
 @pytest.mark.parametrize("check_name", [
     pytest.param(name, id=name, marks=pytest.mark.draconf(workload="preflight", check=name))
-    for name in preflight.CHECKS])
+    for name in preflight.CHECKS if preflight.SEVERITY[name] == preflight.BLOCKING])
 def test_preflight(request, cluster, profile, check_name):
     result = preflight.run_check(check_name, cluster, profile)
     if result.unreachable:
         pytest.exit(f"draconf: {result.summary}", returncode=3)
     if result.inconclusive:
-        if result.severity == preflight.INFO:
-            pytest.skip(f"{check_name}: {result.summary}")
         raise preflight.Inconclusive(f"{check_name} could not be evaluated: {result.summary}",
                                      result.evidence)
     if not result.applicable:
         pytest.skip(result.summary)
-    if result.ok or result.severity == preflight.INFO:
+    if result.ok:
         return
     record_diagnosis(request.node, result.diagnosis, result.evidence)
     passed = result.ok  # a plain name, so the assertion does not print the whole CheckResult

@@ -11,6 +11,11 @@ Each workload follows the source documents' walkthrough: apply the manifest from
 
 Selectors are chosen from what the cluster publishes: the model-selected workload asks for a
 model that exists, the memory-selected one for a threshold some but not all GPUs pass.
+
+A workload that never started (the cluster refused or never ran it) still gets an allocation
+verdict, read from its pods and claims with the cluster's reason; injection and cleanup then
+give **no verdict** (:class:`~draconf.errors.NoVerdict`) naming that reason, as does cleanup
+when nothing was allocated.  The start outcome travels as the ``started`` fixture's value.
 """
 
 from __future__ import annotations
@@ -20,20 +25,35 @@ import pytest
 
 from draconf import manifests
 from draconf import selectors as sel
+from draconf.errors import NoVerdict
 from draconf.reporting import diagnosis_prefix
-from draconf.workload import DeployedWorkload, Workload, prove_allocatable
+from draconf.workload import DeployedWorkload, Start, Workload, prove_allocatable
 
 WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
 CHECKS = ["allocation", "cdi-injection", "cleanup"]
+
+
+class NotBuildable(AssertionError):
+    """The workload cannot be written for this cluster: what it selects on is not published."""
 
 
 def choose_model(published, profile) -> str:
     """The most common published product name (ties: alphabetical)."""
     counts = published.values_of(profile.attributes["model"])
     if not counts:
-        pytest.fail(diagnosis_prefix("attribute-missing") + f"no published device has the "
-                    f"{profile.attributes['model']!r} attribute, so no model can be selected")
+        raise NotBuildable(diagnosis_prefix("attribute-missing") + f"no published device has the "
+                           f"{profile.attributes['model']!r} attribute, so no model can be selected")
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def memory_sizes(devices, profile) -> list[int]:
+    """The published memory sizes of ``devices``; none published is a finding, not a reason to
+    drop the memory selector (the workload would silently become a plain single-GPU one)."""
+    sizes = [d.memory(profile.memory_capacity) for d in devices if d.memory(profile.memory_capacity)]
+    if not sizes:
+        raise NotBuildable(diagnosis_prefix("attribute-missing") + "no published device has the "
+                           f"capacity {profile.memory_capacity!r}, so no memory selector can be written")
+    return sizes
 
 
 def memory_threshold(sizes: list[int]) -> int:
@@ -51,18 +71,17 @@ def build_workload(name: str, published, profile) -> Workload:
         return Workload(name, ["02-model-selected.yaml"], expected_pods=1,
                         selectors={"h100-gpu": [sel.model(domain, attrs["model"], product)]})
     if name == "memory-selected":
-        sizes = [d.memory(memory) for d in published if d.memory(memory)]
-        floor = sel.memory_above(domain, memory, memory_threshold(sizes)) if sizes else None
+        floor = sel.memory_above(domain, memory, memory_threshold(memory_sizes(published, profile)))
         # The combined form: the architecture of the largest GPU, above that architecture's
         # next-smaller memory size, so it picks the biggest cards of that family only.
         largest = max(published, key=lambda d: d.memory(memory) or 0)
         arch = largest.attribute(attrs["architecture"])
-        arch_sizes = [d.memory(memory) for d in published
-                      if d.attribute(attrs["architecture"]) == arch and d.memory(memory)]
+        arch_sizes = memory_sizes([d for d in published
+                                   if d.attribute(attrs["architecture"]) == arch], profile)
         combined = sel.architecture_and_memory_above(domain, attrs["architecture"], arch, memory,
                                                      memory_threshold(arch_sizes))
         return Workload(name, ["03-memory-selected.yaml", "04-architecture-and-memory.yaml"],
-                        expected_pods=2, selectors={"large-memory-gpu": [floor] if floor else [],
+                        expected_pods=2, selectors={"large-memory-gpu": [floor],
                                                     "hopper-large-memory-gpu": [combined]})
     if name == "two-gpu":
         return Workload(name, ["05-two-gpus.yaml"], expected_pods=1)
@@ -79,20 +98,16 @@ def build_workload(name: str, published, profile) -> Workload:
 
 
 @pytest.fixture(scope="class", params=WORKLOADS)
-def deployed(request, cluster, profile, run_id, published_devices):
-    """The workload applied in its own namespace; waits for its pods (a failure is kept for the
-    checks to report, so each check still gets its own verdict)."""
+def started(request, cluster, profile, run_id, published_devices) -> Start:
+    """The workload applied in its own namespace and waited for: a :class:`Start`, whose
+    ``failure`` (the cluster's reason the workload never started) each check judges by."""
     from draconf.pytest_plugin import make_namespace
-    workload = build_workload(request.param, published_devices, profile)
-    ns = make_namespace(request, cluster, run_id, request.param)
-    deployed = DeployedWorkload.deploy(cluster, ns, workload, profile, run_id.labels)
-    deployed.applied_yaml = manifests.dump(deployed.documents)
     try:
-        deployed.wait_running()
-        deployed.start_error = None
-    except AssertionError as err:
-        deployed.start_error = err
-    return deployed
+        workload = build_workload(request.param, published_devices, profile)
+    except NotBuildable as err:
+        return Start(None, str(err))
+    ns = make_namespace(request, cluster, run_id, request.param)
+    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
 
 
 @pytest.fixture(scope="class")
@@ -109,20 +124,32 @@ def published_devices(cluster, profile):
 class TestWorkload:
     """One class instance per workload; the checks run in this order."""
 
-    def test_allocation(self, deployed, published_devices):
+    def test_allocation(self, started, published_devices):
+        """Judged from the pods and claims even when the workload never started: an unplaced
+        pod or an unallocated claim is the failure, with the cluster's reason appended."""
+        deployed = started.deployed
+        if deployed is None:  # nothing to deploy: what it would select on is not published
+            raise AssertionError(started.failure)
         attach_state(deployed)
-        if deployed.start_error and "scheduler" in str(deployed.start_error):
-            raise AssertionError(f"allocation failed: {deployed.start_error}")
         with allure.step("claims are allocated to published devices that satisfy the request"):
-            attach_evidence("allocation", deployed.check_allocation(published_devices))
+            try:
+                evidence = deployed.check_allocation(published_devices)
+            except AssertionError as err:
+                if started.never_started:
+                    raise AssertionError(f"{err} (the workload never started: {started.failure})") from None
+                raise
+            attach_evidence("allocation", evidence)
 
-    def test_cdi_injection(self, deployed, published_devices):
-        if deployed.start_error:
-            raise AssertionError(f"injection cannot be checked: {deployed.start_error}")
+    def test_cdi_injection(self, started, published_devices):
+        if started.never_started:
+            raise NoVerdict(started.no_verdict_cause)
         with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):
-            attach_evidence("nvidia-smi -L", deployed.check_injection(published_devices))
+            attach_evidence("nvidia-smi -L", started.deployed.check_injection(published_devices))
 
-    def test_cleanup(self, deployed, published_devices, cluster, profile, run_id):
+    def test_cleanup(self, started, published_devices, cluster, profile, run_id):
+        if started.never_started:
+            raise NoVerdict(started.no_verdict_cause)
+        deployed = started.deployed
         with allure.step("delete the consumers; claims are released and the devices reusable"):
             attach_evidence("cleanup", deployed.check_cleanup(
                 published_devices, lambda devices: prove_allocatable(
@@ -131,7 +158,8 @@ class TestWorkload:
 
 def attach_state(deployed) -> None:
     """The applied manifests, claims and events, attached to the Allure result."""
-    allure.attach(deployed.applied_yaml, name="applied manifests", attachment_type=allure.attachment_type.YAML)
+    allure.attach(manifests.dump(deployed.documents), name="applied manifests",
+                  attachment_type=allure.attachment_type.YAML)
     claims = [c.raw for c in deployed.claims().values()]
     allure.attach(manifests.dump(claims) if claims else "no claims", name="claims",
                   attachment_type=allure.attachment_type.YAML)

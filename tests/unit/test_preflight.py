@@ -113,11 +113,15 @@ def test_device_class_missing_points_at_helm_values_not_the_workload():
     assert "mig.nvidia.com" in r.evidence["kubectl get deviceclass"]
 
 
-def test_optional_classes_are_information_only():
+def test_optional_classes_absent_is_a_warning_never_blocking():
     r = pf.evaluate_optional_classes(["gpu.nvidia.com", "mig.nvidia.com"],
                                      ("mig.nvidia.com", "vfio.gpu.nvidia.com"))
-    assert r.ok
+    r.severity = pf.SEVERITY["optional-device-classes"]  # as @check sets it
+    assert not r.ok and r.status == "WARN" and not r.blocking and r.diagnosis is None
     assert "present: mig.nvidia.com" in r.summary and "absent: vfio.gpu.nvidia.com" in r.summary
+    r = pf.evaluate_optional_classes(["mig.nvidia.com", "vfio.gpu.nvidia.com"],
+                                     ("mig.nvidia.com", "vfio.gpu.nvidia.com"))
+    assert r.ok
 
 
 def test_optional_classes_none_configured_is_not_applicable():

@@ -149,7 +149,8 @@ def test_summary_run_info_and_totals(inner):
     assert run["inventory"] == ["gpu-node-a", "gpu-node-b"]
     assert run["exit_status"] == 1
     assert datetime.fromisoformat(run["started"]) <= datetime.fromisoformat(run["finished"])
-    assert summary["totals"] == {"passed": 4, "failed": 2, "broken": 1, "skipped": 1, "error": 1}
+    assert summary["totals"] == {"passed": 4, "failed": 2, "broken": 1, "no-verdict": 0,
+                                 "skipped": 1, "error": 1}
 
 
 def test_summary_directory_is_created_and_defaults_to_reports(pytester, monkeypatch):
@@ -264,9 +265,11 @@ def test_allure_extras_are_written_beside_the_results(inner):
     allure_dir = inner.path / "allure"
 
     categories = json.loads((allure_dir / "categories.json").read_text())
-    assert [category["name"] for category in categories] == list(DIAGNOSES)
-    assert all(category["matchedStatuses"] == ["failed", "broken"] for category in categories)
-    assert all(category["description"] == DIAGNOSES[category["name"]] for category in categories)
+    assert [category["name"] for category in categories] == list(DIAGNOSES) + ["no verdict"]
+    diagnosed = categories[:-1]
+    assert all(category["matchedStatuses"] == ["failed", "broken"] for category in diagnosed)
+    assert all(category["description"] == DIAGNOSES[category["name"]] for category in diagnosed)
+    assert categories[-1]["matchedStatuses"] == ["skipped"]
 
     properties = (allure_dir / "environment.properties").read_text().splitlines()
     assert "target=testbed" in properties
@@ -434,9 +437,11 @@ def test_allure_extras_are_written_beside_the_results(inner):
     allure_dir = inner.path / "allure"
 
     categories = json.loads((allure_dir / "categories.json").read_text())
-    assert [category["name"] for category in categories] == list(DIAGNOSES)
-    assert all(category["matchedStatuses"] == ["failed", "broken"] for category in categories)
-    assert all(category["description"] == DIAGNOSES[category["name"]] for category in categories)
+    assert [category["name"] for category in categories] == list(DIAGNOSES) + ["no verdict"]
+    diagnosed = categories[:-1]
+    assert all(category["matchedStatuses"] == ["failed", "broken"] for category in diagnosed)
+    assert all(category["description"] == DIAGNOSES[category["name"]] for category in diagnosed)
+    assert categories[-1]["matchedStatuses"] == ["skipped"]
 
     properties = (allure_dir / "environment.properties").read_text().splitlines()
     assert "target=testbed" in properties
@@ -590,3 +595,77 @@ def test_coloured_matrix_is_aligned_as_the_plain_one_and_blocks_stay_apart():
                                                 "workload    allocation     cleanup",
                                                 "single-gpu  FAIL[timeout]  -",
                                                 "two-gpu     SKIP           PASS"]
+
+
+# ---------------------------------------------------------------------------------------------
+# No verdict: a check that applies but was blocked is never a pass, in every report channel
+# ---------------------------------------------------------------------------------------------
+
+NO_VERDICT_TESTS = """
+import pytest
+from draconf.errors import NoVerdict
+
+@pytest.fixture(scope="class")
+def blocked():
+    raise NoVerdict("preflight: device-class failed")
+
+@pytest.mark.draconf(workload="single-gpu", check="allocation")
+def test_allocation():
+    assert False, "pod p is not scheduled: 0/4 nodes: untolerated taint"
+
+@pytest.mark.draconf(workload="single-gpu", check="cdi-injection")
+def test_injection():
+    raise NoVerdict("workload never started: the scheduler cannot place pod p")
+
+@pytest.mark.draconf(workload="single-gpu", check="cleanup")
+def test_not_applicable():
+    pytest.skip("needs a node with 3 GPUs")
+
+class TestGated:
+    @pytest.mark.draconf(workload="two-gpu", check="allocation")
+    def test_gated(self, blocked):
+        pass
+"""
+
+
+def test_no_verdict_is_reported_with_its_cause_never_as_passed(pytester, monkeypatch):
+    import xml.etree.ElementTree as ET
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_nv=NO_VERDICT_TESTS)
+    result = run_inner(pytester, "-p", "allure_pytest.plugin", "--alluredir=allure",
+                       "--junitxml=junit.xml")
+    # pytest itself counts a no-verdict as a skip, never a pass.
+    result.assert_outcomes(failed=1, skipped=3)
+
+    summary = load_summary(pytester)
+    rows = rows_by_name(summary)
+    assert rows["test_injection"]["outcome"] == "no-verdict"
+    assert rows["test_injection"]["message"] == ("workload never started: the scheduler "
+                                                 "cannot place pod p")
+    assert rows["TestGated::test_gated"]["outcome"] == "no-verdict"  # raised in setup
+    assert rows["TestGated::test_gated"]["message"] == "preflight: device-class failed"
+    assert rows["test_not_applicable"]["outcome"] == "skipped"
+    assert summary["totals"]["no-verdict"] == 2 and summary["totals"]["passed"] == 0
+
+    matrix = result.stdout.str()
+    assert re.search(r"single-gpu\s+FAIL\s+NO VERDICT\s+SKIP", matrix), matrix
+
+    junit = ET.parse(pytester.path / "junit.xml").getroot()
+    skipped = {case.get("name"): case.find("skipped") for case in junit.iter("testcase")}
+    assert skipped["test_injection"].get("message") == (
+        "NoVerdict: workload never started: the scheduler cannot place pod p")
+
+    allure = allure_results(pytester)
+    assert allure["test_injection"]["status"] == "skipped"
+    message = allure["test_injection"]["statusDetails"]["message"]
+    category = reporting.NO_VERDICT_CATEGORY
+    assert re.fullmatch(category["messageRegex"], message), message
+    assert not re.fullmatch(category["messageRegex"],
+                            allure["test_not_applicable"]["statusDetails"]["message"])
+
+
+def test_no_verdict_ranks_between_skip_and_failure():
+    assert reporting.worst_outcome(["passed", "no-verdict", "skipped"]) == "no-verdict"
+    assert reporting.worst_outcome(["no-verdict", "failed"]) == "failed"
+    assert reporting.cell_label("no-verdict", None) == "NO VERDICT"

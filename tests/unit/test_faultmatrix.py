@@ -1,0 +1,70 @@
+"""draconf.faultmatrix.judge over recorded rows: a no-verdict row is never a pass or a catch."""
+
+from draconf.faultmatrix import EXPECTED, GPU_WORKLOADS, RunResult, judge
+
+
+def row(workload, check, outcome, diagnosis=None, duration=1.0):
+    return {"id": f"suites/x.py::{workload}-{check}", "workload": workload, "check": check,
+            "outcome": outcome, "diagnosis": diagnosis, "duration": duration,
+            "message": f"{workload}/{check} {outcome}"}
+
+
+def tainted_rows(injection="no-verdict", cleanup="no-verdict"):
+    rows = []
+    for w in GPU_WORKLOADS:
+        rows += [row(w, "allocation", "failed", "node-excluded"), row(w, "cdi-injection", injection),
+                 row(w, "cleanup", cleanup)]
+    return rows
+
+
+def test_tainted_bed_with_no_verdict_for_injection_and_cleanup_is_as_expected():
+    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(), []))
+    assert verdict.ok, verdict.problems
+    assert verdict.detected_by == sorted(f"{w}/allocation" for w in GPU_WORKLOADS)
+
+
+def test_a_cleanup_pass_where_nothing_was_allocated_is_a_problem():
+    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(cleanup="passed"), []))
+    assert not verdict.ok
+    assert sum("passed, but this fault leaves it nothing to judge" in p for p in verdict.problems) == 6
+
+
+def test_an_injection_failure_where_nothing_ran_blames_the_wrong_check():
+    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(injection="failed"), []))
+    assert any(p.startswith("unrelated check failed") for p in verdict.problems)
+
+
+def test_a_no_verdict_is_not_a_catch():
+    rows = tainted_rows()
+    rows[0]["outcome"] = "no-verdict"  # single-gpu/allocation
+    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, rows, []))
+    assert "single-gpu/allocation did not fail" in verdict.problems
+
+
+def test_an_unexpected_no_verdict_on_a_fault_bed_is_a_problem():
+    rows = [row("preflight", "policy-conflict", "failed", "policy-conflict"),
+            row("single-gpu", "cleanup", "no-verdict")]
+    verdict = judge(RunResult("clusterpolicy-conflict", 1, 60, rows, []))
+    assert any(p.startswith("unexpected no verdict") for p in verdict.problems)
+
+
+def test_preflight_faults_hold_the_gated_checks_without_a_verdict():
+    rows = [row("preflight", "device-class", "failed", "missing-deviceclass"),
+            row("single-gpu", "allocation", "no-verdict"), row("job", "completion", "no-verdict")]
+    assert judge(RunResult("missing-deviceclass", 1, 30, rows, [])).ok
+    rows[1]["outcome"] = "passed"
+    assert not judge(RunResult("missing-deviceclass", 1, 30, rows, [])).ok
+
+
+def test_a_healthy_run_with_a_no_verdict_row_is_not_clean():
+    rows = [row("single-gpu", "allocation", "passed"), row("single-gpu", "cleanup", "no-verdict")]
+    verdict = judge(RunResult(None, 0, 60, rows, []))
+    assert not verdict.ok
+    assert "without a verdict" in verdict.problems[0]
+    rows[1]["outcome"] = "passed"
+    assert judge(RunResult(None, 0, 60, rows, [])).ok
+
+
+def test_every_expectation_names_disjoint_catches_and_blocked_checks():
+    for fault, expected in EXPECTED.items():
+        assert not set(expected.catch) & set(expected.no_verdict), fault
