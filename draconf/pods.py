@@ -21,6 +21,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 #: Seconds the suite gives its pods to stop when it deletes them, stated rather than inherited:
 #: their commands (``sleep``) ignore SIGTERM as PID 1, so a kubelet would wait the default 30 s
@@ -242,8 +243,25 @@ def delete_pods(api, namespace: str, name: str | None = None, selector: str | No
                 raise
 
 
+#: How long an exec may meet "container not found" on a container its pod reports running.
+#: The kubelet looks the container up in the runtime's list of running containers, which can
+#: lag the pod status it has already written (seen once on a bed's real node); a container that
+#: is really gone still fails, after this long.
+CONTAINER_SETTLE_SECONDS = 5.0
+
+
 def exec_in_container(api, namespace: str, pod: str, container: str, command: list[str],
                       timeout: float = 30) -> ExecResult:
+    """Run ``command`` like ``kubectl exec``; see :func:`_exec_once`.  A kubelet answering
+    ``container not found`` is asked again for up to :data:`CONTAINER_SETTLE_SECONDS`."""
+    policy = Retrying(stop=stop_after_delay(CONTAINER_SETTLE_SECONDS), wait=wait_fixed(0.5),
+                      retry=retry_if_result(lambda r: "container not found" in r.error),
+                      retry_error_callback=lambda state: state.outcome.result())
+    return policy(_exec_once, api, namespace, pod, container, command, timeout)
+
+
+def _exec_once(api, namespace: str, pod: str, container: str, command: list[str],
+               timeout: float) -> ExecResult:
     """Run ``command`` like ``kubectl exec``; the exit code comes from the status channel.
 
     A runtime that reports a non-zero exit only in the status message (kwok does) is understood
