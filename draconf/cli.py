@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from draconf.errors import DraconfError
+from draconf.errors import DraconfError, TargetUnusable
 
 
 def _bed(args):
@@ -131,8 +131,10 @@ def _prepare_target(args) -> None:
         else:
             api = _target_api(args)
         from draconf.preflight import probe
-        if probe(api) is None:
-            os.environ.update(runinfo.to_env(runinfo.collect(api, profile, args.target, os.environ["DRACONF_RUN_ID"])))
+        unusable = probe(api)
+        if unusable:
+            raise TargetUnusable(unusable)  # one line, before pytest prints anything
+        os.environ.update(runinfo.to_env(runinfo.collect(api, profile, args.target, os.environ["DRACONF_RUN_ID"])))
     except DraconfError:
         raise
     except Exception as err:  # pytest's own target handling reports the problem in full
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except DraconfError as err:
         print(f"draconf: error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     except KeyboardInterrupt:
         print("draconf: interrupted", file=sys.stderr)
         return 130

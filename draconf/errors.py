@@ -8,6 +8,31 @@ traceback: it must say what went wrong and what to do about it.
 class DraconfError(Exception):
     """A failure the user can act on; ``str(err)`` is the whole message."""
 
+    #: The command's exit status for this failure (README, "Exit codes").
+    exit_code = 2
+
+
+def yaml_problem(err) -> str:
+    """A PyYAML error in one line: what is wrong and where (PyYAML's own text spans lines).
+
+    >>> import yaml
+    >>> try:
+    ...     yaml.safe_load("clusters: [unclosed\\n")
+    ... except yaml.YAMLError as err:
+    ...     print(yaml_problem(err))
+    expected ',' or ']', but got '<stream end>' at line 2, column 1
+    """
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{getattr(err, 'problem', None) or err}{where}"
+
+
+class TargetUnusable(DraconfError):
+    """The cluster under test cannot be used at all: unreachable, untrusted, credentials
+    rejected.  Nothing was run and nothing was created."""
+
+    exit_code = 3
+
 
 import pytest as _pytest  # noqa: E402  (only for the skip outcome NoVerdict derives from)
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,7 +17,12 @@ import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from draconf.errors import DraconfError
+from draconf.errors import DraconfError, yaml_problem
+
+# urllib3 logs each of its own connection retries as a warning; an unreachable server would
+# print three lines of internals before draconf's one-line reason.  Waits and preflight name
+# connection errors themselves.
+logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -76,9 +82,12 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
         if not path.is_file():
             raise DraconfError(f"kubeconfig {where} does not exist")
         try:
-            yaml.safe_load(path.read_text())
+            doc = yaml.safe_load(path.read_text())
         except yaml.YAMLError as err:
-            raise DraconfError(f"kubeconfig {where} is not valid YAML: {err}") from err
+            raise DraconfError(f"kubeconfig {where} is not valid YAML: {yaml_problem(err)}") from err
+        if not isinstance(doc, dict) or not {"clusters", "contexts", "users"} & set(doc):
+            raise DraconfError(f"kubeconfig {where} is not a kubeconfig: expected a YAML mapping "
+                               "with clusters, users and contexts")
     try:
         api_client = config.new_client_from_config(
             config_file=str(kubeconfig) if kubeconfig else None, context=context)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from draconf.errors import DraconfError
+from draconf.errors import DraconfError, yaml_problem
 
 #: Attribute roles the suite relies on, and the NVIDIA driver's names for them.
 NVIDIA_ATTRIBUTES = {"model": "productName", "uuid": "uuid", "architecture": "architecture",
@@ -108,7 +108,7 @@ def resolve(name_or_path: str) -> Profile:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise DraconfError(f"profile {path} is not valid YAML: {err}") from err
+        raise DraconfError(f"profile {path} is not valid YAML: {yaml_problem(err)}") from err
     return from_dict(data, source=str(path))
 
 

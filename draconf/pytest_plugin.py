@@ -77,6 +77,22 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def pytest_sessionstart(session):
+    """An unusable ``--target kubeconfig`` ends the run before any test, in one line
+    (``ERROR: draconf: ...``, exit status 4, pytest's usage error), with nothing created."""
+    config = session.config
+    if config.option.collectonly or config.getoption("--target") != "kubeconfig":
+        return
+    try:
+        api = connect(None, config.getoption("--kube-context"))
+        from draconf.preflight import probe
+        unusable = probe(api)
+    except DraconfError as err:
+        unusable = str(err)
+    if unusable:
+        raise pytest.UsageError(f"draconf: {unusable}")
+
+
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_setup(item):
     """A setup that fails (a workload that never came up) is diagnosed like a failed check."""

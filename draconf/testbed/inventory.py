@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from kubernetes.utils import parse_quantity
 
-from draconf.errors import DraconfError
+from draconf.errors import DraconfError, yaml_problem
 
 DEFAULT_INVENTORY = Path(__file__).parent / "data" / "inventories" / "mixed.yaml"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -128,7 +128,7 @@ def load(path: str | Path = DEFAULT_INVENTORY) -> Inventory:
     except OSError as err:
         raise DraconfError(f"cannot read inventory {path}: {err.strerror}") from err
     except yaml.YAMLError as err:
-        raise DraconfError(f"inventory {path} is not valid YAML: {err}") from err
+        raise DraconfError(f"inventory {path} is not valid YAML: {yaml_problem(err)}") from err
     return from_dict(data, source=str(path))
 
 

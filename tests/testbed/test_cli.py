@@ -8,9 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from draconf import namespaces, waits
 from draconf.kube import connect
@@ -116,24 +118,39 @@ def test_invalid_profile_is_one_clear_error_before_anything_is_created(tmp_path,
     assert namespaces.leftovers(api) == before
 
 
-@pytest.mark.parametrize("kubeconfig, message", [
-    ("does-not-exist", "does not exist"),
-    ("malformed", "not valid YAML"),
-    ("unreachable", "cannot reach the API server"),
+@pytest.mark.parametrize("kubeconfig, message, code", [
+    ("does-not-exist", "does not exist", 2),
+    ("malformed", "not valid YAML", 2),
+    ("not-a-kubeconfig", "is not a kubeconfig", 2),
+    ("unreachable", "cannot reach the API server", 3),
+    ("untrusted", "TLS certificate the kubeconfig does not trust", 3),
+    ("wrong-token", "rejected the credentials", 3),
 ])
-def test_bad_kubeconfig_is_one_clear_error(tmp_path, healthy_bed, kubeconfig, message):
+def test_bad_kubeconfig_is_one_clear_line_and_its_exit_code(tmp_path, healthy_bed, kubeconfig, message, code):
     path = tmp_path / "kubeconfig"
+    text, server = healthy_bed.kubeconfig.read_text(), healthy_bed.state()["server"]
+    config = yaml.safe_load(text)
     if kubeconfig == "malformed":
         path.write_text("clusters: [unclosed\n")
+    elif kubeconfig == "not-a-kubeconfig":
+        path.write_text("just some text\n")
     elif kubeconfig == "unreachable":
-        text = healthy_bed.kubeconfig.read_text()
-        server = healthy_bed.state()["server"]
         path.write_text(text.replace(server, "https://127.0.0.1:1"))
+    elif kubeconfig == "untrusted":
+        del config["clusters"][0]["cluster"]["certificate-authority"]
+        path.write_text(yaml.safe_dump(config))
+    elif kubeconfig == "wrong-token":
+        config["users"][0]["user"] = {"token": "not-a-token"}
+        path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
     result = draconf("run", "--target", "kubeconfig", "--reports", str(tmp_path / "reports"),
                      "-k", "single-gpu", env={"KUBECONFIG": str(path)})
-    assert result.returncode != 0
-    assert message in result.stdout + result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
+    took = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output
+    assert output.strip().splitlines() == [output.strip()] and message in output, output
+    assert "Traceback" not in output and "_pytest" not in output and "Retrying" not in output
+    assert took < 5, took
 
 
 def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed):
