@@ -36,6 +36,9 @@ IDENTITIES = {
     "kube-controller-manager": ("system:kube-controller-manager", ""),
     "kwok": ("system:kwok-controller", "system:masters"),
     "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", "system:masters"),
+    # The suite as a platform team runs it: no group, only what manifests/rbac/ binds to it
+    # (`draconf-suite.kubeconfig` in the bed's directory).
+    "draconf-suite": ("draconf-suite", ""),
 }
 
 #: The API server's names: where the host, pods (the ``kubernetes`` Service, 10.96.0.1) and

@@ -27,22 +27,24 @@ def _plural(snake: str) -> str:
     return word + ("es" if word.endswith("s") else "s")
 
 
-def permission_of_call(group_attr: str, method: str) -> Permission | None:
-    """The permission a kubernetes Python client method needs, from its name (the client is
-    generated, so the names follow the API's paths); None for discovery."""
+def permissions_of_call(group_attr: str, method: str) -> list[Permission]:
+    """The permissions a kubernetes Python client method needs, from its name (the client is
+    generated, so the names follow the API's paths); none for discovery."""
     group = GROUPS[group_attr]
     if method.startswith(("get_api_", "get_code")):
-        return None
+        return []
     if method == "connect_get_namespaced_pod_exec":
-        return Permission("create", "pods/exec")  # a websocket exec is authorized as create
+        # A websocket exec is a GET, authorized as get and (1.31+) also as create: a role
+        # without get was refused on the bed ("cannot get resource pods/exec").
+        return [Permission("get", "pods/exec"), Permission("create", "pods/exec")]
     if method == "read_namespaced_pod_log":
-        return Permission("get", "pods/log")
+        return [Permission("get", "pods/log")]
     verb, _, rest = method.partition("_")
     rest = rest.removeprefix("namespaced_").removesuffix("_for_all_namespaces")
     sub = ""
     if rest.endswith("_status"):
         rest, sub = rest.removesuffix("_status"), "/status"
-    return Permission(VERBS[verb], _plural(rest) + sub, group)
+    return [Permission(VERBS[verb], _plural(rest) + sub, group)]
 
 
 def calls_in_code() -> set[Permission]:
@@ -53,9 +55,7 @@ def calls_in_code() -> set[Permission]:
     call = re.compile(r"\b(?:api|cluster)\.(core|apps|batch|resource)\.([a-z_]+)\b")
     for path in files:
         for group_attr, method in call.findall(path.read_text()):
-            permission = permission_of_call(group_attr, method)
-            if permission:
-                found.add(permission)
+            found.update(permissions_of_call(group_attr, method))
     for path in (REPO / "manifests").glob("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:

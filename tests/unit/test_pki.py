@@ -100,7 +100,9 @@ def test_every_identity_and_node_has_its_own_token(pki):
     lines = pki.token_file.read_text().splitlines()
     assert f'{tokens["admin"]},kubernetes-admin,uid-0,"system:masters"' in lines
     assert f"{tokens['kube-scheduler']},system:kube-scheduler,uid-1" in lines
-    assert f'{tokens["gpu-1"]},system:node:gpu-1,uid-6,"system:nodes"' in lines
+    # The suite's own identity is in no group: only what manifests/rbac/ binds to it.
+    assert f"{tokens['draconf-suite']},draconf-suite,uid-5" in lines
+    assert f'{tokens["gpu-1"]},system:node:gpu-1,uid-7,"system:nodes"' in lines
     with pytest.raises(KeyError):
         pki.token("nobody")
 
