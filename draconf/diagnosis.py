@@ -36,6 +36,8 @@ claim-not-released   (cleanup check) claims outlive their pods, stay allocated/r
 quota-not-enforced   a ResourceQuota's used exceeds its hard limit, or a quota check failed
                      while the namespace has a quota and no "exceeded quota" rejection was seen
 policy-conflict      a ClusterPolicy exists beside the GPUCluster
+permission-denied    the server answered one of the suite's requests 403 Forbidden (user, verb
+                     and resource from its message; checked second, after api-unavailable)
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
 
@@ -888,7 +890,31 @@ def _timeout(facts: Facts, check, error_text):
             f"{unread}: read the events of these objects and rerun with a longer timeout.")
 
 
-_RULES = [_rule_api, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
+#: The API server's 403 text (apiserver endpoints/handlers/responsewriters: forbiddenMessage),
+#: also as it appears JSON-escaped in an ApiException's body.
+_FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
+                        r'(?: in API group \\?"([^"\\]*)\\?")?')
+
+
+def _rule_permission_denied(facts: Facts, check, error_text):
+    """The server refused one of the suite's own requests (403): the credentials, not the
+    cluster, stopped the check.  Read from the server's answer, which names user, verb and
+    resource."""
+    denied = []
+    for user, verb, resource, group in _FORBIDDEN.findall(error_text):
+        base, _, sub = resource.partition("/")
+        name = (f"{base}.{group}" if group else base) + (f"/{sub}" if sub else "")
+        item = f"`{verb}` on {name}"
+        if item not in denied:
+            denied.append(item)
+    if not denied:
+        return None
+    return ("permission-denied", f"The API server refused user {user} {', '.join(denied)} (403 "
+            "Forbidden): bind the ClusterRole in manifests/rbac/clusterrole.yaml to this identity "
+            "and rerun; this says nothing about the cluster's DRA.")
+
+
+_RULES = [_rule_api, _rule_permission_denied, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
           _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
           _rule_cleanup, _rule_quota, _rule_policy_conflict]
 

@@ -349,6 +349,23 @@ def check_server_version(api, profile) -> CheckResult:
 
 
 # --------------------------------------------------------------------------------------------
+# permissions (what manifests/rbac/clusterrole.yaml grants; draconf.permissions)
+# --------------------------------------------------------------------------------------------
+
+@check("permissions")
+def check_permissions(api, profile) -> CheckResult:
+    from draconf import permissions
+    from draconf.errors import DraconfError
+    try:
+        wanted = permissions.needed()
+    except DraconfError as err:
+        raise Inconclusive(str(err)) from None
+    denied = _read(Access("create", "selfsubjectaccessreviews", "authorization.k8s.io"),
+                   lambda _request_timeout=None: permissions.review(api, wanted))
+    return permissions.evaluate(wanted, denied, permissions.whoami(api) if denied else None)
+
+
+# --------------------------------------------------------------------------------------------
 # resource-api
 # --------------------------------------------------------------------------------------------
 

@@ -189,7 +189,15 @@ def cluster(pytestconfig):
 
 def make_namespace(request, api, run_id, label: str) -> str:
     """Create a run-labelled namespace and arrange its deletion at the end of ``request``'s scope
-    (kept when a test in that scope failed and --keep-on-failure is set)."""
+    (kept when a test in that scope failed and --keep-on-failure is set).
+
+    Everything a test creates lives in such a namespace, so this is where a test that creates
+    objects is skipped, before it creates any, when the credentials lack a permission the
+    suite needs (preflight row ``permissions``)."""
+    from draconf.permissions import gate_reason
+    blocked = gate_reason(request.config, api)
+    if blocked:
+        pytest.skip(blocked)
     name = namespaces.create(api, run_id, label)
 
     def finish():

@@ -124,6 +124,10 @@ DIAGNOSES: dict[str, str] = {
     "policy-conflict":
         "A GPU Operator ClusterPolicy (device plugin) exists beside the GPUCluster (DRA), and a "
         "cluster may have one or the other but not both: delete the one you do not use.",
+    "permission-denied":
+        "The credentials draconf runs with may not do something the suite needs (RBAC): the "
+        "message names each missing verb and resource; bind the ClusterRole in "
+        "manifests/rbac/clusterrole.yaml to this identity and rerun. Not a cluster failure.",
     "timeout":
         "The check ran out of time without a definitive signal from the cluster, so it says "
         "nothing about conformance yet: read the events of the objects involved and rerun "

@@ -47,6 +47,8 @@ SERVICE_CIDR = "10.96.0.0/16"
 IN_CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kwok")
 #: The DRA drivers a bed can run: the simulated NVIDIA driver, or dra-example-driver.
 DRIVERS = ("nvidia", "example")
+#: Roles the bed grants its components that are not in system:masters (kwok's own).
+COMPONENT_RBAC = Path(__file__).parent / "data" / "rbac"
 #: Where kwok and the only programs a KWOK "container" can run live inside its sandbox.
 KWOK_TOOLS = "/kwok-node"
 #: Seconds a real node gets to stop its kubelet, containers and containerd.
@@ -312,6 +314,7 @@ class Testbed:
             "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
             "--profiling=false", "--v=1"], netns=netns)
         self._wait_http(f"{server}/readyz", "kube-apiserver", deadline, pki=pki)
+        self._grant_component_roles()
 
         log("starting kube-controller-manager, kube-scheduler and kwok")
         self._spawn(state, "kube-controller-manager", [
@@ -424,6 +427,27 @@ class Testbed:
             shutil.copyfile(source, tools / name)  # busybox runs the applet its name says
             (tools / name).chmod(0o755)
         return root
+
+    def _grant_component_roles(self) -> None:
+        """As the admin, bind each component that is not in system:masters to its upstream
+        role (``data/rbac/``); scheduler and controller manager have theirs from the API
+        server's bootstrap policy."""
+        from kubernetes.client.exceptions import ApiException
+
+        from draconf.kube import connect  # needs the kubernetes client; lazy
+        api = connect(self.dir / "admin.kubeconfig")
+        create = {"ClusterRole": api.rbac.create_cluster_role,
+                  "ClusterRoleBinding": api.rbac.create_cluster_role_binding}
+        for path in sorted(COMPONENT_RBAC.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                try:
+                    create[doc["kind"]](doc)
+                except ApiException as err:
+                    if err.status != 409:  # a bed restarted on its state keeps them
+                        raise DraconfError(f"cannot create {doc['kind']} {doc['metadata']['name']} "
+                                           f"from {path}: {err.status} {err.reason}") from None
 
     def _write_kubeconfig(self, path: Path, server: str, pki, identity: str) -> None:
         config = {

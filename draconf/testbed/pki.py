@@ -29,13 +29,18 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: Identity per client, mapped to the same users and groups a kubeadm cluster gives them, so
-#: RBAC is the real bootstrap policy (the scheduler and controller manager are not masters).
+#: RBAC is the real bootstrap policy (the scheduler and controller manager are not masters;
+#: kwok has the ClusterRole kwok releases, the suite's user only manifests/rbac/).
 IDENTITIES = {
     "admin": ("kubernetes-admin", "system:masters"),
     "kube-scheduler": ("system:kube-scheduler", ""),
     "kube-controller-manager": ("system:kube-controller-manager", ""),
-    "kwok": ("system:kwok-controller", "system:masters"),
+    # kwok: the ClusterRole kwok releases (data/rbac/kwok-controller.yaml), nothing more.
+    "kwok": ("system:kwok-controller", ""),
     "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", "system:masters"),
+    # The suite as a platform team runs it: no group, only what manifests/rbac/ binds to it
+    # (`draconf-suite.kubeconfig` in the bed's directory).
+    "draconf-suite": ("draconf-suite", ""),
 }
 
 #: The API server's names: where the host, pods (the ``kubernetes`` Service, 10.96.0.1) and

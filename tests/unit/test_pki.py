@@ -100,7 +100,9 @@ def test_every_identity_and_node_has_its_own_token(pki):
     lines = pki.token_file.read_text().splitlines()
     assert f'{tokens["admin"]},kubernetes-admin,uid-0,"system:masters"' in lines
     assert f"{tokens['kube-scheduler']},system:kube-scheduler,uid-1" in lines
-    assert f'{tokens["gpu-1"]},system:node:gpu-1,uid-6,"system:nodes"' in lines
+    # The suite's own identity is in no group: only what manifests/rbac/ binds to it.
+    assert f"{tokens['draconf-suite']},draconf-suite,uid-5" in lines
+    assert f'{tokens["gpu-1"]},system:node:gpu-1,uid-7,"system:nodes"' in lines
     with pytest.raises(KeyError):
         pki.token("nobody")
 
@@ -146,3 +148,22 @@ def _handshake(pki, cert, key, server_name, client=None) -> dict:
         assert tls.recv(2) == b"ok"
     thread.join(10)
     return seen.get("peer") or {}
+
+
+def test_only_the_admin_and_the_driver_install_are_masters():
+    masters = {i for i, (_, group) in pki_mod.IDENTITIES.items() if group == "system:masters"}
+    assert masters == {"admin", "nvidia-dra-driver"}
+
+
+def test_kwok_is_bound_to_its_upstream_role():
+    from draconf.testbed.cluster import COMPONENT_RBAC
+    import yaml
+    docs = [d for d in yaml.safe_load_all((COMPONENT_RBAC / "kwok-controller.yaml").read_text()) if d]
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "User", "name": pki_mod.IDENTITIES["kwok"][0],
+                                    "apiGroup": "rbac.authorization.k8s.io"}]
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {("", "nodes/status"), ("", "pods/status"), ("coordination.k8s.io", "leases"),
+            ("kwok.x-k8s.io", "execs")} <= granted

@@ -349,7 +349,7 @@ def test_every_diagnosis_is_a_known_code():
 
 
 def test_registered_checks_and_severities():
-    assert list(pf.CHECKS) == ["server-version", "resource-api", "device-class",
+    assert list(pf.CHECKS) == ["server-version", "permissions", "resource-api", "device-class",
                                "optional-device-classes", "resource-slices", "device-attributes",
                                "kubelet-plugin", "gpu-cluster", "policy-conflict"]
     assert pf.SEVERITY["optional-device-classes"] == pf.INFO

@@ -1,0 +1,169 @@
+"""The suite under RBAC, through the bed's real API server and RBAC authorizer.
+
+* As the bed's user ``draconf-suite`` (a token identity in no group), bound only by
+  ``manifests/rbac/`` applied unchanged, ``draconf run --target kubeconfig`` passes.
+* As a ServiceAccount bound to that role minus ``create`` on pods and resourceclaims, the run
+  says so in one preflight row (``permission-denied``, naming both), creates nothing, shows no
+  traceback and exits non-zero.
+
+Both run the workloads with the bed's own image through ``--profile`` (``image:``), as a user
+of an air-gapped cluster points the suite at a mirror.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from draconf import namespaces, permissions
+from draconf.profile import TESTBED_IMAGE
+
+from .test_cli import REPO, draconf
+
+RBAC_DIR = REPO / "manifests" / "rbac"
+#: A whole suite run takes ~2.5 min on 2 cores.
+RUN_TIMEOUT = 900
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _apply(api, docs: list[dict]) -> None:
+    """``kubectl apply`` for cluster-scoped objects: create, or replace what is there."""
+    dynamic = DynamicClient(api.api_client)
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        try:
+            resource.create(body=doc)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            current = resource.get(name=doc["metadata"]["name"])
+            body = copy.deepcopy(doc)
+            body["metadata"]["resourceVersion"] = current.metadata.resourceVersion
+            resource.replace(body=body)
+
+
+def _delete(api, docs: list[dict]) -> None:
+    dynamic = DynamicClient(api.api_client)
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        try:
+            resource.delete(name=doc["metadata"]["name"], namespace=doc["metadata"].get("namespace"))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+@pytest.fixture
+def bed_profile(tmp_path) -> Path:
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump({"name": "testbed-mirror", "image": TESTBED_IMAGE}))
+    return path
+
+
+def _run(kubeconfig: Path, profile: Path, reports: Path):
+    result = draconf("run", "--target", "kubeconfig", "--profile", str(profile),
+                     "--reports", str(reports), env={"KUBECONFIG": str(kubeconfig)},
+                     timeout=RUN_TIMEOUT)
+    summary = json.loads((reports / "summary.json").read_text())
+    return result, summary
+
+
+def _namespaces(api) -> set[str]:
+    return {n.metadata.name for n in api.core.list_namespace().items}
+
+
+def test_the_whole_suite_passes_as_a_user_bound_only_to_the_shipped_role(healthy_bed, api, bed_profile,
+                                                                           tmp_path):
+    docs = [d for path in sorted(RBAC_DIR.glob("*.yaml")) for d in _docs(path)]
+    _apply(api, docs)
+    try:
+        result, summary = _run(healthy_bed.dir / "draconf-suite.kubeconfig", bed_profile, tmp_path / "reports")
+    finally:
+        _delete(api, docs)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    outcomes = {t["id"]: t["outcome"] for t in summary["tests"]}
+    assert set(outcomes.values()) == {"passed"}, outcomes
+    assert outcomes["suites/test_preflight.py::test_preflight[permissions]"] == "passed"
+    assert len(outcomes) >= 30
+    assert not re.search(r"is forbidden: User", output), "a request was refused"
+    assert not namespaces.leftovers(api)
+
+
+def _narrow_role(name: str, remove: set[tuple[str, str, str]]) -> dict:
+    """The shipped ClusterRole without the (group, resource, verb) in ``remove``."""
+    role = yaml.safe_load(permissions.CLUSTERROLE_FILE.read_text())
+    role["metadata"] = {"name": name}
+    rules = []
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                verbs = [v for v in rule["verbs"] if (group, resource, v) not in remove]
+                if verbs:
+                    rules.append({"apiGroups": [group], "resources": [resource], "verbs": verbs})
+    role["rules"] = rules
+    return role
+
+
+def test_a_narrower_role_is_one_preflight_row_naming_verb_and_resource_and_creates_nothing(
+        healthy_bed, api, bed_profile, tmp_path):
+    ns, sa = "draconf-rbac-selftest", "narrow"
+    role = _narrow_role("draconf-suite-narrow", {("", "pods", "create"),
+                                                 ("resource.k8s.io", "resourceclaims", "create")})
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "draconf-suite-narrow"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "draconf-suite-narrow"},
+               "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}
+    api.core.create_namespace({"metadata": {"name": ns}})
+    try:
+        api.core.create_namespaced_service_account(ns, {"metadata": {"name": sa}})
+        _apply(api, [role, binding])
+        token = api.core.create_namespaced_service_account_token(
+            sa, ns, {"spec": {"expirationSeconds": 3600}}).status.token
+        server = yaml.safe_load(healthy_bed.kubeconfig.read_text())["clusters"][0]["cluster"]
+        kubeconfig = tmp_path / "narrow.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "narrow",
+            "clusters": [{"name": "bed", "cluster": server}],
+            "users": [{"name": sa, "user": {"token": token}}],
+            "contexts": [{"name": "narrow", "context": {"cluster": "bed", "user": sa}}]}))
+        before = _namespaces(api)
+        result, summary = _run(kubeconfig, bed_profile, tmp_path / "reports")
+        after = _namespaces(api)
+    finally:
+        _delete(api, [binding, role])
+        api.core.delete_namespace(ns)
+    output = result.stdout + result.stderr
+    (tmp_path / "output.txt").write_text(output)  # for a reader of a failure
+    assert result.returncode != 0
+    # One preflight line names both, with the code.
+    rows = [line for line in output.splitlines() if line.startswith("[permission-denied] ")]
+    assert len(rows) == 1, output[-4000:]
+    assert re.match(rf"\[permission-denied\] user system:serviceaccount:{ns}:{sa} lacks 2 of "
+                    r"\d+ permission\(s\) the suite needs", rows[0]), rows[0]
+    assert "`create` on pods, `create` on resourceclaims.resource.k8s.io" in rows[0]
+    tests = {t["id"]: t for t in summary["tests"]}
+    row = tests["suites/test_preflight.py::test_preflight[permissions]"]
+    assert row["outcome"] == "failed" and row["diagnosis"] == "permission-denied"
+    # Read-only checks ran; everything that would create was skipped naming the permissions.
+    assert tests["suites/test_audit.py::test_gpu_quotas_also_cap_deviceclasses"]["outcome"] == "passed"
+    assert all(t["outcome"] == "passed" for i, t in tests.items()
+               if "test_preflight" in i and not i.endswith("[permissions]"))
+    writers = [t for i, t in tests.items() if not re.search(r"test_preflight|test_audit", i)]
+    assert len(writers) >= 20
+    assert all(t["outcome"] == "skipped" and "`create` on pods" in t["message"] for t in writers), writers
+    # No traceback, no Forbidden from a request, nothing created.
+    for text in ("Traceback", "Error", "ApiException", "is forbidden: User"):
+        assert text not in output, text
+    assert after == before
