@@ -156,13 +156,13 @@ def test_a_narrower_role_is_one_preflight_row_naming_verb_and_resource_and_creat
     tests = {t["id"]: t for t in summary["tests"]}
     row = tests["suites/test_preflight.py::test_preflight[permissions]"]
     assert row["outcome"] == "failed" and row["diagnosis"] == "permission-denied"
-    # Read-only checks ran; everything that would create was skipped naming the permissions.
+    # Read-only checks ran; everything that would create gave no verdict, naming the permissions.
     assert tests["suites/test_audit.py::test_gpu_quotas_also_cap_deviceclasses"]["outcome"] == "passed"
     assert all(t["outcome"] == "passed" for i, t in tests.items()
                if "test_preflight" in i and not i.endswith("[permissions]"))
     writers = [t for i, t in tests.items() if not re.search(r"test_preflight|test_audit", i)]
     assert len(writers) >= 20
-    assert all(t["outcome"] == "skipped" and "`create` on pods" in t["message"] for t in writers), writers
+    assert all(t["outcome"] == "no-verdict" and "`create` on pods" in t["message"] for t in writers), writers
     # No traceback, no Forbidden from a request, nothing created.
     for text in ("Traceback", "Error", "ApiException", "is forbidden: User"):
         assert text not in output, text
