@@ -141,10 +141,13 @@ RUN_INFO_KEY = pytest.StashKey[dict]()
 
 #: Outcomes from best to worst; a matrix cell shows the worst of its tests. ``failed`` is
 #: worst because it is the one definitive "does not conform"; the others mean "no verdict".
-OUTCOMES = ("passed", "skipped", "no-verdict", "error", "broken", "failed")
-OUTCOME_LABELS = {"passed": "PASS", "skipped": "SKIP", "no-verdict": "NO VERDICT",
+OUTCOMES = ("passed", "skipped", "not-run", "no-verdict", "error", "broken", "failed")
+OUTCOME_LABELS = {"passed": "PASS", "skipped": "SKIP", "not-run": "NOT RUN", "no-verdict": "NO VERDICT",
                   "error": "ERROR", "broken": "BROKEN", "failed": "FAIL"}
+#: The directory whose tests make a session a conformance run (one that writes reports).
+SUITE_DIR = "suites"
 _OUTCOME_COLOURS = {"passed": {"green": True}, "skipped": {"yellow": True},
+                    "not-run": {"yellow": True, "bold": True},
                     "no-verdict": {"yellow": True, "bold": True},
                     "error": {"red": True}, "broken": {"purple": True},
                     "failed": {"red": True, "bold": True}}
@@ -160,8 +163,9 @@ ALLURE_NPM_PACKAGE = "allure@3"
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register ``--draconf-reports DIR`` (default ``reports``, relative to the invocation dir)."""
     parser.getgroup("draconf").addoption(
-        "--draconf-reports", dest="draconf_reports", default="reports", metavar="DIR",
-        help="directory for summary.json (default: reports)")
+        "--draconf-reports", dest="draconf_reports", default=None, metavar="DIR",
+        help="directory for summary.json; without it, only a run of the conformance suite "
+             "(tests under suites/) writes one, to reports/")
 
 
 def diagnosis_prefix(code: str) -> str:
@@ -585,6 +589,11 @@ class ReportingPlugin:
         self.rows: dict[str, dict[str, Any]] = {}
         self.started = _now()
         self.summary_path: Path | None = None
+        #: nodeid -> (workload, check) of every collected test, for rows of tests never run.
+        self.collected: dict[str, tuple[str | None, str | None]] = {}
+        #: The test between logstart and logfinish: the one an interrupt stopped.
+        self.running: str | None = None
+        self.interruption: dict[str, Any] | None = None
         config.addinivalue_line(
             "markers", "draconf(workload=None, check=None): what a draconf test exercises, "
                        "for the summary matrix")
@@ -595,6 +604,15 @@ class ReportingPlugin:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.started = _now()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collected = {item.nodeid: marker_fields(item) for item in session.items}
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.running = nodeid
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        self.running = None
 
     # -- make sure a diagnosed failure's message carries its [code] -------------------------
 
@@ -678,13 +696,45 @@ class ReportingPlugin:
         """The content of summary.json for the rows collected so far."""
         run = {**get_run_info(self.config), "started": self.started, "finished": _now(),
                "exit_status": int(exit_status)}
+        if self.interruption:
+            run["interrupted"] = self.interruption
         rows = list(self.rows.values())
         return {"run": run, "totals": count_outcomes(rows), "tests": rows}
 
+    def _mark_interrupted(self) -> None:
+        """An interrupted run (Ctrl-C, SIGTERM) must not read as a pass: the test that was
+        running and every test never reached get a ``not-run`` row, and the run says so."""
+        never_ran = [n for n in self.collected if n not in self.rows]
+        if self.running is not None:
+            row = self.rows.setdefault(self.running, new_row(self.running, {
+                "outcome": "not-run", "workload": self.collected.get(self.running, (None, None))[0],
+                "check": self.collected.get(self.running, (None, None))[1]}))
+            if row["outcome"] in ("passed", "skipped"):  # only its setup had reported
+                row["outcome"], row["message"] = "not-run", "interrupted while this test was running"
+        for nodeid in never_ran:
+            workload, check = self.collected[nodeid]
+            self.rows[nodeid] = new_row(nodeid, {"outcome": "not-run", "workload": workload,
+                                                 "check": check,
+                                                 "message": "never ran: the run was interrupted"})
+        self.interruption = {"while_running": self.running,
+                             "never_ran": [n for n in never_ran if n != self.running]}
+
+    def _writes_reports(self) -> bool:
+        """Reports are the conformance run's: written when asked (``--draconf-reports``) or
+        when the session ran the suite; the project's own unit tests write none."""
+        if self.config.getoption("draconf_reports", None):
+            return True
+        return any(nodeid.split("/", 1)[0] == SUITE_DIR for nodeid in self.rows)
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file (see pytest_unconfigure)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_xdist_worker or self.config.option.collectonly:
             return
-        reports_dir = _resolve(self.config, self.config.getoption("draconf_reports", "reports"))
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self._mark_interrupted()
+        if not self._writes_reports():
+            return
+        reports_dir = _resolve(self.config, self.config.getoption("draconf_reports", None) or "reports")
         reports_dir.mkdir(parents=True, exist_ok=True)
         self.summary_path = reports_dir / SUMMARY_FILENAME
         self.summary_path.write_text(
@@ -701,9 +751,53 @@ class ReportingPlugin:
         if not lines or self.summary_path is None:
             return
         terminalreporter.write_sep("=", "draconf conformance matrix")
+        if self.interruption:
+            terminalreporter.line(interruption_line(self.interruption), red=True, bold=True)
         for line in lines:
             terminalreporter.line(line)
         terminalreporter.line(f"summary: {self.summary_path}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """junitxml has written its file by now: say there, too, that the run was interrupted."""
+        xmlpath = getattr(config.option, "xmlpath", None)
+        if self.interruption and xmlpath and Path(xmlpath).is_file():
+            mark_junit_interrupted(Path(xmlpath), self.interruption)
+
+
+def interruption_line(interruption: Mapping[str, Any]) -> str:
+    """One line for the terminal and JUnit.
+
+    >>> interruption_line({"while_running": "t.py::a", "never_ran": ["t.py::b", "t.py::c"]})
+    'INTERRUPTED while running t.py::a; 2 test(s) never ran: not a conformance verdict'
+    """
+    running = interruption.get("while_running")
+    return (f"INTERRUPTED{' while running ' + running if running else ''}; "
+            f"{len(interruption.get('never_ran') or [])} test(s) never ran: not a conformance verdict")
+
+
+def mark_junit_interrupted(path: Path, interruption: Mapping[str, Any]) -> None:
+    """Add to a JUnit file what pytest's own writer leaves out of an interrupted run: a suite
+    property saying so, and a skipped test case for each test that never ran."""
+    import xml.etree.ElementTree as ET
+    tree = ET.parse(path)
+    root = tree.getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return
+    properties = suite.find("properties")
+    if properties is None:
+        properties = ET.Element("properties")
+        suite.insert(0, properties)
+    ET.SubElement(properties, "property", name="draconf.interrupted", value=interruption_line(interruption))
+    for nodeid in interruption.get("never_ran") or []:
+        module, _, name = nodeid.partition("::")
+        case = ET.SubElement(suite, "testcase", classname=module.removesuffix(".py").replace("/", "."),
+                             name=name, time="0")
+        ET.SubElement(case, "skipped", type="pytest.skip", message="never ran: the run was interrupted")
+    suite.set("skipped", str(int(suite.get("skipped", "0")) + len(interruption.get("never_ran") or [])))
+    suite.set("tests", str(int(suite.get("tests", "0")) + len(interruption.get("never_ran") or [])))
+    tree.write(path, encoding="utf-8", xml_declaration=True)
 
 
 # ---------------------------------------------------------------------------------------------

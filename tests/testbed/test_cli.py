@@ -3,6 +3,7 @@ clear error and change nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -165,6 +166,15 @@ def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed):
     waits.wait_until("the interrupted run's namespaces to be gone", lambda: namespaces.leftovers(api),
                      lambda left: not left, timeout=60, describe=lambda left: ", ".join(left))
     assert namespaces.leftovers(api) == []
+    # The reports say the run was interrupted, and no check reads as passed that did not finish.
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    interrupted = summary["run"]["interrupted"]
+    assert interrupted["while_running"] and interrupted["never_ran"], interrupted
+    outcomes = {t["id"]: t["outcome"] for t in summary["tests"]}
+    assert outcomes[interrupted["while_running"]] in ("not-run", "failed", "error", "broken"), outcomes
+    assert all(outcomes[n] == "not-run" for n in interrupted["never_ran"])
+    assert proc.returncode != 0
+    assert 'name="draconf.interrupted"' in (tmp_path / "reports" / "junit.xml").read_text()
 
 
 def test_sweep_removes_only_what_draconf_labelled(healthy_bed):

@@ -153,15 +153,52 @@ def test_summary_run_info_and_totals(inner):
                                  "skipped": 1, "error": 1}
 
 
-def test_summary_directory_is_created_and_defaults_to_reports(pytester, monkeypatch):
+def test_a_suite_run_writes_reports_by_default_and_other_runs_write_none(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile("def test_one(): pass")
+    pytester.makepyfile("def test_one(): pass")  # not under suites/: e.g. the unit tests
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert not (pytester.path / "reports").exists()
 
+    pytester.mkdir("suites")
+    (pytester.path / "suites" / "test_conformance.py").write_text("def test_one(): pass\n")
+    pytester.runpytest("-p", "no:cacheprovider", "suites").assert_outcomes(passed=1)
     summary = load_summary(pytester, reports="reports")
     assert summary["totals"]["passed"] == 1
     assert summary["run"]["exit_status"] == 0
+
+
+def test_an_interrupted_run_says_so_in_every_channel(pytester, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.draconf(workload="single-gpu", check="allocation")
+        def test_first(): pass
+
+        @pytest.mark.draconf(workload="single-gpu", check="cdi")
+        def test_second(): raise KeyboardInterrupt
+
+        @pytest.mark.draconf(workload="single-gpu", check="cleanup")
+        def test_third(): pass
+    """)
+    # In a process of its own: an in-process run's KeyboardInterrupt would stop this session too.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--draconf-reports=out",
+                                           "--junitxml=junit.xml")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+    summary = load_summary(pytester)
+    rows = rows_by_name(summary)
+    assert rows["test_first"]["outcome"] == "passed"
+    assert rows["test_second"]["outcome"] == "not-run"
+    assert rows["test_third"]["outcome"] == "not-run" and "interrupted" in rows["test_third"]["message"]
+    interrupted = summary["run"]["interrupted"]
+    assert interrupted["while_running"].endswith("::test_second")
+    assert [n.split("::")[1] for n in interrupted["never_ran"]] == ["test_third"]
+    assert "INTERRUPTED while running" in result.stdout.str() and "NOT RUN" in result.stdout.str()
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'name="draconf.interrupted"' in junit and 'name="test_third"' in junit
 
 
 def test_collection_error_gets_an_error_row(pytester, monkeypatch):
