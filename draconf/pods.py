@@ -21,7 +21,9 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
+
+from draconf.waits import is_transient
 
 #: Seconds the suite gives its pods to stop when it deletes them, stated rather than inherited:
 #: their commands (``sleep``) ignore SIGTERM as PID 1, so a kubelet would wait the default 30 s
@@ -253,9 +255,11 @@ CONTAINER_SETTLE_SECONDS = 5.0
 def exec_in_container(api, namespace: str, pod: str, container: str, command: list[str],
                       timeout: float = 30) -> ExecResult:
     """Run ``command`` like ``kubectl exec``; see :func:`_exec_once`.  A kubelet answering
-    ``container not found`` is asked again for up to :data:`CONTAINER_SETTLE_SECONDS`."""
+    ``container not found``, or a connection that fails to open (the exec stream's handshake:
+    ``ApiException`` status 0, a 5xx), is tried again for up to :data:`CONTAINER_SETTLE_SECONDS`."""
     policy = Retrying(stop=stop_after_delay(CONTAINER_SETTLE_SECONDS), wait=wait_fixed(0.5),
-                      retry=retry_if_result(lambda r: "container not found" in r.error),
+                      retry=retry_if_result(lambda r: "container not found" in r.error)
+                      | retry_if_exception(is_transient),
                       retry_error_callback=lambda state: state.outcome.result())
     return policy(_exec_once, api, namespace, pod, container, command, timeout)
 
