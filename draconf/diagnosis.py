@@ -1373,7 +1373,7 @@ def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) ->
             # No "[code]" here: the reporting plugin prefixes the first line with it only when
             # the message does not contain it yet.
             _append_line(exc, f"diagnosis ({result.code}): {result.reason}")
-        record_diagnosis(item, result.code, evidence=result.evidence)
+        record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
         return result
     except Exception:  # noqa: BLE001
         log.exception("could not diagnose %s", getattr(item, "nodeid", item))

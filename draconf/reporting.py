@@ -136,6 +136,8 @@ DIAGNOSES: dict[str, str] = {
 
 #: Where each test's diagnosis code lives between record_diagnosis() and the report.
 DIAGNOSIS_KEY = pytest.StashKey[str]()
+#: The diagnosis sentence of that code (what it names: node, taint, class, device, permission).
+REASON_KEY = pytest.StashKey[str]()
 #: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
 RUN_INFO_KEY = pytest.StashKey[dict]()
 
@@ -179,12 +181,14 @@ def diagnosis_prefix(code: str) -> str:
 
 
 def record_diagnosis(node: pytest.Item, code: str,
-                     evidence: Mapping[str, Any] | None = None) -> None:
+                     evidence: Mapping[str, Any] | None = None, reason: str | None = None) -> None:
     """Say why ``node`` (the test item: ``request.node``) is failing, with optional evidence.
 
     The code lands in the test's summary.json row and matrix cell. When Allure is recording,
     the test also gets the tag ``diagnosis:<code>`` and one text attachment per evidence entry,
-    e.g. ``evidence={"kubectl describe pod": text}``. If the test then fails without the
+    e.g. ``evidence={"kubectl describe pod": text}``. ``reason`` is the diagnosis sentence,
+    naming the culprit (node, taint, class, device, permission): it goes into the summary.json
+    row and the terminal's diagnoses list as well. If the test then fails without the
     :func:`diagnosis_prefix` in its message, the plugin prepends it so Allure's categories can
     still match (see ``ReportingPlugin._add_prefix_to``). Recording again replaces the code.
     """
@@ -193,6 +197,8 @@ def record_diagnosis(node: pytest.Item, code: str,
         raise TypeError("record_diagnosis() needs the test item (request.node inside the test "
                         f"or a function-scoped fixture), not {type(node).__name__} {node.nodeid}")
     node.stash[DIAGNOSIS_KEY] = code
+    if reason:
+        node.stash[REASON_KEY] = reason
     if _allure_is_recording(node.config):
         import allure  # only here: reporting works without allure-pytest installed
         allure.dynamic.tag(f"diagnosis:{code}")
@@ -310,7 +316,8 @@ def new_row(nodeid: str, phase: Mapping[str, Any]) -> dict[str, Any]:
     """A summary.json row, started from a test's setup phase."""
     return {"id": nodeid, "workload": phase.get("workload"), "check": phase.get("check"),
             "outcome": phase["outcome"], "duration": 0.0,
-            "diagnosis": phase.get("diagnosis"), "message": phase.get("message")}
+            "diagnosis": phase.get("diagnosis"), "reason": phase.get("reason"),
+            "message": phase.get("message")}
 
 
 def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duration: float) -> None:
@@ -328,6 +335,7 @@ def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duratio
     """
     row["duration"] = round(row["duration"] + duration, 6)  # microseconds are plenty
     row["diagnosis"] = phase.get("diagnosis") or row["diagnosis"]
+    row["reason"] = phase.get("reason") or row.get("reason")
     if when == "setup":
         return  # new_row() already took setup's outcome
     takes_over = (
@@ -672,6 +680,7 @@ class ReportingPlugin:
             "outcome": phase_outcome(report, call.excinfo),
             "message": phase_message(report, call.excinfo),
             "diagnosis": item.stash.get(DIAGNOSIS_KEY, None),
+            "reason": item.stash.get(REASON_KEY, None),
         }
         return report
 
@@ -755,6 +764,11 @@ class ReportingPlugin:
             terminalreporter.line(interruption_line(self.interruption), red=True, bold=True)
         for line in lines:
             terminalreporter.line(line)
+        diagnosed = [r for r in self.rows.values() if r.get("reason") and r["outcome"] != "passed"]
+        if diagnosed:
+            terminalreporter.line("diagnoses:")
+            for row in diagnosed:
+                terminalreporter.line(f"  {row['id']}: [{row['diagnosis']}] {row['reason']}")
         terminalreporter.line(f"summary: {self.summary_path}")
 
     @pytest.hookimpl(trylast=True)

@@ -44,7 +44,8 @@ def test_allocates():
 @pytest.mark.draconf(workload="single-gpu", check="cdi")
 def test_sees_its_gpu(request):
     record_diagnosis(request.node, "cdi-wrong-device",
-                     evidence={"nvidia-smi -L": "GPU 0: H100 (UUID: GPU-other)"})
+                     evidence={"nvidia-smi -L": "GPU 0: H100 (UUID: GPU-other)"},
+                     reason="pod p/c sees GPU-other on node gpu-node-a, allocated GPU-mine")
     prefix = diagnosis_prefix("cdi-wrong-device")
     assert "GPU-other" == "GPU-mine", prefix + "container sees GPU-other"
 
@@ -126,7 +127,9 @@ def test_summary_rows_carry_marker_diagnosis_and_message(inner):
     assert rows["test_sees_its_gpu"] == {
         "id": "test_cases.py::test_sees_its_gpu", "workload": "single-gpu", "check": "cdi",
         "outcome": "failed", "duration": rows["test_sees_its_gpu"]["duration"],
-        "diagnosis": "cdi-wrong-device", "message": "[cdi-wrong-device] container sees GPU-other"}
+        "diagnosis": "cdi-wrong-device", "message": "[cdi-wrong-device] container sees GPU-other",
+        "reason": "pod p/c sees GPU-other on node gpu-node-a, allocated GPU-mine"}
+    assert rows["test_releases[2]"]["reason"] is None
     assert rows["test_releases[2]"]["diagnosis"] == "claim-not-released"
     assert rows["test_releases[2]"]["message"] == "[claim-not-released] claim still allocated"
     assert rows["test_breaks"]["message"] == "RuntimeError: apiserver answered 500"
@@ -706,3 +709,9 @@ def test_no_verdict_ranks_between_skip_and_failure():
     assert reporting.worst_outcome(["passed", "no-verdict", "skipped"]) == "no-verdict"
     assert reporting.worst_outcome(["no-verdict", "failed"]) == "failed"
     assert reporting.cell_label("no-verdict", None) == "NO VERDICT"
+
+
+def test_the_terminal_names_each_diagnosed_culprit(inner):
+    out = run_inner(inner).stdout.str()
+    assert ("  test_cases.py::test_sees_its_gpu: [cdi-wrong-device] pod p/c sees GPU-other on node "
+            "gpu-node-a, allocated GPU-mine") in out.split("draconf conformance matrix")[1]
