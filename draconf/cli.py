@@ -19,12 +19,13 @@ import os
 import sys
 from pathlib import Path
 
+from draconf import baseline
 from draconf.errors import DraconfError, TargetUnusable
 
 
 def _bed(args):
     from draconf.testbed.cluster import Testbed
-    return Testbed.named(args.name)
+    return Testbed.named(getattr(args, "name", None) or args.testbed_name)
 
 
 def cmd_testbed_build(args) -> int:
@@ -101,6 +102,7 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         argv.append("--keep-on-failure")
     if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args):
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
+    before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
@@ -108,7 +110,37 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         return 1
     print(f"reports: {reports / 'summary.json'}, {reports / 'junit.xml'}, "
           f"{reports / 'allure-results'} (HTML: draconf report)")
+    if (args.save_baseline or before) and code != pytest.ExitCode.INTERRUPTED:
+        rows = json.loads((reports / "summary.json").read_text())["tests"]
+        now = _snapshot(args, rows)
+        if args.save_baseline:
+            print(f"baseline: {baseline.save(args.save_baseline, now)}")
+        if before is not None and _print_changes(baseline.compare(before, now), args.compare):
+            code = code or 1
     return code
+
+
+def _snapshot(args, tests=()) -> dict:
+    from draconf.profile import for_target, resolve
+    profile = for_target(resolve(args.profile), args.target)
+    return baseline.snapshot(_target_api(args), profile, tests)
+
+
+def _print_changes(changes: list, against: str) -> int:
+    """Print the changes; return how many are regressions."""
+    regressions = [c for c in changes if c.regression]
+    for change in changes:
+        print(f"  {change}")
+    print(f"compared with {against}: {len(regressions)} regression(s), "
+          f"{len(changes) - len(regressions)} other change(s)")
+    return len(regressions)
+
+
+def cmd_compare(args) -> int:
+    """Exit 0: no regression; 1: regressions; 2: bad input."""
+    before = baseline.load(args.baseline)
+    now = baseline.load(args.current) if args.current else _snapshot(args)
+    return 1 if _print_changes(baseline.compare(before, now), args.baseline) else 0
 
 
 def _prepare_target(args) -> None:
@@ -153,7 +185,7 @@ def _target_api(args):
     if args.target == "testbed":
         bed = _bed(args)
         if not bed.is_up:
-            raise DraconfError(f"test bed {args.name!r} is not up; start it or use --target kubeconfig")
+            raise DraconfError(f"test bed {bed.name!r} is not up; start it or use --target kubeconfig")
         return connect(bed.kubeconfig)
     return connect(None, args.kube_context)
 
@@ -225,7 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")
+    p.add_argument("--save-baseline", metavar="FILE",
+                   help="after the run, save the cluster's DRA state and the verdicts (upgrade gate)")
+    p.add_argument("--compare", metavar="BASELINE",
+                   help="after the run, compare with a saved baseline; regressions fail the run")
     p.set_defaults(func=cmd_run, passthrough=True)
+
+    p = with_target(sub.add_parser(
+        "compare", help="what changed from a baseline to another, or to the cluster now "
+                        "(exit 0 no regression, 1 regressions, 2 bad input)"), name_flag="--name")
+    p.add_argument("baseline", metavar="BASELINE")
+    p.add_argument("current", metavar="CURRENT", nargs="?",
+                   help="a later baseline (default: the target cluster now, without verdicts)")
+    p.add_argument("--profile", default="nvidia", help="driver profile (gives the driver)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="build a single-file HTML report from the Allure results")
     p.add_argument("--results", default="reports/allure-results")
