@@ -110,13 +110,17 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         return 1
     print(f"reports: {reports / 'summary.json'}, {reports / 'junit.xml'}, "
           f"{reports / 'allure-results'} (HTML: draconf report)")
-    if (args.save_baseline or before) and code != pytest.ExitCode.INTERRUPTED:
-        rows = json.loads((reports / "summary.json").read_text())["tests"]
-        now = _snapshot(args, rows)
+    summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").is_file() else None
+    if summary and (args.save_baseline or before) and code != pytest.ExitCode.INTERRUPTED:
+        now = _snapshot(args, summary["tests"])
         if args.save_baseline:
             print(f"baseline: {baseline.save(args.save_baseline, now)}")
         if before is not None and _print_changes(baseline.compare(before, now), args.compare):
             code = code or 1
+    if summary:
+        # The last line of the output: what a CronJob's log or a CI step shows first.
+        counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
+        print(f"draconf: {'PASS' if code == 0 else 'FAIL'} ({counts or 'no tests'}); exit {code}")
     return code
 
 
@@ -187,7 +191,8 @@ def _target_api(args):
         if not bed.is_up:
             raise DraconfError(f"test bed {bed.name!r} is not up; start it or use --target kubeconfig")
         return connect(bed.kubeconfig)
-    return connect(None, args.kube_context)
+    from draconf.kube import connect_target
+    return connect_target(args.target, args.kube_context)
 
 
 def cmd_sweep(args) -> int:
@@ -244,8 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_target(p, name_flag="--testbed-name"):
-        p.add_argument("--target", choices=["testbed", "kubeconfig"], default="testbed",
-                       help="the embedded test bed (default) or the cluster of $KUBECONFIG")
+        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster"], default="testbed",
+                       help="the embedded test bed (default), the cluster of $KUBECONFIG, or the "
+                            "cluster of the pod draconf runs in (its ServiceAccount)")
         p.add_argument("--kube-context", help="kubeconfig context (with --target kubeconfig)")
         p.add_argument(name_flag, dest="testbed_name" if name_flag != "--name" else "name",
                        default="default", help="which embedded test bed (default: %(default)s)")

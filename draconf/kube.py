@@ -97,3 +97,28 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
     except (OSError, ValueError, TypeError, AttributeError) as err:
         raise DraconfError(f"kubeconfig {where} is malformed: {err}") from err
     return Api(api_client, source=where)
+
+
+#: Where a pod's ServiceAccount credentials are mounted (the Kubernetes client reads them there).
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def connect_in_cluster() -> Api:
+    """An :class:`Api` with the credentials of the pod draconf runs in (``--target in-cluster``):
+    its ServiceAccount token and CA, and the ``kubernetes`` Service's address from the
+    environment, found by the Kubernetes client's in-cluster config."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except ConfigException as err:
+        raise DraconfError(f"--target in-cluster: not running in a pod with a ServiceAccount "
+                           f"({err}); run draconf as the Job in manifests/runner/, or use "
+                           "--target kubeconfig") from None
+    return Api(client.ApiClient(configuration), source="in-cluster ServiceAccount")
+
+
+def connect_target(target: str, context: str | None = None) -> Api:
+    """The cluster under test for a target other than the embedded bed."""
+    if target == "in-cluster":
+        return connect_in_cluster()
+    return connect(None, context)

@@ -3,7 +3,8 @@
 Loaded by the repo's ``conftest.py`` and, when draconf is installed, by the ``pytest11`` entry
 point, so ``pytest suites/`` works from anywhere.  Options::
 
-    --target testbed|kubeconfig   the embedded test bed (default) or $KUBECONFIG
+    --target testbed|kubeconfig|in-cluster   the embedded test bed (default), $KUBECONFIG, or
+                                  the pod's ServiceAccount (the runner Job, manifests/runner/)
     --kube-context NAME           context within the kubeconfig (target kubeconfig)
     --profile NAME|FILE           how to talk to the driver (default: nvidia)
     --keep-on-failure             keep a failed test's namespace for inspection
@@ -20,7 +21,7 @@ import pytest
 
 from draconf import namespaces, reporting
 from draconf.errors import DraconfError
-from draconf.kube import connect
+from draconf.kube import connect, connect_target
 from draconf.profile import for_target, resolve as resolve_profile
 
 log = logging.getLogger("draconf")
@@ -32,8 +33,9 @@ FAILED = pytest.StashKey[bool]()
 
 def pytest_addoption(parser):
     group = parser.getgroup("draconf", "draconf: GPU DRA conformance")
-    group.addoption("--target", choices=["testbed", "kubeconfig"], default="testbed",
-                    help="cluster under test: the embedded test bed (default) or $KUBECONFIG")
+    group.addoption("--target", choices=["testbed", "kubeconfig", "in-cluster"], default="testbed",
+                    help="cluster under test: the embedded test bed (default), $KUBECONFIG, or "
+                         "in-cluster (the ServiceAccount of the pod draconf runs in)")
     group.addoption("--kube-context", default=None,
                     help="kubeconfig context to use with --target kubeconfig")
     group.addoption("--profile", default="nvidia",
@@ -81,10 +83,10 @@ def pytest_sessionstart(session):
     """An unusable ``--target kubeconfig`` ends the run before any test, in one line
     (``ERROR: draconf: ...``, exit status 4, pytest's usage error), with nothing created."""
     config = session.config
-    if config.option.collectonly or config.getoption("--target") != "kubeconfig":
+    if config.option.collectonly or config.getoption("--target") == "testbed":
         return
     try:
-        api = connect(None, config.getoption("--kube-context"))
+        api = connect_target(config.getoption("--target"), config.getoption("--kube-context"))
         from draconf.preflight import probe
         unusable = probe(api)
     except DraconfError as err:
@@ -169,7 +171,7 @@ def cluster(pytestconfig):
                 bed.up(inventory.load(), faults=[], log=say)
             api = connect(bed.kubeconfig)
         else:
-            api = connect(None, pytestconfig.getoption("--kube-context"))
+            api = connect_target(target, pytestconfig.getoption("--kube-context"))
         from draconf.preflight import probe
         unreachable = probe(api)
         if unreachable:

@@ -12,55 +12,22 @@ of an air-gapped cluster points the suite at a mirror.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from draconf import namespaces, permissions
 from draconf.profile import TESTBED_IMAGE
 
+from . import kubectl
 from .test_cli import REPO, draconf
 
 RBAC_DIR = REPO / "manifests" / "rbac"
 #: A whole suite run takes ~2.5 min on 2 cores.
 RUN_TIMEOUT = 900
-
-
-def _docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def _apply(api, docs: list[dict]) -> None:
-    """``kubectl apply`` for cluster-scoped objects: create, or replace what is there."""
-    dynamic = DynamicClient(api.api_client)
-    for doc in docs:
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        try:
-            resource.create(body=doc)
-        except ApiException as err:
-            if err.status != 409:
-                raise
-            current = resource.get(name=doc["metadata"]["name"])
-            body = copy.deepcopy(doc)
-            body["metadata"]["resourceVersion"] = current.metadata.resourceVersion
-            resource.replace(body=body)
-
-
-def _delete(api, docs: list[dict]) -> None:
-    dynamic = DynamicClient(api.api_client)
-    for doc in docs:
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        try:
-            resource.delete(name=doc["metadata"]["name"], namespace=doc["metadata"].get("namespace"))
-        except ApiException as err:
-            if err.status != 404:
-                raise
 
 
 @pytest.fixture
@@ -84,12 +51,12 @@ def _namespaces(api) -> set[str]:
 
 def test_the_whole_suite_passes_as_a_user_bound_only_to_the_shipped_role(healthy_bed, api, bed_profile,
                                                                            tmp_path):
-    docs = [d for path in sorted(RBAC_DIR.glob("*.yaml")) for d in _docs(path)]
-    _apply(api, docs)
+    docs = [d for path in sorted(RBAC_DIR.glob("*.yaml")) for d in kubectl.docs(path)]
+    kubectl.apply(api, docs)
     try:
         result, summary = _run(healthy_bed.dir / "draconf-suite.kubeconfig", bed_profile, tmp_path / "reports")
     finally:
-        _delete(api, docs)
+        kubectl.delete(api, docs)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     outcomes = {t["id"]: t["outcome"] for t in summary["tests"]}
@@ -128,7 +95,7 @@ def test_a_narrower_role_is_one_preflight_row_naming_verb_and_resource_and_creat
     api.core.create_namespace({"metadata": {"name": ns}})
     try:
         api.core.create_namespaced_service_account(ns, {"metadata": {"name": sa}})
-        _apply(api, [role, binding])
+        kubectl.apply(api, [role, binding])
         token = api.core.create_namespaced_service_account_token(
             sa, ns, {"spec": {"expirationSeconds": 3600}}).status.token
         server = yaml.safe_load(healthy_bed.kubeconfig.read_text())["clusters"][0]["cluster"]
@@ -142,7 +109,7 @@ def test_a_narrower_role_is_one_preflight_row_naming_verb_and_resource_and_creat
         result, summary = _run(kubeconfig, bed_profile, tmp_path / "reports")
         after = _namespaces(api)
     finally:
-        _delete(api, [binding, role])
+        kubectl.delete(api, [binding, role])
         api.core.delete_namespace(ns)
     output = result.stdout + result.stderr
     (tmp_path / "output.txt").write_text(output)  # for a reader of a failure
