@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from draconf import baseline
 from draconf.profile import builtin
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def draconf(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "draconf.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=dict(os.environ), timeout=120)
+from .test_cli import draconf
 
 
 def test_compare_is_clean_then_names_exactly_a_changed_deviceclass(tmp_path, healthy_bed, api):
