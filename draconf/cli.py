@@ -50,6 +50,14 @@ def cmd_testbed_up(args) -> int:
     return 0
 
 
+def cmd_testbed_upgrade(args) -> int:
+    from draconf.testbed.upgrade import upgrade
+    version = upgrade(_bed(args), driver_version=args.driver_version, bad=args.bad)
+    print(f"test bed {args.name!r}: driver upgraded to {version}"
+          + (f" (bad upgrade: {args.bad})" if args.bad else ""))
+    return 0
+
+
 def cmd_testbed_down(args) -> int:
     if not _bed(args).down():
         print(f"test bed {args.name!r} is not up; nothing to do")
@@ -328,6 +336,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="kube-apiserver port on 127.0.0.1 (default: a free one)")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     p.set_defaults(func=cmd_testbed_up)
+
+    from draconf.testbed.upgrade import BAD_UPGRADES
+    p = with_name(tsub.add_parser(
+        "upgrade", help="roll the simulated NVIDIA driver to a new version, as a chart upgrade "
+                        "would (plugin pods restart, slices republished)"))
+    p.add_argument("--driver-version", help="the new driver version (default: the next one)")
+    p.add_argument("--bad", choices=sorted(BAD_UPGRADES), metavar="KIND",
+                   help="a bad upgrade: " + "; ".join(f"{k}: {v}" for k, v in BAD_UPGRADES.items()))
+    p.set_defaults(func=cmd_testbed_upgrade)
 
     p = with_name(tsub.add_parser("down", help="stop every process of the bed and remove its state"))
     p.set_defaults(func=cmd_testbed_down)

@@ -50,6 +50,14 @@ def kwok_gpu_bed():
 
 
 @pytest.fixture(scope="module")
+def upgrade_bed():
+    """A default-fleet bed of its own: its driver gets upgraded, well and badly, in turn."""
+    bed = _start("selftest-upgrade", [])
+    yield bed
+    _stop(bed)
+
+
+@pytest.fixture(scope="module")
 def example_driver_bed():
     """The default fleet's real nodes running dra-example-driver, installed from its chart."""
     bed = _start("selftest-example", [], driver="example")
