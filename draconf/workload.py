@@ -430,7 +430,9 @@ class DeployedWorkload:
                 result = exec_in_container(self.api, self.namespace, pod.name, container,
                                            list(injection.command), timeout=self.profile.timeouts.exec)
                 seen = sorted(injection.parse(result.stdout))
-                evidence.append(f"{pod.name}/{container}: expected {expected or 'no GPU'}; "
+                # nvidia-smi -L's output is the identities; other formats (env) bury them.
+                parsed = "" if injection.format == "nvidia-smi-L" else f"; sees {seen or 'no GPU'}"
+                evidence.append(f"{pod.name}/{container}: expected {expected or 'no GPU'}{parsed}; "
                                 f"{shown}: {result.describe()}")
                 if not expected:
                     # No claim listed: the command must be absent or list nothing.
