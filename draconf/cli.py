@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_target(sub.add_parser(
         "run", help="run the conformance suite and write reports (extra args go to pytest)"))
-    p.add_argument("--profile", default="nvidia", help="driver profile: nvidia or a YAML file")
+    p.add_argument("--profile", default="nvidia",
+                   help="driver profile: a built-in name (nvidia, example) or a YAML file")
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")

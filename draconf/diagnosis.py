@@ -802,7 +802,14 @@ def _rule_cdi(facts: Facts, check, error_text):
 
 
 def _uuid_list(text: str) -> list[str]:
-    return re.findall(r"(?:GPU|MIG)-[0-9A-Za-z-]+", text)
+    """The identities in a list as the injection check prints it: NVIDIA UUIDs, or whatever
+    the profile compares (``['gpu-3', 'gpu-5']``: device names of dra-example-driver).
+
+    >>> _uuid_list("['GPU-a', 'GPU-b']"), _uuid_list("['gpu-3']"), _uuid_list("[]")
+    (['GPU-a', 'GPU-b'], ['gpu-3'], [])
+    """
+    quoted = re.findall(r"'([^']*)'", text)
+    return quoted if quoted else re.findall(r"(?:GPU|MIG)-[0-9A-Za-z-]+", text)
 
 
 def _rule_cleanup(facts: Facts, check, error_text):
@@ -1013,7 +1020,7 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
     snap.all_claims = read("resourceclaims (all namespaces)", lambda: plain(
         api.resource.list_resource_claim_for_all_namespaces(**kw).items), [])
     snap.nodes = read("nodes", lambda: plain(api.core.list_node(**kw).items), [])
-    _gather_plugin(api, snap, kw)
+    _gather_plugin(api, snap, kw, getattr(profile, "plugin", None))
     snap.gpu_cluster = _custom(api, snap, "gpuclusters", "v1alpha1", kw)
     policies = _custom(api, snap, "clusterpolicies", "v1", kw, many=True)
     snap.cluster_policies = policies or []
@@ -1036,11 +1043,14 @@ def _custom(api, snap: Snapshot, plural: str, version: str, kw, many: bool = Fal
     return items[0] if items else None
 
 
-def _gather_plugin(api, snap: Snapshot, kw) -> None:
+def _gather_plugin(api, snap: Snapshot, kw, plugin=None) -> None:
+    """The kubelet-plugin pods: the NVIDIA driver's known places, and the profile's."""
+    selectors = tuple(dict.fromkeys(PLUGIN_SELECTORS + tuple(plugin.pod_selectors if plugin else ())))
+    namespaces = tuple(dict.fromkeys(PLUGIN_NAMESPACES + tuple(plugin.namespaces if plugin else ())))
     from kubernetes.client.exceptions import ApiException
     found: dict[str, dict] = {}
     denied = 0
-    for selector in PLUGIN_SELECTORS:
+    for selector in selectors:
         try:
             items = api.core.list_pod_for_all_namespaces(label_selector=selector, **kw).items
         except ApiException as err:
@@ -1048,7 +1058,7 @@ def _gather_plugin(api, snap: Snapshot, kw) -> None:
                 snap.errors["kubelet-plugin pods"] = _describe_error(err)
             denied += 1
             items = []
-            for ns in PLUGIN_NAMESPACES:
+            for ns in namespaces:
                 try:
                     items += api.core.list_namespaced_pod(ns, label_selector=selector, **kw).items
                 except ApiException:

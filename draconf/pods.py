@@ -34,12 +34,12 @@ DELETE_GRACE_SECONDS = 1
 _NOT_FOUND = "executable file not found"
 #: Waiting reasons a kubelet gives a container whose image it cannot get (kubelet images/types.go).
 IMAGE_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
-_UUID_LINE = re.compile(r"^\s*GPU \d+: .* \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 
 
 def parse_nvidia_smi_uuids(text: str) -> list[str]:
     """The GPU UUIDs in ``nvidia-smi -L`` output (MIG lines are not full GPUs)."""
-    return [m.group(1) for line in text.splitlines() if (m := _UUID_LINE.match(line))]
+    from draconf.profile import Injection
+    return Injection().parse(text)
 
 
 @dataclass

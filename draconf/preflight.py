@@ -209,14 +209,22 @@ def _reason(err: Exception) -> str:
     return text.split(">: ", 1)[-1]
 
 
-def check(name: str, severity: str = BLOCKING):
-    """Register a check function under ``name``; turns :class:`Inconclusive` into a result."""
+def check(name: str, severity: str = BLOCKING, requires: str | None = None):
+    """Register a check function under ``name``; turns :class:`Inconclusive` into a result.
+
+    ``requires`` names a field of the profile's :class:`~draconf.profile.Capabilities`: when the
+    profile says the driver lacks it, the check is not applicable and reads nothing.
+    """
 
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def run(api, profile) -> CheckResult:
             try:
-                result = fn(api, profile)
+                if requires and not getattr(profile.capabilities, requires):
+                    result = _result(True, not_applicable_by_profile(profile, requires),
+                                     applicable=False)
+                else:
+                    result = fn(api, profile)
             except Inconclusive as err:
                 result = CheckResult(name, False, severity, err.summary, None, err.evidence,
                                      inconclusive=True, unreachable=err.unreachable)
@@ -229,6 +237,25 @@ def check(name: str, severity: str = BLOCKING):
         return run
 
     return wrap
+
+
+#: Capability -> (profile key, what it means), for the N/A line of a check that needs it.
+CAPABILITY_MEANING = {
+    "gpu_cluster": ("gpuCluster", "the driver is not managed by GPU Operator's GPUCluster"),
+    "cluster_policy": ("clusterPolicy", "the driver has no GPU Operator ClusterPolicy to conflict with"),
+}
+
+
+def not_applicable_by_profile(profile, capability: str) -> str:
+    """Why a check needing ``capability`` does not apply to the profile's driver.
+
+    >>> from draconf.profile import builtin
+    >>> not_applicable_by_profile(builtin("example"), "gpu_cluster")
+    "profile example (driver gpu.example.com): the driver is not managed by GPU Operator's GPUCluster (capabilities.gpuCluster: false); nothing to check"
+    """
+    key, meaning = CAPABILITY_MEANING.get(capability, (capability, f"the driver lacks {capability}"))
+    return (f"profile {profile.name} (driver {profile.driver}): {meaning} "
+            f"(capabilities.{key}: false); nothing to check")
 
 
 #: Every check in the order run_all() runs them: name -> function(api, profile).
@@ -473,7 +500,8 @@ def check_optional_device_classes(api, profile) -> CheckResult:
 # GPU nodes and the kubelet plugin's pods
 # --------------------------------------------------------------------------------------------
 
-def is_gpu_node_labels(labels: Mapping[str, str] | None) -> bool:
+def is_gpu_node_labels(labels: Mapping[str, str] | None,
+                       wanted: Mapping[str, str] = GPU_NODE_LABELS) -> bool:
     """True when a node carries a GPU discovery label (NFD pci-10de or GFD).
 
     >>> is_gpu_node_labels({"feature.node.kubernetes.io/pci-10de.present": "true"})
@@ -482,13 +510,14 @@ def is_gpu_node_labels(labels: Mapping[str, str] | None) -> bool:
     False
     """
     labels = labels or {}
-    return any(labels.get(k) == v for k, v in GPU_NODE_LABELS.items())
+    return any(labels.get(k) == v for k, v in wanted.items())
 
 
 def gpu_node_names(nodes: Iterable[tuple[str, Mapping[str, str] | None]],
-                   plugin_nodes: Iterable[str] = ()) -> list[str]:
+                   plugin_nodes: Iterable[str] = (),
+                   gpu_labels: Mapping[str, str] = GPU_NODE_LABELS) -> list[str]:
     """GPU nodes among ``(name, labels)``: labelled as such, or hosting a kubelet-plugin pod."""
-    names = {name for name, labels in nodes if is_gpu_node_labels(labels)}
+    names = {name for name, labels in nodes if is_gpu_node_labels(labels, gpu_labels)}
     return sorted(names | {n for n in plugin_nodes if n})
 
 
@@ -557,10 +586,13 @@ class PluginDaemonSet:
                 f"available {self.available}")
 
 
-def _plugin_pods(api) -> tuple[list[PluginDaemonSet], list[PluginPod]]:
-    """The kubelet-plugin DaemonSets of every known install, and their pods."""
+def _plugin_pods(api, plugin=None) -> tuple[list[PluginDaemonSet], list[PluginPod]]:
+    """The kubelet-plugin DaemonSets of every known install (``plugin``: a profile's
+    :class:`~draconf.profile.Plugin`; None: the NVIDIA ones), and their pods."""
     daemonsets, pods = [], {}
-    for namespace, name in PLUGIN_DAEMONSETS:
+    known = plugin.daemonsets if plugin else PLUGIN_DAEMONSETS
+    selectors = plugin.pod_selectors if plugin else PLUGIN_POD_SELECTORS
+    for namespace, name in known:
         ds = _read(Access("get", "daemonsets", "apps", namespace),
                    api.apps.read_namespaced_daemon_set, name, namespace, not_found_ok=True)
         if ds is None:
@@ -574,18 +606,19 @@ def _plugin_pods(api) -> tuple[list[PluginDaemonSet], list[PluginPod]]:
             for p in _read(Access("list", "pods", "", namespace), api.core.list_namespaced_pod,
                            namespace, label_selector=selector).items:
                 pods[(p.metadata.namespace, p.metadata.name)] = p
-    for selector in PLUGIN_POD_SELECTORS:
+    for selector in selectors:
         for p in _read(Access("list", "pods"), api.core.list_pod_for_all_namespaces,
                        label_selector=selector).items:
             pods[(p.metadata.namespace, p.metadata.name)] = p
     return daemonsets, [plugin_pod(p) for _, p in sorted(pods.items())]
 
 
-def _gpu_nodes(api, plugin_pods: list[PluginPod]) -> tuple[list[str], list[str]]:
+def _gpu_nodes(api, plugin_pods: list[PluginPod],
+               gpu_labels: Mapping[str, str] = GPU_NODE_LABELS) -> tuple[list[str], list[str]]:
     """(GPU node names, all node names)."""
     nodes = _read(Access("list", "nodes"), api.core.list_node).items
     pairs = [(n.metadata.name, n.metadata.labels) for n in nodes]
-    return gpu_node_names(pairs, [p.node for p in plugin_pods]), sorted(n for n, _ in pairs)
+    return gpu_node_names(pairs, [p.node for p in plugin_pods], gpu_labels), sorted(n for n, _ in pairs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -652,13 +685,13 @@ def _slices(api, driver: str) -> list:
 def check_resource_slices(api, profile) -> CheckResult:
     note = None
     try:
-        _, pods = _plugin_pods(api)
+        _, pods = _plugin_pods(api, profile.plugin)
     except Inconclusive as err:
         if err.unreachable:
             raise
         # Plugin pods only widen the set of GPU nodes; the node labels still answer.
         pods, note = [], err.summary
-    gpu_nodes, _ = _gpu_nodes(api, pods)
+    gpu_nodes, _ = _gpu_nodes(api, pods, dict(profile.plugin.gpu_node_labels))
     result = evaluate_resource_slices(gpu_nodes, [slice_info(s) for s in _slices(api, profile.driver)],
                                       profile.driver)
     if note:
@@ -712,7 +745,9 @@ def check_device_attributes(api, profile) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 
 def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[PluginDaemonSet],
-                            pods: Iterable[PluginPod]) -> CheckResult:
+                            pods: Iterable[PluginPod],
+                            known_daemonsets: Iterable[tuple[str, str]] = PLUGIN_DAEMONSETS,
+                            pod_selectors: Iterable[str] = PLUGIN_POD_SELECTORS) -> CheckResult:
     """A Ready kubelet-plugin pod on every GPU node."""
     gpu_nodes = sorted(set(gpu_nodes))
     daemonsets, pods = list(daemonsets), list(pods)
@@ -723,9 +758,9 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
     if ready_pods:
         evidence["Ready kubelet-plugin pods"] = "\n".join(p.describe() for p in ready_pods)
     if not daemonsets and not pods:
-        known = ", ".join(f"{ns}/{name}" for ns, name in PLUGIN_DAEMONSETS)
+        known = ", ".join(f"{ns}/{name}" for ns, name in known_daemonsets)
         return _result(False, "no DRA kubelet plugin found (none of the DaemonSets "
-                              f"{known}, no pod labelled {' or '.join(PLUGIN_POD_SELECTORS)}): "
+                              f"{known}, no pod labelled {' or '.join(pod_selectors)}): "
                               "install the DRA driver, or check its release namespace",
                        "plugin-unhealthy", evidence)
     not_ready = [p for p in pods if not p.ready]
@@ -758,9 +793,10 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
 
 @check("kubelet-plugin")
 def check_kubelet_plugin(api, profile) -> CheckResult:
-    daemonsets, pods = _plugin_pods(api)
-    gpu_nodes, _ = _gpu_nodes(api, pods)
-    return evaluate_kubelet_plugin(gpu_nodes, daemonsets, pods)
+    daemonsets, pods = _plugin_pods(api, profile.plugin)
+    gpu_nodes, _ = _gpu_nodes(api, pods, dict(profile.plugin.gpu_node_labels))
+    return evaluate_kubelet_plugin(gpu_nodes, daemonsets, pods, profile.plugin.daemonsets,
+                                   profile.plugin.pod_selectors)
 
 
 # --------------------------------------------------------------------------------------------
@@ -829,12 +865,12 @@ def _list_cluster_objects(api, gvp: tuple[str, str, str]) -> list[dict] | None:
     return None if listing is None else list(listing.get("items") or [])
 
 
-@check("gpu-cluster")
+@check("gpu-cluster", requires="gpu_cluster")
 def check_gpu_cluster(api, profile) -> CheckResult:
     return evaluate_gpu_cluster(_list_cluster_objects(api, GPUCLUSTER))
 
 
-@check("policy-conflict")
+@check("policy-conflict", requires="cluster_policy")
 def check_policy_conflict(api, profile) -> CheckResult:
     return evaluate_policy_conflict(_list_cluster_objects(api, CLUSTERPOLICY),
                                     _list_cluster_objects(api, GPUCLUSTER))

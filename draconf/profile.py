@@ -1,23 +1,33 @@
 """How the suite talks to a DRA driver: its DeviceClass, attribute names, how injection shows.
 
-The built-in profile ``nvidia`` describes the NVIDIA DRA driver for GPUs.  A YAML file can
-describe another driver, or the same one with an air-gapped image; every key is optional and
-defaults to the ``nvidia`` value::
+A profile is a data file.  The built-in ones live beside this module in ``profiles/``:
+``nvidia`` (the NVIDIA DRA driver for GPUs, the default) and ``example``
+(kubernetes-sigs/dra-example-driver).  A YAML file of your own describes another driver, or
+the same one with an air-gapped image; every key is optional and defaults to the profile named
+by ``extends`` (``nvidia`` when absent)::
 
     name: nvidia-airgapped
     image: registry.internal/ubuntu:24.04
     timeouts: {running: 300}
+
+The keys, and what the suite does with each, are documented in README.md ("Driver profiles").
 
 >>> p = builtin("nvidia")
 >>> p.device_class, p.attributes["model"]
 ('gpu.nvidia.com', 'productName')
 >>> from_dict({"image": "mirror/ubuntu:24.04"}).image
 'mirror/ubuntu:24.04'
+>>> e = builtin("example")
+>>> e.driver, e.attributes.get("architecture"), e.injection.describe()
+('gpu.example.com', None, 'env')
+>>> e.injection.parse("GPU_DEVICE_3=gpu-3\\nGPU_DEVICE_3_RESOURCE_CLAIM=9f1c\\nHOME=/root\\n")
+['gpu-3']
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import replace, dataclass, field
 from pathlib import Path
 
@@ -25,10 +35,19 @@ import yaml
 
 from draconf.errors import DraconfError, yaml_problem
 
-#: Attribute roles the suite relies on, and the NVIDIA driver's names for them.
+#: Attribute roles the suite relies on, and the NVIDIA driver's names for them.  A profile may
+#: leave out every role but ``uuid`` (the cleanup probe selects freed devices by it); what needs
+#: a role the profile lacks is skipped, naming the role.
 NVIDIA_ATTRIBUTES = {"model": "productName", "uuid": "uuid", "architecture": "architecture",
                      "type": "type"}
-INJECTION_METHODS = ("nvidia-smi",)
+ROLES = tuple(NVIDIA_ATTRIBUTES)
+REQUIRED_ROLES = ("uuid",)
+#: How a command's output becomes device identities (see Injection.parse).
+INJECTION_FORMATS = ("nvidia-smi-L", "env", "lines")
+#: What a container's identities are compared with: a device's name, or an attribute role.
+IDENTITY_NAME = "name"
+#: Where the profiles shipped with draconf live.
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,99 @@ class Timeouts:
     running: float = 180
     exec: float = 30
     cleanup: float = 120
+
+
+_NVIDIA_SMI_LINE = re.compile(r"^\s*GPU \d+: .* \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
+
+
+@dataclass(frozen=True)
+class Injection:
+    """How to read what a container received from its claims: run ``command`` in it and parse
+    the output into device identities, which are compared with the allocated devices'
+    ``identity`` (an attribute role such as ``uuid``, or ``name``: the device's name).
+
+    Formats:
+
+    * ``nvidia-smi-L``: the UUIDs of ``nvidia-smi -L`` lines (MIG lines are not full GPUs);
+    * ``env``: ``KEY=VALUE`` lines (``env``'s output); the values of the variables whose whole
+      name matches the regular expression ``variable``;
+    * ``lines``: each line matching the regular expression ``pattern``; its first group (or the
+      whole match when it has none).
+
+    >>> Injection().parse("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)\\n")
+    ['GPU-1234']
+    >>> Injection(("ls", "/dev/dri"), "lines", pattern=r"renderD\\d+").parse("card0\\nrenderD128\\n")
+    ['renderD128']
+    """
+    command: tuple[str, ...] = ("nvidia-smi", "-L")
+    format: str = "nvidia-smi-L"
+    #: ``env``: a regular expression the whole variable name must match
+    variable: str | None = None
+    #: ``lines``: a regular expression a line must match (searched, not anchored)
+    pattern: str | None = None
+    identity: str = "uuid"
+
+    def describe(self) -> str:
+        """The command as an operator would type it (``nvidia-smi -L``)."""
+        return " ".join(self.command)
+
+    def parse(self, text: str) -> list[str]:
+        if self.format == "nvidia-smi-L":
+            return [m.group(1) for line in text.splitlines() if (m := _NVIDIA_SMI_LINE.match(line))]
+        if self.format == "env":
+            names = re.compile(self.variable or ".*")
+            found = []
+            for line in text.splitlines():
+                key, sep, value = line.partition("=")
+                if sep and names.fullmatch(key):
+                    found.append(value.strip())
+            return found
+        if self.format == "lines":
+            rx = re.compile(self.pattern or ".+")
+            found = []
+            for line in text.splitlines():
+                m = rx.search(line)
+                if m:
+                    found.append((m.group(1) if rx.groups else m.group(0)).strip())
+            return found
+        raise ValueError(f"unknown injection format {self.format!r}")
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """Where the driver's kubelet plugin runs, and which nodes are GPU nodes.
+
+    A GPU node is one carrying any of ``gpu_node_labels`` (exact values) or hosting a plugin
+    pod; every GPU node must publish devices and run a Ready plugin pod.
+    """
+    #: (namespace, name) of the kubelet-plugin DaemonSet in each known install
+    daemonsets: tuple[tuple[str, str], ...] = (
+        ("dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu-kubelet-plugin"),
+        ("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-kubelet-plugin"),
+        ("gpu-operator", "nvidia-dra-driver-kubelet-plugin"))
+    #: label selectors of the plugin's pods, in any namespace
+    pod_selectors: tuple[str, ...] = ("dra-driver-nvidia-gpu-component=kubelet-plugin",
+                                      "nvidia-dra-driver-gpu-component=kubelet-plugin")
+    #: node labels marking a GPU node (Node Feature Discovery's PCI vendor, GPU Feature Discovery)
+    gpu_node_labels: tuple[tuple[str, str], ...] = (
+        ("feature.node.kubernetes.io/pci-10de.present", "true"), ("nvidia.com/gpu.present", "true"))
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(ns for ns, _ in self.daemonsets))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What exists around this driver, beyond DRA itself: checks that need what is absent are
+    not applicable (preflight N/A) or skipped, naming the capability."""
+    #: GPU Operator's GPUCluster object manages the driver (preflight gpu-cluster)
+    gpu_cluster: bool = True
+    #: GPU Operator's ClusterPolicy may exist beside it (preflight policy-conflict)
+    cluster_policy: bool = True
+    #: the device plugin's extended resource for these devices (quota extended-resource-trap,
+    #: the quota audit); None: the driver has no device-plugin predecessor
+    extended_resource: str | None = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -53,7 +165,9 @@ class Profile:
     memory_capacity: str = "memory"
     #: value of the `type` attribute for a full GPU (matches the DeviceClass selector).
     device_type: str = "gpu"
-    injection: str = "nvidia-smi"
+    injection: Injection = field(default_factory=Injection)
+    plugin: Plugin = field(default_factory=Plugin)
+    capabilities: Capabilities = field(default_factory=Capabilities)
     image: str = "ubuntu:24.04"
     tolerations: tuple = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -67,11 +181,25 @@ class Profile:
         """The minimum attribute set every device must publish (extras are fine)."""
         return sorted(set(self.attributes.values()))
 
+    def has(self, role: str) -> bool:
+        """True when the profile names the driver's attribute for ``role``."""
+        return bool(self.attributes.get(role))
+
+    def lacks(self, role: str) -> str:
+        """The reason a check needing ``role`` does not apply to this driver."""
+        return (f"profile {self.name}: driver {self.driver} publishes no {role} attribute "
+                f"(the profile's `attributes` has no `{role}`)")
+
+    def identity(self, device) -> str | None:
+        """What the injection check compares for ``device``: its name, or an attribute."""
+        role = self.injection.identity
+        if role == IDENTITY_NAME:
+            return device.name
+        return device.attribute(self.attributes[role])
+
     def describe(self) -> str:
         return f"{self.name} (driver {self.driver}, class {self.device_class}, image {self.image})"
 
-
-BUILTIN = {"nvidia": Profile()}
 
 #: The image the embedded test bed builds and imports into its nodes (there is no registry):
 #: busybox with a `bash`, standing in for ubuntu:24.04 in the workloads.
@@ -90,36 +218,60 @@ def for_target(profile: Profile, target: str) -> Profile:
     return profile
 
 
+def builtin_names() -> list[str]:
+    """The profiles shipped with draconf (``profiles/<name>.yaml``), ``nvidia`` first."""
+    names = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+    return sorted(names, key=lambda n: n != "nvidia")
+
+
+_BUILTIN_CACHE: dict[str, Profile] = {}
+
+
 def builtin(name: str) -> Profile:
-    try:
-        return BUILTIN[name]
-    except KeyError:
-        raise DraconfError(f"unknown profile {name!r}: use one of {', '.join(BUILTIN)} "
-                           "or the path of a profile YAML file") from None
+    if name not in builtin_names():
+        raise DraconfError(f"unknown profile {name!r}: use one of {', '.join(builtin_names())} "
+                           "or the path of a profile YAML file")
+    if name not in _BUILTIN_CACHE:
+        _BUILTIN_CACHE[name] = load(PROFILE_DIR / f"{name}.yaml", _seen=(name,))
+    return _BUILTIN_CACHE[name]
 
 
 def resolve(name_or_path: str) -> Profile:
     """A built-in profile by name, or one read from a YAML file."""
-    if name_or_path in BUILTIN:
-        return BUILTIN[name_or_path]
+    if name_or_path in builtin_names():
+        return builtin(name_or_path)
     path = Path(name_or_path)
     if not path.exists():
         return builtin(name_or_path)
+    return load(path)
+
+
+def load(path: Path, _seen: tuple[str, ...] = ()) -> Profile:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as err:
         raise DraconfError(f"profile {path} is not valid YAML: {yaml_problem(err)}") from err
-    return from_dict(data, source=str(path))
+    return from_dict(data, source=str(path), _seen=_seen)
 
 
-_KEYS = {"name": "name", "driver": "driver", "deviceClass": "device_class",
+_KEYS = {"name": "name", "extends": None, "driver": "driver", "deviceClass": "device_class",
          "optionalDeviceClasses": "optional_device_classes", "attributes": "attributes",
          "memoryCapacity": "memory_capacity", "deviceType": "device_type",
-         "injection": "injection", "image": "image", "tolerations": "tolerations",
-         "timeouts": "timeouts"}
+         "injection": "injection", "plugin": "plugin", "capabilities": "capabilities",
+         "image": "image", "tolerations": "tolerations", "timeouts": "timeouts"}
+_INJECTION_KEYS = {"command": "command", "format": "format", "variable": "variable",
+                   "pattern": "pattern", "identity": "identity"}
+_PLUGIN_KEYS = {"daemonSets": "daemonsets", "podSelectors": "pod_selectors",
+                "gpuNodeLabels": "gpu_node_labels"}
+_CAPABILITY_KEYS = {"gpuCluster": "gpu_cluster", "clusterPolicy": "cluster_policy",
+                    "extendedResource": "extended_resource"}
 
 
-def from_dict(data, source: str = "<profile>") -> Profile:
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)
+
+
+def from_dict(data, source: str = "<profile>", _seen: tuple[str, ...] = ()) -> Profile:
     def fail(msg: str) -> DraconfError:
         return DraconfError(f"profile {source}: {msg}")
 
@@ -131,28 +283,45 @@ def from_dict(data, source: str = "<profile>") -> Profile:
     if unknown:
         raise fail(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}")
     base = Profile()
+    if data.get("extends") is not None:
+        parent = data["extends"]
+        if not isinstance(parent, str) or parent not in builtin_names():
+            raise fail(f"`extends` must name a built-in profile ({', '.join(builtin_names())})")
+        if parent in _seen:
+            raise fail(f"`extends` loops through {parent}")
+        base = builtin(parent) if not _seen else load(PROFILE_DIR / f"{parent}.yaml", (*_seen, parent))
     values = {}
     for key, attr in _KEYS.items():
-        if key not in data:
+        if key not in data or attr is None:
             continue
         value = data[key]
-        if attr in {"name", "driver", "device_class", "memory_capacity", "device_type", "image",
-                    "injection"}:
+        if attr in {"name", "driver", "device_class", "memory_capacity", "device_type", "image"}:
             if not isinstance(value, str) or not value.strip():
                 raise fail(f"`{key}` must be a non-empty string")
-        if attr == "injection" and value not in INJECTION_METHODS:
-            raise fail(f"`injection` must be one of {', '.join(INJECTION_METHODS)}")
+        if attr == "injection":
+            value = _injection(value, base.injection, fail)
         if attr == "attributes":
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise fail("`attributes` must map roles (model, uuid, architecture, type) to names")
-            unknown_roles = sorted(set(value) - set(NVIDIA_ATTRIBUTES))
+            if not isinstance(value, dict) or not all(v is None or isinstance(v, str)
+                                                      for v in value.values()):
+                raise fail("`attributes` must map roles (model, uuid, architecture, type) to "
+                           "names (null: the driver has no such attribute)")
+            unknown_roles = sorted(set(value) - set(ROLES))
             if unknown_roles:
                 raise fail(f"`attributes` has unknown role(s) {', '.join(unknown_roles)}")
-            value = {**base.attributes, **value}
+            merged = {**base.attributes, **value}
+            value = {role: merged[role] for role in ROLES if merged.get(role)}
+            missing = [r for r in REQUIRED_ROLES if r not in value]
+            if missing:
+                raise fail(f"`attributes` must name the {', '.join(missing)} attribute (the cleanup "
+                           "check selects freed devices by it)")
         if attr == "optional_device_classes":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise fail("`optionalDeviceClasses` must be a list of names")
             value = tuple(value)
+        if attr == "plugin":
+            value = _plugin(value, base.plugin, fail)
+        if attr == "capabilities":
+            value = _capabilities(value, base.capabilities, fail)
         if attr == "tolerations":
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                 raise fail("`tolerations` must be a list of Kubernetes tolerations")
@@ -168,4 +337,91 @@ def from_dict(data, source: str = "<profile>") -> Profile:
                 raise fail("`timeouts` values must be positive numbers of seconds")
             value = dataclasses.replace(base.timeouts, **value)
         values[attr] = value
-    return dataclasses.replace(base, **values)
+    profile = dataclasses.replace(base, **values)
+    role = profile.injection.identity
+    if role != IDENTITY_NAME and role not in profile.attributes:
+        raise fail(f"`injection.identity` is {role!r}, which `attributes` does not name; use "
+                   f"`{IDENTITY_NAME}` (the device's name) or one of {', '.join(profile.attributes)}")
+    return profile
+
+
+def _injection(value, base: Injection, fail) -> Injection:
+    if value == "nvidia-smi":  # the only method of older profiles
+        return Injection()
+    if not isinstance(value, dict):
+        raise fail("`injection` must be a mapping (command, format, variable, pattern, identity)")
+    bad = sorted(set(value) - set(_INJECTION_KEYS))
+    if bad:
+        raise fail(f"`injection` has unknown key(s) {', '.join(bad)}; known: {', '.join(_INJECTION_KEYS)}")
+    fields = {_INJECTION_KEYS[k]: v for k, v in value.items()}
+    if "command" in fields:
+        if not _strings(fields["command"]) or not fields["command"]:
+            raise fail("`injection.command` must be a non-empty list of strings (argv)")
+        fields["command"] = tuple(fields["command"])
+    if fields.get("format", base.format) not in INJECTION_FORMATS:
+        raise fail(f"`injection.format` must be one of {', '.join(INJECTION_FORMATS)}")
+    for key in ("variable", "pattern"):
+        if fields.get(key) is not None:
+            try:
+                re.compile(fields[key])
+            except (re.error, TypeError) as err:
+                raise fail(f"`injection.{key}` is not a regular expression: {err}") from None
+    if "identity" in fields and (not isinstance(fields["identity"], str) or not fields["identity"]):
+        raise fail("`injection.identity` must be `name` or an attribute role")
+    if "format" in fields and fields["format"] != base.format:
+        # A new format does not inherit the old one's parameters.
+        fields.setdefault("variable", None)
+        fields.setdefault("pattern", None)
+    injection = dataclasses.replace(base, **fields)
+    if injection.format == "env" and not injection.variable:
+        raise fail("`injection.format: env` needs `variable`, the regular expression of the "
+                   "variables naming the devices (e.g. GPU_DEVICE_[0-9]+)")
+    if injection.format == "lines" and not injection.pattern:
+        raise fail("`injection.format: lines` needs `pattern`")
+    return injection
+
+
+def _plugin(value, base: Plugin, fail) -> Plugin:
+    if not isinstance(value, dict):
+        raise fail("`plugin` must be a mapping (daemonSets, podSelectors, gpuNodeLabels)")
+    bad = sorted(set(value) - set(_PLUGIN_KEYS))
+    if bad:
+        raise fail(f"`plugin` has unknown key(s) {', '.join(bad)}; known: {', '.join(_PLUGIN_KEYS)}")
+    fields = {}
+    if "daemonSets" in value:
+        ds = value["daemonSets"]
+        if not _strings(ds) or not all(s.count("/") == 1 for s in ds):
+            raise fail("`plugin.daemonSets` must be a list of `namespace/name`")
+        fields["daemonsets"] = tuple(tuple(s.split("/")) for s in ds)
+    if "podSelectors" in value:
+        if not _strings(value["podSelectors"]):
+            raise fail("`plugin.podSelectors` must be a list of label selectors")
+        fields["pod_selectors"] = tuple(value["podSelectors"])
+    if "gpuNodeLabels" in value:
+        labels = value["gpuNodeLabels"] or {}
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in labels.items()):
+            raise fail("`plugin.gpuNodeLabels` must map label names to values (strings)")
+        fields["gpu_node_labels"] = tuple(labels.items())
+    return dataclasses.replace(base, **fields)
+
+
+def _capabilities(value, base: Capabilities, fail) -> Capabilities:
+    if not isinstance(value, dict):
+        raise fail("`capabilities` must be a mapping (gpuCluster, clusterPolicy, extendedResource)")
+    bad = sorted(set(value) - set(_CAPABILITY_KEYS))
+    if bad:
+        raise fail(f"`capabilities` has unknown key(s) {', '.join(bad)}; known: {', '.join(_CAPABILITY_KEYS)}")
+    fields = {}
+    for key in ("gpuCluster", "clusterPolicy"):
+        if key in value:
+            if not isinstance(value[key], bool):
+                raise fail(f"`capabilities.{key}` must be true or false")
+            fields[_CAPABILITY_KEYS[key]] = value[key]
+    if "extendedResource" in value:
+        er = value["extendedResource"]
+        if er is not None and (not isinstance(er, str) or "/" not in er):
+            raise fail("`capabilities.extendedResource` must be a resource name such as "
+                       "nvidia.com/gpu, or null")
+        fields["extended_resource"] = er
+    return dataclasses.replace(base, **fields)

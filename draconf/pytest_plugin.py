@@ -6,7 +6,7 @@ point, so ``pytest suites/`` works from anywhere.  Options::
     --target testbed|kubeconfig|in-cluster   the embedded test bed (default), $KUBECONFIG, or
                                   the pod's ServiceAccount (the runner Job, manifests/runner/)
     --kube-context NAME           context within the kubeconfig (target kubeconfig)
-    --profile NAME|FILE           how to talk to the driver (default: nvidia)
+    --profile NAME|FILE           how to talk to the driver (default: nvidia; also: example)
     --keep-on-failure             keep a failed test's namespace for inspection
     --testbed-name NAME           which embedded test bed to start or reuse
 """
@@ -39,7 +39,7 @@ def pytest_addoption(parser):
     group.addoption("--kube-context", default=None,
                     help="kubeconfig context to use with --target kubeconfig")
     group.addoption("--profile", default="nvidia",
-                    help="driver profile: a built-in name (nvidia) or a YAML file")
+                    help="driver profile: a built-in name (nvidia, example) or a YAML file")
     group.addoption("--keep-on-failure", action="store_true",
                     help="keep the namespace of a failed test for inspection")
     group.addoption("--testbed-name", default="default",

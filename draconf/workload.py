@@ -30,8 +30,8 @@ from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.errors import NoVerdict
-from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
-from draconf.profile import Profile
+from draconf.pods import Pod, delete_pods, exec_in_container
+from draconf.profile import Injection, Profile
 
 log = logging.getLogger("draconf.workload")
 
@@ -91,9 +91,35 @@ class Workload:
                 pod_spec["tolerations"] = [dict(t) for t in profile.tolerations]
                 for container in pod_spec.get("containers", []):
                     container["image"] = profile.image
+                    _read_injection_with(container, profile.injection)
                 if self.node:
                     pod_spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = self.node
         return docs
+
+
+#: The command the manifests run to show what a container received (the NVIDIA guide's).
+MANIFEST_INJECTION = Injection()
+
+
+def _read_injection_with(container: dict, injection: Injection) -> None:
+    """Make a manifest's container show what it received the way the profile reads it: its
+    ``nvidia-smi -L`` (as the command, or inside a shell line) becomes the profile's command.
+
+    >>> c = {"command": ["bash", "-c"], "args": ["nvidia-smi -L; sleep 3600"]}
+    >>> _read_injection_with(c, Injection(("env",), "env", variable="X")); c["args"]
+    ['env; sleep 3600']
+    >>> c = {"command": ["nvidia-smi", "-L"]}
+    >>> _read_injection_with(c, Injection(("env",), "env", variable="X")); c["command"]
+    ['env']
+    """
+    if injection.command == MANIFEST_INJECTION.command:
+        return
+    if container.get("command") == list(MANIFEST_INJECTION.command):
+        container["command"] = list(injection.command)
+    shell = MANIFEST_INJECTION.describe()
+    if "args" in container:
+        container["args"] = [a.replace(shell, injection.describe()) if isinstance(a, str) else a
+                             for a in container["args"]]
 
 
 def _claim_spec(doc: dict) -> dict | None:
@@ -373,43 +399,50 @@ class DeployedWorkload:
         assert not problems, "allocation is wrong: " + "; ".join(problems)
         return evidence
 
-    def expected_uuids(self, pod: Pod, container: str, claims: dict[str, Claim],
-                       published: PublishedDevices) -> list[str]:
+    def expected_identities(self, pod: Pod, container: str, claims: dict[str, Claim],
+                            published: PublishedDevices) -> list[str]:
+        """What the container should see: the profile's identity (a UUID attribute, or the
+        device name) of each device allocated to the claims it lists."""
         names = pod.claim_names()
-        uuids = []
+        found = []
         for ref in pod.container_claims(container):
             claim = claims.get(names.get(ref, ""))
             for result in claim.results if claim else []:
                 device = published.lookup(result.driver, result.pool, result.device)
                 if device is not None:
-                    uuids.append(device.attribute(self.profile.attributes["uuid"]))
-        return sorted(set(u for u in uuids if u))
+                    found.append(self.profile.identity(device))
+        return sorted(set(u for u in found if u))
 
     def check_injection(self, published: PublishedDevices) -> list[str]:
-        """``nvidia-smi -L`` in every container shows exactly the GPUs allocated to its claims."""
+        """The profile's command (``nvidia-smi -L``) in every container shows exactly the
+        devices allocated to its claims."""
         pods = self.pods()
         not_running = [p.summary() for p in pods if not p.is_running]
         assert pods and not not_running, ("injection cannot be checked: the workload is not running ("
                                           + ("; ".join(not_running) or "no pods") + ")")
         claims = self.claims()
+        injection = self.profile.injection
+        shown = injection.describe()
         problems, evidence = [], []
         for pod in pods:
             for container in pod.containers:
-                expected = self.expected_uuids(pod, container, claims, published)
+                expected = self.expected_identities(pod, container, claims, published)
                 result = exec_in_container(self.api, self.namespace, pod.name, container,
-                                           ["nvidia-smi", "-L"], timeout=self.profile.timeouts.exec)
-                seen = sorted(parse_nvidia_smi_uuids(result.stdout))
-                evidence.append(f"{pod.name}/{container}: expected {expected or 'no GPU'}; "
-                                f"nvidia-smi -L: {result.describe()}")
+                                           list(injection.command), timeout=self.profile.timeouts.exec)
+                seen = sorted(injection.parse(result.stdout))
+                # nvidia-smi -L's output is the identities; other formats (env) bury them.
+                parsed = "" if injection.format == "nvidia-smi-L" else f"; sees {seen or 'no GPU'}"
+                evidence.append(f"{pod.name}/{container}: expected {expected or 'no GPU'}{parsed}; "
+                                f"{shown}: {result.describe()}")
                 if not expected:
-                    # No claim listed: nvidia-smi must be absent or list nothing.
+                    # No claim listed: the command must be absent or list nothing.
                     if seen:
                         problems.append(f"{pod.name}/{container} lists no claim but sees {seen}")
                     elif result.exit_code is None:
                         problems.append(f"{pod.name}/{container}: exec failed ({result.describe()})")
                     continue
                 if not result.succeeded and not seen:
-                    problems.append(f"{pod.name}/{container} sees no GPU: nvidia-smi -L {result.describe()}"
+                    problems.append(f"{pod.name}/{container} sees no GPU: {shown} {result.describe()}"
                                     f" (allocated: {', '.join(expected)})")
                 elif seen != expected:
                     missing = sorted(set(expected) - set(seen))

@@ -17,7 +17,7 @@ import logging
 
 import pytest
 
-from draconf.audit import audit_quotas, format_findings
+from draconf.audit import GPU_EXTENDED_KEYS, audit_quotas, format_findings
 from draconf.namespaces import MANAGED_BY
 from draconf.reporting import diagnosis_prefix, record_diagnosis
 
@@ -29,7 +29,14 @@ SUITE_NAMESPACES = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 @pytest.mark.audit
 @pytest.mark.draconf(workload="audit", check="gpu-quota")
 def test_gpu_quotas_also_cap_deviceclasses(request, cluster, profile):
-    findings = audit_quotas(cluster, device_class=profile.device_class,
+    resource = profile.capabilities.extended_resource
+    if resource is None:
+        pytest.skip(f"profile {profile.name}: driver {profile.driver} has no device-plugin extended "
+                    "resource (capabilities.extendedResource), so no quota can cap its devices the "
+                    "device-plugin way")
+    keys = GPU_EXTENDED_KEYS if resource == "nvidia.com/gpu" else (
+        f"requests.{resource}", resource, f"limits.{resource}")
+    findings = audit_quotas(cluster, device_class=profile.device_class, extended_keys=keys,
                             exclude_selector=SUITE_NAMESPACES)
     report = format_findings(findings)
     log.info(report)

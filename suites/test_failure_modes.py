@@ -26,10 +26,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from draconf import manifests, waits
+from draconf import cel, manifests, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
-from draconf.devices import PublishedDevices
+from draconf.devices import PublishedDevices, class_selectors
 from draconf.pods import delete_pods
 from draconf.pods import Pod
 from draconf.quantity import format_binary
@@ -256,18 +256,25 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
         record_diagnosis(request.node, "no-resourceslices")
         pytest.fail(diagnosis_prefix("no-resourceslices")
                     + f"no devices of driver {profile.driver} are published", pytrace=False)
-    class_rule = sel.device_class(profile.driver, profile.attributes["type"], profile.device_type)
+    if not profile.has("model"):
+        pytest.skip(f"capacity-exhausted holds every GPU of one model: {profile.lacks('model')}")
+    if profile.has("type"):
+        in_class = sel.device_class(profile.driver, profile.attributes["type"], profile.device_type).matches
+    else:
+        # No type attribute to choose full GPUs by: the devices the live DeviceClass selects.
+        class_cel = class_selectors(api, profile.device_class) or []
+        in_class = lambda d: cel.evaluate_all(class_cel, d).matched  # noqa: E731
     model_attr = profile.attributes["model"]
     allocated = allocated_keys(api)
     free_by_model: dict[str, list] = {}
     for d in published:
-        if class_rule.matches(d) and d.key not in allocated and d.has_attribute(model_attr):
+        if in_class(d) and d.key not in allocated and d.has_attribute(model_attr):
             free_by_model.setdefault(d.attribute(model_attr), []).append(d)
     if not free_by_model:
         pytest.skip("every published GPU is allocated already; nothing to exhaust")
     product = sorted(free_by_model, key=lambda m: (len(free_by_model[m]), m))[0]
     rule = sel.model(profile.domain, model_attr, product)
-    matching = [d for d in published if class_rule.matches(d) and rule.matches(d)]
+    matching = [d for d in published if in_class(d) and rule.matches(d)]
     free = [d for d in matching if d.key not in allocated]
     if len(free) > MAX_HOLDERS:
         pytest.skip(f"the least common model {product!r} has {len(free)} free GPUs "

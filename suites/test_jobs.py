@@ -1,7 +1,8 @@
 """A GPU batch job: it runs to completion on the GPU it was given, and gives the GPU back.
 
 The pattern of NVIDIA's DRA quickstart and of most real GPU work: apply ``08-job.yaml`` (a Job
-whose pod gets its GPU from a ResourceClaimTemplate and runs ``nvidia-smi -L``), then expect
+whose pod gets its GPU from a ResourceClaimTemplate and runs ``nvidia-smi -L``, or the driver
+profile's own command), then expect
 
 * **completion** - the Job completes, the pod's log lists exactly the GPU allocated to its
   generated claim (read while the claim existed), and once the pod is done the resourceclaim
@@ -17,7 +18,6 @@ import pytest
 from draconf import waits
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import parse_nvidia_smi_uuids
 from draconf.workload import DeployedWorkload, Workload
 
 JOB_NAME = "gpu-job"
@@ -96,18 +96,19 @@ def test_gpu_job_completes_on_the_gpu_it_was_given(finished_job, cluster, profil
         # A container without the claim's CDI devices has no nvidia-smi to start.
         if "executable file not found" in finished_job.error:
             raise AssertionError(f"CDI injection is wrong: job {JOB_NAME}/{CONTAINER} sees no GPU: "
-                                 f"nvidia-smi is not in the container ({finished_job.error})")
+                                 f"{profile.injection.command[0]} is not in the container "
+                                 f"({finished_job.error})")
         raise AssertionError(f"the GPU job did not complete: {finished_job.error}")
     deployed = finished_job.deployed
     (pod,) = deployed.pods()
     log = cluster.core.read_namespaced_pod_log(pod.name, deployed.namespace, container=CONTAINER)
-    seen = parse_nvidia_smi_uuids(log)
+    seen = profile.injection.parse(log)
     claims = [finished_job.allocated.get(name) for name in pod.generated_claim_names()]
     assert claims and all(claims), (
         f"pod {pod.name} completed, but no allocation of its claim {pod.generated_claim_names()} was "
         "ever observed")
     published = PublishedDevices.read(cluster, profile.driver)
-    allocated = sorted(published.lookup(r.driver, r.pool, r.device).attribute(profile.attributes["uuid"])
+    allocated = sorted(profile.identity(published.lookup(r.driver, r.pool, r.device))
                        for claim in claims for r in claim.results)
     assert sorted(seen) == allocated, (
         f"CDI injection is wrong: {pod.name}/{CONTAINER} sees {sorted(seen)}, allocated {allocated} "

@@ -47,6 +47,9 @@ CLAIM_COUNT_KEY = "count/resourceclaims.resource.k8s.io"
 #: cannot create a pod's claim, e.g. because of quota (pkg/controller/resourceclaim/controller.go).
 CLAIM_CREATION_FAILED = "FailedResourceClaimCreation"
 QUOTA_STATUS_TIMEOUT = 30
+#: The device plugin's extended resource 22-extended-resource-quota.yaml caps; renamed to the
+#: profile's (capabilities.extendedResource).
+MANIFEST_EXTENDED_RESOURCE = "nvidia.com/gpu"
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -55,9 +58,12 @@ def quota_document(manifest: str, profile) -> dict:
     """The ResourceQuota of ``manifest`` with DeviceClass keys renamed to the profile's class."""
     doc = manifests.find(manifests.load(manifest), "ResourceQuota")
     hard = doc["spec"]["hard"]
+    resource = profile.capabilities.extended_resource
     for key in list(hard):
         if key.endswith(".deviceclass.resource.k8s.io/devices"):
             hard[deviceclass_key(profile.device_class)] = hard.pop(key)
+        elif key == f"requests.{MANIFEST_EXTENDED_RESOURCE}" and resource:
+            hard[f"requests.{resource}"] = hard.pop(key)
     return doc
 
 
@@ -288,6 +294,11 @@ def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, pro
     GPU: the migration trap, reported as the Kubernetes property it is, with the fix.
     """
     api = cluster
+    resource = profile.capabilities.extended_resource
+    if resource is None:
+        pytest.skip(f"profile {profile.name}: driver {profile.driver} has no device-plugin extended "
+                    "resource (capabilities.extendedResource), so there is no device-plugin-era "
+                    "quota whose effect on claims could be checked")
     quota = create_quota(api, namespace, "22-extended-resource-quota.yaml", profile, run_id.labels)
     quota_name = quota["metadata"]["name"]
     (cap_key, cap_value), = quota["spec"]["hard"].items()

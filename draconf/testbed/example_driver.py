@@ -17,6 +17,7 @@ CDI edits give a container environment variables naming the devices it received
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -35,6 +36,14 @@ PLUGIN_DAEMONSET = f"{RELEASE}-kubeletplugin"
 PLUGIN_SELECTOR = "app.kubernetes.io/component=kubeletplugin"
 
 
+#: The chart's kubelet plugin runs on every node by default.  On a KWOK node kwok reports the
+#: plugin's pod Running and Ready while nothing runs, so that node would look like a GPU node
+#: whose plugin publishes nothing (preflight resource-slices rightly fails that).  A user keeps a
+#: driver off nodes that cannot run it with the chart's own value; so does the bed.
+REAL_NODES_ONLY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["kwok"]}]}]}}}
+
+
 def helm_args(chart: str | Path, image: str, kube_version: str, api_versions: list[str]) -> list[str]:
     """``helm template`` arguments: the chart's defaults, but the image the bed built.
 
@@ -46,7 +55,8 @@ def helm_args(chart: str | Path, image: str, kube_version: str, api_versions: li
     for version in api_versions:
         args += ["--api-versions", version]
     return args + ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-                   "--set", "image.pullPolicy=Never"]
+                   "--set", "image.pullPolicy=Never",
+                   "--set-json", f"kubeletPlugin.affinity={json.dumps(REAL_NODES_ONLY)}"]
 
 
 def cluster_facts(api) -> tuple[str, list[str]]:
