@@ -78,7 +78,7 @@ def snapshot(api, profile, tests: Iterable[Mapping[str, Any]] = ()) -> dict:
     nodes: dict[str, dict] = defaultdict(lambda: {"gpus": 0, "models": set(), "memory": set(),
                                                   "attributes": {}})
     versions: set[str] = set()
-    model_key = profile.attributes.get("model", "productName")
+    model_key = profile.attributes.get("model")
     for s in slices:
         node = nodes[s.spec.node_name or s.spec.pool.name]
         for device in s.spec.devices or []:
@@ -113,11 +113,10 @@ def snapshot(api, profile, tests: Iterable[Mapping[str, Any]] = ()) -> dict:
 
 
 def _plugin_daemonsets(api, profile) -> dict:
-    """The driver's kubelet-plugin DaemonSets (where preflight looks for them): images and
+    """The driver's kubelet-plugin DaemonSets (where the profile says they are): images and
     readiness.  Read one by one (``get``), as the shipped ClusterRole allows."""
-    from draconf.preflight import PLUGIN_DAEMONSETS
     found = {}
-    for namespace, name in PLUGIN_DAEMONSETS:
+    for namespace, name in profile.plugin.daemonsets:
         try:
             ds = api.apps.read_namespaced_daemon_set(name, namespace)
         except ApiException as err:
