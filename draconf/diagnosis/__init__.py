@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from draconf.diagnosis.evidence import evidence
-from draconf.diagnosis.facts import (ClaimFacts, EventFacts, Facts, NodeFacts, PluginPodFacts, PodFacts,
+from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts, PodFacts,
                                      QuotaFacts, RequestFacts, TemplateFacts, build_facts,
                                      devices_from_raw_slices, selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
@@ -43,7 +43,7 @@ from draconf.reporting import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
 
-__all__ = ["ClaimFacts", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
+__all__ = ["ClaimFacts", "ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
            "PLUGIN_SELECTORS", "PluginPodFacts", "PodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
            "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify", "devices_from_raw_slices",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",

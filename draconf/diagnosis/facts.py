@@ -12,13 +12,15 @@ Verdict(CEL runtime error: no such key: productName)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from kubernetes.utils import parse_quantity
 
 from draconf import cel
+from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.devices import Device, Version
-from draconf.pods import Pod, describe_pod
+from draconf.pods import Pod, describe_pod, parse_nvidia_smi_uuids
 
 if TYPE_CHECKING:
     from draconf.diagnosis.gather import Snapshot
@@ -41,6 +43,8 @@ class PodFacts:
     image_pull: list[str] = field(default_factory=list)
     #: no container runs (what is left of a deleted pod is its node's cleanup)
     stopped: bool = False
+    #: seconds since its last container ended, for a finished pod (Succeeded/Failed)
+    done_for: float | None = None
     #: pod-level claim name -> ResourceClaim name (only the ones known yet)
     claims: dict[str, str] = field(default_factory=dict)
     #: pod-level claim names whose ResourceClaim is not known yet (not generated)
@@ -91,6 +95,8 @@ class ClaimFacts:
     reserved_for_uids: list[str] = field(default_factory=list)
     finalizers: list[str] = field(default_factory=list)
     deleting: bool = False
+    #: seconds since deletion was asked (metadata.deletionTimestamp)
+    deleting_for: float | None = None
     #: each request as its alternatives (one for ``exactly``, several for ``firstAvailable``)
     requests: list[list[RequestFacts]] = field(default_factory=list)
 
@@ -142,6 +148,35 @@ class NodeFacts:
     taints: list[dict] = field(default_factory=list)
     ready: bool = True
     unschedulable: bool = False
+    #: ``status.allocatable`` of the device plugin's extended resource (nvidia.com/gpu): GPUs a
+    #: device plugin offers on this node beside DRA
+    extended_gpus: int = 0
+
+
+@dataclass
+class ContainerGPUs:
+    """What one container of the namespace was given and what it saw, read from the cluster:
+    ``nvidia-smi -L`` run in it (a running pod) or its log and end state (a finished one)."""
+    pod: str
+    container: str
+    #: pod-level claim names the container lists in resources.claims
+    claims: list[str] = field(default_factory=list)
+    #: UUIDs of the devices allocated to those claims; None when an allocation could not be read
+    #: (a finished pod's generated claim is deleted by the resourceclaim controller)
+    expected: list[str] | None = None
+    #: GPU UUIDs the container listed
+    seen: list[str] = field(default_factory=list)
+    #: the container could not run nvidia-smi at all (not in the container: exit 127, or the
+    #: runtime's "executable file not found")
+    no_tool: bool = False
+    #: the reading gave an answer: nvidia-smi's exit code, or the finished container's log
+    answered: bool = True
+    #: how it was read, e.g. "nvidia-smi -L: exit 0; stdout: GPU 0: ..." or "log: ..."
+    how: str = ""
+
+    def line(self) -> str:
+        want = "unknown" if self.expected is None else (self.expected or "no GPU")
+        return f"{self.pod}/{self.container}: allocated {want}; {self.how}"
 
 
 @dataclass
@@ -170,16 +205,20 @@ class QuotaFacts:
     namespace: str = "default"
     hard: dict[str, str] = field(default_factory=dict)
     used: dict[str, str] = field(default_factory=dict)
+    #: key -> what the namespace's objects amount to, counted from them (claims, and devices
+    #: their requests ask of each DeviceClass): the quota controller's status may lag them
+    counted: dict[str, int] = field(default_factory=dict)
 
     def exceeded(self) -> list[str]:
-        """Keys whose used amount is above the hard limit (admission should prevent that)."""
+        """Keys whose used amount, or the amount counted from the namespace's objects, is above
+        the hard limit (admission should prevent that)."""
         over = []
         for key, limit in self.hard.items():
-            if key not in self.used:
-                continue
             try:
-                if parse_quantity(self.used[key]) > parse_quantity(limit):
+                if key in self.used and parse_quantity(self.used[key]) > parse_quantity(limit):
                     over.append(f"{key} used {self.used[key]} > hard {limit}")
+                elif key in self.counted and self.counted[key] > parse_quantity(limit):
+                    over.append(f"{key}: the namespace holds {self.counted[key]} > hard {limit}")
             except ValueError:
                 continue
         return over
@@ -217,6 +256,10 @@ class Facts:
     gpu_cluster: bool = False
     gpu_cluster_state: str | None = None
     cluster_policy: bool = False
+    #: a ClusterPolicy deploys the device plugin (spec.devicePlugin.enabled, true by default)
+    cluster_policy_device_plugin: bool = False
+    #: what each container with GPU claims (or in a pod with claims) was given and saw
+    containers: list[ContainerGPUs] = field(default_factory=list)
     quotas: list[QuotaFacts] = field(default_factory=list)
     #: gatherer name -> error, for what could not be read
     errors: dict[str, str] = field(default_factory=dict)
@@ -300,7 +343,28 @@ def _pod_facts(raw: dict) -> PodFacts:
                            if r.get("name") not in claims],
         tolerations=list(pod.spec.get("tolerations") or []),
         node_selector=dict(pod.spec.get("nodeSelector") or {}),
-        affinity_terms=list(affinity.get("nodeSelectorTerms") or []))
+        affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
+        done_for=_seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
+                                     if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
+                                    default=None)) if pod.phase in ("Succeeded", "Failed") else None)
+
+
+def _seconds_since(stamp) -> float | None:
+    """Seconds from an API timestamp (RFC 3339 text or datetime) to now; None without one.
+
+    >>> _seconds_since("2000-01-01T00:00:00Z") > 0, _seconds_since(None)
+    (True, None)
+    """
+    if not stamp:
+        return None
+    if isinstance(stamp, str):
+        try:
+            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - stamp).total_seconds()
 
 
 def _claim_facts(raw: dict) -> ClaimFacts:
@@ -317,7 +381,7 @@ def _claim_facts(raw: dict) -> ClaimFacts:
         reserved_for=[r.get("name", "") for r in status.get("reservedFor") or []],
         reserved_for_uids=[r.get("uid", "") for r in status.get("reservedFor") or []],
         finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
-        requests=_requests(raw.get("spec") or {}))
+        deleting_for=_seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
 
 
 def _attribute_value(attr: dict):
@@ -348,6 +412,7 @@ def devices_from_raw_slices(slices: list[dict]) -> list[Device]:
 
 def build_facts(snap: Snapshot, profile) -> Facts:
     """Turn a :class:`Snapshot` into :class:`Facts` (pure: no API calls)."""
+    uuid_attribute = profile.attributes.get("uuid", "uuid")
     facts = Facts(driver=profile.driver, device_class=profile.device_class,
                   required_attributes=list(profile.required_attributes()),
                   namespace=snap.namespace, api_error=snap.api_error, errors=dict(snap.errors))
@@ -383,7 +448,9 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         taints=list((n.get("spec") or {}).get("taints") or []),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True"
                   for c in (n.get("status") or {}).get("conditions") or []),
-        unschedulable=bool((n.get("spec") or {}).get("unschedulable"))) for n in snap.nodes]
+        unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
+        extended_gpus=_int_quantity(((n.get("status") or {}).get("allocatable") or {}).get(EXTENDED_GPU)))
+        for n in snap.nodes]
     for raw in snap.plugin_pods:
         pf = _pod_facts(raw)
         restarts = sum(cs.get("restartCount") or 0 for cs in (raw.get("status") or {}).get("containerStatuses") or [])
@@ -394,14 +461,91 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     facts.gpu_cluster = snap.gpu_cluster is not None
     facts.gpu_cluster_state = ((snap.gpu_cluster or {}).get("status") or {}).get("state")
     facts.cluster_policy = bool(snap.cluster_policies)
+    facts.cluster_policy_device_plugin = any(
+        ((p.get("spec") or {}).get("devicePlugin") or {}).get("enabled", True) is not False
+        for p in snap.cluster_policies)
+    facts.containers = _container_gpus(snap, facts, uuid_attribute)
     facts.quotas = [QuotaFacts(name=(q.get("metadata") or {}).get("name", ""),
                                namespace=(q.get("metadata") or {}).get("namespace", ""),
                                hard=dict(((q.get("status") or {}).get("hard")) or (q.get("spec") or {}).get("hard") or {}),
                                used=dict(((q.get("status") or {}).get("used")) or {}))
                     for q in snap.quotas]
+    for q in facts.quotas:
+        q.counted = _counted(q.hard, [c for c in facts.claims if not c.deleting])
     return facts
 
 
 def _event_time(e: dict) -> str:
     return str(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
 
+
+
+#: The device plugin's extended resource for a whole NVIDIA GPU.
+EXTENDED_GPU = "nvidia.com/gpu"
+#: What a runtime says when the container has no such command (the CDI spec mounts nvidia-smi).
+NO_EXECUTABLE = "executable file not found"
+
+
+def _int_quantity(value) -> int:
+    try:
+        return int(parse_quantity(value)) if value is not None else 0
+    except (ValueError, TypeError):
+        return 0
+
+
+def _container_gpus(snap: Snapshot, facts: Facts, uuid_attribute: str) -> list[ContainerGPUs]:
+    """Each container of a pod with claims whose GPUs were read (see gather's ``containers``):
+    the UUIDs allocated to the claims it lists, from the claims' status and the published
+    devices' ``uuid_attribute``, beside the UUIDs it listed."""
+    uuids = {d.key: d.attribute(uuid_attribute) for d in facts.devices}
+    claims = {c.name: c for c in facts.claims}
+    out = []
+    for raw in snap.pods:
+        pod = Pod(raw)
+        names = pod.claim_names()
+        ended = {cs.get("name"): (cs.get("state") or {}).get("terminated") or {}
+                 for cs in pod.status.get("containerStatuses") or []}
+        for container in pod.containers:
+            read = snap.containers.get(f"{pod.name}/{container}")
+            if read is None:
+                continue
+            listed = pod.container_claims(container)
+            expected: list[str] | None = []
+            for ref in listed:
+                claim = claims.get(names.get(ref, ""))
+                if claim is None or not claim.allocated:
+                    expected = None
+                    break
+                expected += [u for key in claim.devices if (u := uuids.get(key))]
+            text = read.get("stdout") or ""
+            terminated = ended.get(container) or {}
+            message = f"{read.get('error') or ''} {read.get('stderr') or ''} {terminated.get('message') or ''}"
+            exit_code = read.get("exit_code")
+            no_tool = exit_code in (126, 127) or NO_EXECUTABLE in message
+            if "log" in read:
+                text = read["log"] or ""
+                how = (f"log: {text.strip()[:300]!r}; ended: exit {terminated.get('exitCode')} "
+                       f"{terminated.get('reason') or ''} {(terminated.get('message') or '').strip()[:200]}")
+            else:
+                how = f"nvidia-smi -L: exit {exit_code}; stdout: {text.strip()[:300]!r}"
+                if message.strip():
+                    how += f"; {message.strip()[:300]}"
+            out.append(ContainerGPUs(pod.name or "", container, listed,
+                                     sorted(set(expected)) if expected is not None else None,
+                                     sorted(set(parse_nvidia_smi_uuids(text))), no_tool,
+                                     "log" in read or exit_code is not None or no_tool, how))
+    return out
+
+
+def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
+    """What ``claims`` amount to under the quota keys in ``hard`` that count claims or devices
+    (a request's first alternative, ExactCount; All is not countable before allocation)."""
+    counted = {}
+    for key in hard:
+        if key == CLAIM_COUNT_KEY:
+            counted[key] = len(claims)
+        elif key.endswith(DEVICECLASS_SUFFIX):
+            device_class = key[:-len(DEVICECLASS_SUFFIX)]
+            counted[key] = sum(req[0].count for c in claims for req in c.requests
+                               if req and req[0].device_class == device_class and req[0].mode != "All")
+    return counted

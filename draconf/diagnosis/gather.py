@@ -35,6 +35,9 @@ class Snapshot:
     plugin_pods: list[dict] = field(default_factory=list)
     plugin_pods_known: bool = True
     plugin_logs: dict[str, str] = field(default_factory=dict)
+    #: "pod/container" -> what it saw of its GPUs: a running container's ``nvidia-smi -L``
+    #: (``stdout``, ``stderr``, ``exit_code``, ``error``), a finished one's ``log``
+    containers: dict[str, dict] = field(default_factory=dict)
     gpu_cluster: dict | None = None
     cluster_policies: list[dict] = field(default_factory=list)
     quotas: list[dict] = field(default_factory=list)
@@ -109,6 +112,7 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
         api.resource.list_resource_claim_for_all_namespaces(**kw).items), [])
     snap.nodes = read("nodes", lambda: plain(api.core.list_node(**kw).items), [])
     _gather_plugin(api, snap, kw)
+    _gather_containers(api, snap)
     snap.gpu_cluster = _custom(api, snap, "gpuclusters", "v1alpha1", kw)
     policies = _custom(api, snap, "clusterpolicies", "v1", kw, many=True)
     snap.cluster_policies = policies or []
@@ -167,3 +171,40 @@ def _gather_plugin(api, snap: Snapshot, kw) -> None:
         except Exception as err:  # noqa: BLE001 - logs are a bonus
             snap.plugin_logs[key] = f"(logs unavailable: {_describe_error(err)})"
 
+
+
+#: At most this many containers are asked for their GPUs per diagnosis.
+CONTAINER_LIMIT = 8
+
+
+def _gather_containers(api, snap: Snapshot) -> None:
+    """What each container of the namespace's pods with claims sees of its GPUs: ``nvidia-smi
+    -L`` run in a running container, the log of a finished one (a job's command is that).
+    The same reading an operator does by hand (``kubectl exec ... -- nvidia-smi -L``)."""
+    from draconf.pods import exec_in_container
+
+    asked = 0
+    for raw in snap.pods:
+        pod = Pod(raw)
+        if not pod.spec.get("resourceClaims") or pod.is_deleting:
+            continue
+        finished = pod.phase in ("Succeeded", "Failed")
+        if not (pod.is_running or finished):
+            continue
+        for container in pod.containers:
+            if asked >= CONTAINER_LIMIT:
+                return
+            asked += 1
+            key = f"{pod.name}/{container}"
+            try:
+                if finished:
+                    snap.containers[key] = {"log": api.core.read_namespaced_pod_log(
+                        pod.name, pod.namespace, container=container, tail_lines=50,
+                        _request_timeout=REQUEST_TIMEOUT)}
+                else:
+                    r = exec_in_container(api, pod.namespace, pod.name, container, ["nvidia-smi", "-L"],
+                                          timeout=REQUEST_TIMEOUT)
+                    snap.containers[key] = {"stdout": r.stdout, "stderr": r.stderr,
+                                            "exit_code": r.exit_code, "error": r.error}
+            except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
+                snap.errors[f"GPUs seen by {key}"] = _describe_error(err)

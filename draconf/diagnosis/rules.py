@@ -380,8 +380,8 @@ def _rule_plugin_unhealthy(facts: Facts, check, error_text):
                 f"Pod {pod.name} is bound to {pod.node} with its claims allocated and reserved but "
                 f"never starts ({'; '.join(seen)}): check the kubelet-plugin DaemonSet pods, their "
                 "logs and the kubelet's plugin registration on that node.")
-    # Nothing deployed (e.g. a preflight check): the plugin itself is the finding.
-    if not facts.pods and facts.plugin_pods and check is None:
+    # Nothing deployed in the namespace: the plugin itself is the finding.
+    if not facts.pods and facts.plugin_pods:
         gpu_nodes = {d.node for d in facts.devices if d.node}
         unready = [p for p in facts.plugin_pods if not p.ready and (not gpu_nodes or p.node in gpu_nodes)]
         if unready:
@@ -392,38 +392,42 @@ def _rule_plugin_unhealthy(facts: Facts, check, error_text):
 
 
 def _rule_cdi(facts: Facts, check, error_text):
-    if check != "cdi-injection" and "CDI injection is wrong" not in error_text:
-        return None
-    if "injection cannot be checked" in error_text:
-        return None  # the workload never ran: other rules (or timeout) explain why
-    # A pod that ran (a job's pod may already be done) has shown what it was given.
-    ran = [p for p in facts.pods if p.running or p.finished]
-    allocated = {c.name: c for c in facts.claims if c.allocated}
-    if facts.pods and not ran:
-        return None
-    verified = (f"; its claims are allocated ({', '.join(d for c in allocated.values() for d in c.devices)})"
-                if allocated else "")
-    wrong = []
-    short = []
-    for m in _SEES.finditer(error_text):
-        who, seen, want = m.group(1), _uuid_list(m.group(2)), _uuid_list(m.group(3))
-        if set(seen) - set(want):
-            wrong.append(f"{who} sees {seen}, allocated {want}")
-        elif set(want) - set(seen):
-            short.append(f"{who} sees {seen or 'no GPU'}, allocated {want}")
-    for m in re.finditer(r"(\S+) lists no claim but sees (\[[^\]]*\])", error_text):
-        wrong.append(f"{m.group(1)} holds no claim but sees {_uuid_list(m.group(2))}")
+    """What the containers saw of their GPUs (``nvidia-smi -L`` run in them by the diagnosis,
+    or a finished container's log and end state), against the UUIDs of the devices allocated
+    to the claims each lists: a UUID it was not given is cdi-wrong-device; none, or fewer, is
+    cdi-not-injected.  Read whatever the check, as an operator's ``kubectl exec`` would."""
+    allocated = [d for c in facts.claims if c.allocated for d in c.devices]
+    verified = f"; its claims are allocated ({', '.join(allocated)})" if allocated else ""
+    wrong, short = [], []
+    for c in facts.containers:
+        who = f"{c.pod}/{c.container}"
+        if not c.claims:
+            if c.seen:
+                wrong.append(f"{who} holds no claim but sees {c.seen}")
+            continue
+        expected = c.expected
+        if expected is None and c.seen:
+            # A finished pod's generated claim is deleted by the resourceclaim controller, so
+            # the cluster no longer says which device it was given.  Only here the rule reads
+            # the check's own record of that allocation (its "X sees [...], allocated [...]").
+            # Nothing else in the cluster keeps it; the verdict object of issue 10 will carry it.
+            expected = next((_uuid_list(m.group(3)) for m in _SEES.finditer(error_text)
+                             if m.group(1) == who), None)
+        if expected is not None and set(c.seen) - set(expected):
+            wrong.append(f"{who} sees {c.seen}, allocated {expected}")
+        elif c.seen and expected is not None and set(expected) - set(c.seen):
+            short.append(f"{who} sees {c.seen}, allocated {expected}")
+        elif not c.seen and c.answered:
+            short.append(f"{who} sees no GPU ({c.how[:300]})"
+                         + (f", allocated {expected}" if expected else ""))
     if wrong:
         return ("cdi-wrong-device",
                 f"Container {wrong[0]}{verified}: device isolation is broken; compare the claim's "
                 "status.allocation with the driver's CDI spec for that claim and the runtime's CDI config.")
-    no_gpu = re.search(r"(\S+) sees no GPU", error_text)
-    if no_gpu or short:
-        what = short[0] if short else f"{no_gpu.group(1)} sees no GPU"
-        what = f"Container {what}"
+    if short:
         return ("cdi-not-injected",
-                f"{what}{verified}, although the pod runs: the runtime did not inject the claim's "
-                "CDI devices; enable CDI in containerd/CRI-O and check the driver's CDI specs "
+                f"Container {short[0]}{verified}, although the pod ran: the runtime did not inject the "
+                "claim's CDI devices; enable CDI in containerd/CRI-O and check the driver's CDI specs "
                 "(e.g. /var/run/cdi).")
     return None
 
@@ -432,10 +436,17 @@ def _uuid_list(text: str) -> list[str]:
     return re.findall(r"(?:GPU|MIG)-[0-9A-Za-z-]+", text)
 
 
+#: Seconds after which a claim still held past its consumers' end is overdue, not in flight
+#: (the resourceclaim controller and the kubelet release a claim within seconds).
+RELEASE_GRACE = 30
+
+
 def _rule_cleanup(facts: Facts, check, error_text):
-    if check != "cleanup" and "cleanup is incomplete" not in error_text \
-            and "not allocatable again" not in error_text:
-        return None
+    """Claims that outlive their consumers.  Right after a pod ends its claim is legitimately
+    still held for a moment; the cluster shows it is overdue when the claim has been deleting,
+    or its owner pod done, for RELEASE_GRACE seconds.  Without such a timestamp (a named claim
+    whose consumer is gone) only the cleanup check knows it waited for the release: that is
+    the one thing this rule takes from the check."""
     # A pod still terminating keeps its claims legitimately: that is the pod's problem (timeout),
     # unless its containers have all stopped: then only its node's cleanup, unpreparing the
     # claims, is left, and a node that never finishes it does not release them.
@@ -448,7 +459,10 @@ def _rule_cleanup(facts: Facts, check, error_text):
         orphan = c.generated and (c.owner_pod_uid not in live and c.owner_pod not in live)
         stuck = c.deleting and c.finalizers
         held = (c.allocated or c.reserved_for) and not consumers
-        if (orphan or stuck or held) and not consumers:
+        owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
+        overdue = check == "cleanup" or (c.deleting_for or 0) >= RELEASE_GRACE or (
+            owner is not None and (owner.done_for or 0) >= RELEASE_GRACE)
+        if (orphan or stuck or held) and not consumers and overdue:
             leftover.append(c)
     if not leftover:
         return None
@@ -474,6 +488,8 @@ def _rule_cleanup(facts: Facts, check, error_text):
 
 
 def _rule_quota(facts: Facts, check, error_text):
+    """A quota's status.used, or what the namespace's claims amount to, above its hard limit:
+    admission let through what it must refuse."""
     over = [(q, x) for q in facts.quotas for x in q.exceeded()]
     if over:
         q, x = over[0]
@@ -481,22 +497,29 @@ def _rule_quota(facts: Facts, check, error_text):
                 f"ResourceQuota {q.namespace}/{q.name} shows {x}: objects beyond the limit were "
                 "admitted, so the ResourceQuota admission plugin is not enforcing it; check the API "
                 "server's --enable-admission-plugins.")
-    rejected = any("exceeded quota" in e.message for e in facts.events) or "exceeded quota" in error_text
-    if facts.quotas and re.search(r"quota", error_text, re.I) and not rejected:
-        q = facts.quotas[0]
-        hard = ", ".join(f"{k}={v}" for k, v in q.hard.items())
-        return ("quota-not-enforced",
-                f"The namespace has ResourceQuota {q.name} ({hard}) but nothing was rejected with "
-                "\"exceeded quota\": check that the ResourceQuota admission plugin is enabled and "
-                "that the quota names the right DeviceClass.")
     return None
 
 
 def _rule_policy_conflict(facts: Facts, check, error_text):
-    if facts.gpu_cluster and facts.cluster_policy:
-        return ("policy-conflict",
-                "Both a GPUCluster (DRA) and a ClusterPolicy (device plugin) exist: a cluster may have "
-                "one or the other; delete the one you do not use.")
+    """A ClusterPolicy beside the GPUCluster is the cause only where its device plugin competes
+    with DRA for the GPUs the failing workload wanted: the ClusterPolicy deploys the device
+    plugin, and a node the workload's pods run on (or could use, while pending) offers
+    nvidia.com/gpu through it.  A ClusterPolicy alone explains nothing else."""
+    if not (facts.gpu_cluster and facts.cluster_policy and facts.cluster_policy_device_plugin):
+        return None
+    for pod in facts.pods:
+        if not pod.claims and not pod.unresolved_claims:
+            continue
+        nodes = {pod.node} if pod.node else _candidate_nodes(facts, pod)[0]
+        competing = sorted(n.name for name in nodes if (n := facts.node(name)) and n.extended_gpus)
+        if competing:
+            node = facts.node(competing[0])
+            return ("policy-conflict",
+                    f"Pod {pod.name} wants GPUs through DRA on {', '.join(competing)}, where the "
+                    f"ClusterPolicy's device plugin also offers {node.extended_gpus} nvidia.com/gpu: "
+                    "both allocation paths hand out the same GPUs. A cluster uses the device plugin "
+                    "(ClusterPolicy) or DRA (GPUCluster), not both: disable the ClusterPolicy's "
+                    "devicePlugin or reinstall for one path.")
     return None
 
 
@@ -517,7 +540,7 @@ def _timeout(facts: Facts, check, error_text):
             f"{unread}: read the events of these objects and rerun with a longer timeout.")
 
 
-#: The API server's 403 text (apiserver endpoints/handlers/responsewriters: forbiddenMessage),
+#: The API server's 403 text (its answer, quoted in the exception, not the suite's own words) (apiserver endpoints/handlers/responsewriters: forbiddenMessage),
 #: also as it appears JSON-escaped in an ApiException's body.
 _FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
                         r'(?: in API group \\?"([^"\\]*)\\?")?')
