@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from draconf.pods import Pod
+from draconf.preflight import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
 
-#: Where the NVIDIA kubelet plugin runs, and how its pods are labelled (dra-facts §1).
-PLUGIN_NAMESPACES = ("gpu-operator", "dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu")
-PLUGIN_SELECTORS = ("dra-driver-nvidia-gpu-component=kubelet-plugin",
-                    "nvidia-dra-driver-gpu-component=kubelet-plugin",
-                    "app=nvidia-dra-driver-kubelet-plugin")
+#: Where the NVIDIA kubelet plugin runs, and how its pods are labelled: preflight's, defined
+#: once there, and the GPU Operator-managed DaemonSet's pod label (preflight reaches those
+#: pods through the DaemonSet's own selector; the diagnosis lists pods by label only).
+PLUGIN_NAMESPACES = tuple(namespace for namespace, _ in PLUGIN_DAEMONSETS)
+PLUGIN_SELECTORS = (*PLUGIN_POD_SELECTORS, "app=nvidia-dra-driver-kubelet-plugin")
 #: Seconds allowed for any one API call while diagnosing.
 REQUEST_TIMEOUT = 10
 
