@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from draconf.diagnosis.evidence import evidence
 from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts, PodFacts,
                                      QuotaFacts, RequestFacts, TemplateFacts, build_facts,
-                                     devices_from_raw_slices, selectors_eval)
+                                     selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
                                       _describe_error, gather)
 from draconf.diagnosis.rules import RULES, classify
@@ -45,7 +45,7 @@ log = logging.getLogger("draconf.diagnosis")
 
 __all__ = ["ClaimFacts", "ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
            "PLUGIN_SELECTORS", "PluginPodFacts", "PodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
-           "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify", "devices_from_raw_slices",
+           "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
            "selectors_eval", "tolerates"]
 

@@ -19,7 +19,7 @@ from kubernetes.utils import parse_quantity
 
 from draconf import cel
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
-from draconf.devices import Device, Version
+from draconf.devices import Device, devices_from_slices
 from draconf.pods import Pod, describe_pod, parse_nvidia_smi_uuids
 
 if TYPE_CHECKING:
@@ -384,32 +384,6 @@ def _claim_facts(raw: dict) -> ClaimFacts:
         deleting_for=_seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
 
 
-def _attribute_value(attr: dict):
-    for kind in ("string", "int", "bool", "version"):
-        if attr.get(kind) is not None:
-            return Version(attr[kind]) if kind == "version" else attr[kind]
-    return None
-
-
-def devices_from_raw_slices(slices: list[dict]) -> list[Device]:
-    devices = []
-    for s in slices:
-        spec = s.get("spec") or {}
-        driver = spec.get("driver", "")
-        for dev in spec.get("devices") or []:
-            attrs = {(k if "/" in k else f"{driver}/{k}"): _attribute_value(v or {})
-                     for k, v in (dev.get("attributes") or {}).items()}
-            caps = {}
-            for k, v in (dev.get("capacity") or {}).items():
-                try:
-                    caps[k if "/" in k else f"{driver}/{k}"] = parse_quantity((v or {}).get("value"))
-                except (ValueError, TypeError):
-                    continue
-            devices.append(Device(driver, (spec.get("pool") or {}).get("name", ""), dev.get("name", ""),
-                                  spec.get("nodeName"), attrs, caps))
-    return devices
-
-
 def build_facts(snap: Snapshot, profile) -> Facts:
     """Turn a :class:`Snapshot` into :class:`Facts` (pure: no API calls)."""
     uuid_attribute = profile.attributes.get("uuid", "uuid")
@@ -438,7 +412,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                  if (s.get("cel") or {}).get("expression")]
             for c in snap.device_classes}
     facts.slice_count = len(snap.slices)
-    facts.devices = devices_from_raw_slices(snap.slices)
+    facts.devices = devices_from_slices(snap.slices)
     for c in snap.all_claims:
         cf = _claim_facts(c)
         for key in cf.devices:
