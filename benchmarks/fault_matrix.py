@@ -4,7 +4,7 @@
     python benchmarks/fault_matrix.py cdi-wrong-device gpu-nodes-tainted
 
 Each row starts a bed with the fault, runs ``draconf run`` on it and judges the result with
-``draconf.faultmatrix``; the table is what tests/matrix/test_fault_matrix.py asserts.
+``tests/matrix/faultmatrix.py``; the table is what tests/matrix/test_fault_matrix.py asserts.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from draconf.faultmatrix import judge, run_against  # noqa: E402
+from tests.matrix.faultmatrix import judge, run_against  # noqa: E402
 from draconf.testbed.faults import FAULTS  # noqa: E402
 
 

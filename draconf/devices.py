@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,32 +65,44 @@ class Device:
         return f"{self.pool}/{self.name}"
 
 
-def _attribute_value(attr) -> object:
+def _attribute_value(attr: dict) -> object:
     for kind in ("string", "int", "bool", "version"):
-        value = getattr(attr, kind, None)
+        value = (attr or {}).get(kind)
         if value is not None:
             return Version(value) if kind == "version" else value
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _serializer():
+    from kubernetes.client import ApiClient
+    return ApiClient().sanitize_for_serialization
+
+
 def devices_from_slices(slices) -> list[Device]:
-    """Flatten ResourceSlice objects (from the Python client) into devices.
+    """Flatten ResourceSlices into devices: objects of the Python client, or the same as the
+    API's dicts (recorded evidence, ``sanitize_for_serialization`` output).
 
     Slices without devices (e.g. the shared-counter slice of 1.35+) contribute nothing.
+
+    >>> [str(d) for d in devices_from_slices([{"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+    ...     "pool": {"name": "n1"}, "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}]}}])]
+    ['n1/gpu-0']
     """
     devices = []
     for s in slices:
-        driver = s.spec.driver
-        for dev in s.spec.devices or []:
+        spec = (s if isinstance(s, dict) else _serializer()(s)).get("spec") or {}
+        driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+        for dev in spec.get("devices") or []:
             attrs = {(k if "/" in k else f"{driver}/{k}"): _attribute_value(v)
-                     for k, v in (dev.attributes or {}).items()}
+                     for k, v in (dev.get("attributes") or {}).items()}
             caps = {}
-            for k, v in (dev.capacity or {}).items():
+            for k, v in (dev.get("capacity") or {}).items():
                 try:
-                    caps[k if "/" in k else f"{driver}/{k}"] = parse_quantity(v.value)
-                except ValueError as err:  # the API server validates quantities: not expected
-                    log.warning("device %s/%s: capacity %s left out: %s", s.spec.pool.name, dev.name, k, err)
-            devices.append(Device(driver, s.spec.pool.name, dev.name, s.spec.node_name, attrs, caps))
+                    caps[k if "/" in k else f"{driver}/{k}"] = parse_quantity((v or {}).get("value"))
+                except (ValueError, TypeError) as err:  # the API server validates quantities: not expected
+                    log.warning("device %s/%s: capacity %s left out: %s", pool, dev.get("name"), k, err)
+            devices.append(Device(driver, pool, dev.get("name", ""), spec.get("nodeName"), attrs, caps))
     return devices
 
 

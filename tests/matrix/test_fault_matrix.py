@@ -20,7 +20,7 @@ import os
 
 import pytest
 
-from draconf.faultmatrix import EXPECTED, judge, run_against
+from tests.matrix.faultmatrix import EXPECTED, judge, run_against
 from draconf.testbed.faults import FAULTS
 
 #: One fault per detecting check family: preflight, allocation, injection, cleanup, quota.

@@ -237,10 +237,25 @@ def test_clusterpolicy_conflict(dg_beds, dg_namespaces):
     api = dg_beds.get("clusterpolicy-conflict")
     ns = dg_namespaces(api, "w")
     workload = deploy(api, ns, single_gpu())
-    workload.wait_running()
+    (pod,) = workload.wait_running()
+    # A ClusterPolicy whose device plugin offers nothing on the pod's node explains nothing.
     result = diagnosed(api, ns, None, AssertionError("GPU Operator footprint is inconsistent"),
-                       "clusterpolicy-conflict")
-    assert result.code == "policy-conflict", result
+                       "clusterpolicy-conflict: no nvidia.com/gpu")
+    assert result.code != "policy-conflict", result
+    # What the ClusterPolicy's device plugin does on a GPU node: offer nvidia.com/gpu
+    # (the documented way to advertise an extended resource is this status patch).
+    patch = lambda value: api.core.patch_node_status(pod.node, [  # noqa: E731
+        {"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": value}])
+    patch("4")
+    try:
+        waits.wait_until("the node to offer nvidia.com/gpu", lambda: api.core.read_node(pod.node).status.allocatable,
+                         lambda a: (a or {}).get("nvidia.com/gpu") == "4", timeout=30)
+        result = diagnosed(api, ns, None, AssertionError("GPU Operator footprint is inconsistent"),
+                           "clusterpolicy-conflict")
+        assert result.code == "policy-conflict", result
+        assert pod.node in result.reason and "nvidia.com/gpu" in result.reason, result
+    finally:
+        api.core.patch_node_status(pod.node, [{"op": "remove", "path": "/status/capacity/nvidia.com~1gpu"}])
 
 
 # --- a healthy bed: failures the workload brings itself, and no false alarm -----------------

@@ -11,7 +11,7 @@ import pytest
 
 from draconf import selectors as sel
 from draconf.devices import Device
-from draconf.diagnosis import (ClaimFacts, Diagnosis, EventFacts, Facts, NodeFacts,
+from draconf.diagnosis import (ClaimFacts, ContainerGPUs, Diagnosis, EventFacts, Facts, NodeFacts,
                                PluginPodFacts, PodFacts, QuotaFacts, RequestFacts, Snapshot,
                                TemplateFacts, build_facts, classify, node_exclusions,
                                tolerates)
@@ -306,33 +306,81 @@ def test_bound_pod_not_running_with_healthy_plugin_is_no_verdict():
     assert classify(with_workload(healthy(), pod, claim), None, "timed out")[0] == "timeout"
 
 
+def saw(seen=(), expected=("GPU-gpu-h100-0-0",), container="workload", claims=("gpu",), **kw) -> ContainerGPUs:
+    """What the diagnosis read in a container (nvidia-smi -L by exec, or a finished one's log)."""
+    return ContainerGPUs("gpu-pod", container, list(claims), None if expected is None else list(expected),
+                         list(seen), **kw)
+
+
+#: The failure text is the check's own words: the CDI codes must not depend on them.
+UNRELATED = "something went wrong"
+
+
 def test_container_sees_no_gpu():
     pod, claim = running()
-    error = ("CDI injection is wrong: gpu-pod/workload sees no GPU: nvidia-smi -L exit 127; stderr: "
-             "exec: \"nvidia-smi\": executable file not found in $PATH (allocated: GPU-gpu-h100-0-0)")
-    code, reason = classify(with_workload(healthy(), pod, claim), "cdi-injection", error)
-    assert code == "cdi-not-injected" and "gpu-h100-0/gpu-0" in reason
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(no_tool=True, how="nvidia-smi -L: exit 127; exec: \"nvidia-smi\": "
+                            "executable file not found in $PATH")]
+    code, reason = classify(facts, "cdi-injection", UNRELATED)
+    assert code == "cdi-not-injected" and "gpu-h100-0/gpu-0" in reason and "executable file" in reason
 
 
 def test_container_sees_fewer_gpus_than_allocated():
     pod, claim = running()
-    error = ("CDI injection is wrong: trainer/trainer sees ['GPU-a'], allocated ['GPU-a', 'GPU-b']; "
-             "missing ['GPU-b']")
-    assert classify(with_workload(healthy(), pod, claim), "cdi-injection", error)[0] == "cdi-not-injected"
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(["GPU-a"], ["GPU-a", "GPU-b"])]
+    assert classify(facts, "cdi-injection", UNRELATED)[0] == "cdi-not-injected"
 
 
 def test_container_sees_another_gpu():
     pod, claim = running()
-    error = ("CDI injection is wrong: gpu-pod/workload sees ['GPU-gpu-h100-0-1'], allocated "
-             "['GPU-gpu-h100-0-0']; missing ['GPU-gpu-h100-0-0']; not allocated to it ['GPU-gpu-h100-0-1']")
-    code, reason = classify(with_workload(healthy(), pod, claim), "cdi-injection", error)
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(["GPU-gpu-h100-0-1"])]
+    code, reason = classify(facts, "cdi-injection", UNRELATED)
     assert code == "cdi-wrong-device" and "GPU-gpu-h100-0-1" in reason
 
 
 def test_container_without_claim_sees_a_gpu():
     pod, claim = running()
-    error = "CDI injection is wrong: gpu-pod/sidecar lists no claim but sees ['GPU-x']"
-    assert classify(with_workload(healthy(), pod, claim), "cdi-injection", error)[0] == "cdi-wrong-device"
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(["GPU-gpu-h100-0-0"]), saw(["GPU-x"], [], container="sidecar", claims=())]
+    assert classify(facts, "cdi-injection", UNRELATED)[0] == "cdi-wrong-device"
+
+
+def test_cdi_codes_come_from_what_the_container_saw_not_from_the_message():
+    pod, claim = running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(["GPU-gpu-h100-0-0"])]
+    # The check's message claims a wrong device, the container shows the right one: no CDI code.
+    message = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
+    assert classify(facts, "cdi-injection", message)[0] == "timeout"
+    # ...and a container that saw another GPU is caught whatever the check was.
+    facts.containers = [saw(["GPU-gpu-h100-0-1"])]
+    assert classify(facts, "allocation", UNRELATED)[0] == "cdi-wrong-device"
+
+
+def test_an_exec_without_an_answer_is_no_cdi_evidence():
+    pod, claim = running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(answered=False, how="nvidia-smi -L: exit None; no exit status received")]
+    assert classify(facts, "cdi-injection", UNRELATED)[0] == "timeout"
+
+
+def test_finished_job_without_nvidia_smi_is_not_injected_even_after_its_claim_is_gone():
+    pod = PodFacts("gpu-pod", "ns", uid="p1", phase="Failed", node="gpu-h100-0", claims={"gpu": "gone"})
+    facts = dataclasses.replace(healthy(), pods=[pod], containers=[saw(
+        expected=None, no_tool=True, how="log: ''; ended: exit 128 StartError exec: \"nvidia-smi\": "
+        "executable file not found in $PATH")])
+    assert classify(facts, "completion", UNRELATED)[0] == "cdi-not-injected"
+
+
+def test_finished_job_whose_claim_is_gone_needs_the_checks_record_for_a_wrong_device():
+    # The one case read from the check: the deleted claim's allocation survives only there.
+    pod = PodFacts("gpu-pod", "ns", uid="p1", phase="Succeeded", node="gpu-h100-0", claims={"gpu": "gone"})
+    facts = dataclasses.replace(healthy(), pods=[pod], containers=[saw(["GPU-b"], expected=None)])
+    assert classify(facts, "completion", UNRELATED)[0] == "timeout"
+    record = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
+    assert classify(facts, "completion", record)[0] == "cdi-wrong-device"
 
 
 def test_generated_claim_outlives_its_pod():
@@ -373,16 +421,50 @@ def test_quota_used_beyond_hard():
     assert code == "quota-not-enforced" and "used 2 > hard 1" in reason
 
 
-def test_quota_check_failed_without_a_rejection():
-    quota = QuotaFacts("gpus", "ns", hard={"gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "1"})
-    code, _ = classify(healthy(quotas=[quota]), None, "expected the quota to reject the second claim")
-    assert code == "quota-not-enforced"
+def test_quota_counted_from_the_namespaces_claims_before_its_status_catches_up():
+    key = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
+    quota = QuotaFacts("gpus", "ns", hard={key: "1"}, counted={key: 2})
+    code, reason = classify(healthy(quotas=[quota]), None, UNRELATED)
+    assert code == "quota-not-enforced" and "holds 2 > hard 1" in reason
+
+
+def test_a_quota_check_that_failed_without_excess_is_not_a_quota_code():
+    # The message naming a quota is no evidence: nothing in the namespace exceeds it.
+    key = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
+    quota = QuotaFacts("gpus", "ns", hard={key: "1"}, used={key: "1"}, counted={key: 1})
+    assert classify(healthy(quotas=[quota]), None, "expected the quota to reject the second claim")[0] == "timeout"
+
+
+def competing(**changes) -> Facts:
+    """A ClusterPolicy with its device plugin, offering nvidia.com/gpu on the GPU nodes."""
+    facts = healthy(cluster_policy=True, cluster_policy_device_plugin=True, **changes)
+    facts.nodes = [dataclasses.replace(n, extended_gpus=4) if n.name.startswith("gpu-") else n
+                   for n in facts.nodes]
+    return facts
 
 
 def test_policy_conflict():
     pod, claim = running()
-    facts = with_workload(healthy(cluster_policy=True), pod, claim)
-    assert classify(facts, None, "something went wrong")[0] == "policy-conflict"
+    code, reason = classify(with_workload(competing(), pod, claim), None, UNRELATED)
+    assert code == "policy-conflict" and "gpu-h100-0" in reason and "4 nvidia.com/gpu" in reason
+
+
+def test_policy_conflict_for_a_pending_pod_whose_candidate_nodes_offer_nvidia_gpu():
+    pod, claim = pending()
+    pod.unschedulable = "0/4 nodes are available: 4 Insufficient cpu."
+    assert classify(with_workload(competing(), pod, claim), "allocation", UNRELATED)[0] == "policy-conflict"
+
+
+def test_a_clusterpolicy_that_does_not_compete_explains_nothing():
+    pod, claim = running()
+    # Present, but no node offers nvidia.com/gpu: the failure is something else.
+    facts = with_workload(healthy(cluster_policy=True, cluster_policy_device_plugin=True), pod, claim)
+    assert classify(facts, None, UNRELATED)[0] == "timeout"
+    # Its device plugin disabled: whatever the nodes say, it is not the ClusterPolicy's.
+    facts = with_workload(dataclasses.replace(competing(), cluster_policy_device_plugin=False), pod, claim)
+    assert classify(facts, None, UNRELATED)[0] == "timeout"
+    # Nothing of the namespace wants GPUs.
+    assert classify(competing(), None, UNRELATED)[0] == "timeout"
 
 
 def test_nothing_definitive_is_a_timeout_with_the_last_state():
@@ -455,9 +537,9 @@ def test_cdi_rule_needs_the_injection_check():
 
 def test_cdi_beats_policy_conflict():
     pod, claim = running()
-    facts = with_workload(healthy(cluster_policy=True), pod, claim)
-    error = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
-    assert classify(facts, "cdi-injection", error)[0] == "cdi-wrong-device"
+    facts = with_workload(competing(), pod, claim)
+    facts.containers = [saw(["GPU-b"])]
+    assert classify(facts, "cdi-injection", UNRELATED)[0] == "cdi-wrong-device"
 
 
 def test_cleanup_rule_ignores_claims_of_live_pods_and_other_checks():
@@ -467,6 +549,20 @@ def test_cleanup_rule_ignores_claims_of_live_pods_and_other_checks():
     _, orphan = running()
     orphan = dataclasses.replace(orphan, deleting=True, finalizers=["x/y"])
     assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", "boom")[0] == "timeout"
+
+
+def test_an_overdue_claim_is_not_released_whatever_the_check():
+    _, orphan = running()
+    orphan = dataclasses.replace(orphan, deleting=True, deleting_for=60, finalizers=["x/y"])
+    assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", UNRELATED)[0] == \
+        "claim-not-released"
+    # A job's pod done for a minute whose generated claim is still allocated.
+    pod, claim = running()
+    done = dataclasses.replace(pod, phase="Succeeded", ready=False, done_for=60)
+    assert classify(with_workload(healthy(), done, claim), "completion", UNRELATED)[0] == "claim-not-released"
+    # Moments after it ended, the same claim is still in flight.
+    done = dataclasses.replace(done, done_for=2)
+    assert classify(with_workload(healthy(), done, claim), "completion", UNRELATED)[0] == "timeout"
 
 
 def test_claim_not_released_beats_quota_and_policy():
@@ -649,3 +745,40 @@ def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
     # summary repeats whole multi-line messages, elsewhere just their first line.
     reports = result.stdout.str().split("short test summary info")[0]
     assert reports.count("diagnosis (cdi-wrong-device): container sees GPU-b") == 4
+
+
+def test_build_facts_reads_what_containers_saw_quota_counts_and_a_competing_device_plugin():
+    claim = {"metadata": {"name": "c", "namespace": "ns"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": 2}}]}},
+             "status": {"allocation": {"devices": {"results": [
+                 {"driver": DRIVER, "pool": "n1", "device": "gpu-0", "request": "gpu"}]}}}}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "p1"},
+           "spec": {"nodeName": "n1", "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}],
+                    "containers": [{"name": "w", "resources": {"claims": [{"name": "gpu"}]}}, {"name": "side"}]},
+           "status": {"phase": "Running"}}
+    snap = Snapshot(
+        namespace="ns", pods=[pod], claims=[claim, dict(claim, metadata={"name": "d", "namespace": "ns"})],
+        slices=[{"spec": {"driver": DRIVER, "nodeName": "n1", "pool": {"name": "n1"}, "devices": [
+            {"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}]}}],
+        nodes=[{"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}],
+        gpu_cluster={"metadata": {"name": "gpu-cluster"}},
+        cluster_policies=[{"metadata": {"name": "cluster-policy"}, "spec": {"devicePlugin": {"enabled": True}}}],
+        containers={"p/w": {"stdout": "GPU 0: NVIDIA H100 (UUID: GPU-9)\n", "stderr": "", "exit_code": 0, "error": ""},
+                    "p/side": {"stdout": "", "stderr": "", "exit_code": 127,
+                               "error": 'exec: "nvidia-smi": executable file not found in $PATH'}},
+        quotas=[{"metadata": {"name": "q", "namespace": "ns"}, "status": {"hard": {
+            "count/resourceclaims.resource.k8s.io": "1", f"{DRIVER}.deviceclass.resource.k8s.io/devices": "3"}}}])
+    facts = build_facts(snap, builtin("nvidia"))
+    w, side = facts.containers
+    assert (w.claims, w.expected, w.seen, w.no_tool) == (["gpu"], ["GPU-0"], ["GPU-9"], False)
+    assert (side.claims, side.expected, side.seen, side.no_tool) == ([], [], [], True)
+    assert facts.nodes[0].extended_gpus == 4 and facts.cluster_policy_device_plugin
+    assert facts.quotas[0].counted == {"count/resourceclaims.resource.k8s.io": 2,
+                                       f"{DRIVER}.deviceclass.resource.k8s.io/devices": 4}
+    assert classify(facts, None, UNRELATED)[0] == "cdi-wrong-device"
+    facts.containers = []
+    assert classify(facts, None, UNRELATED)[0] == "quota-not-enforced"
+    facts.quotas = []
+    assert classify(facts, None, UNRELATED)[0] == "policy-conflict"
+    snap.cluster_policies[0]["spec"]["devicePlugin"]["enabled"] = False
+    assert not build_facts(snap, builtin("nvidia")).cluster_policy_device_plugin

@@ -1,6 +1,6 @@
-"""draconf.faultmatrix.judge over recorded rows: a no-verdict row is never a pass or a catch."""
+"""tests/matrix/faultmatrix.judge over recorded rows: a no-verdict row is never a pass or a catch."""
 
-from draconf.faultmatrix import EXPECTED, GPU_WORKLOADS, RunResult, judge
+from tests.matrix.faultmatrix import EXPECTED, GPU_WORKLOADS, RunResult, judge
 
 
 def row(workload, check, outcome, diagnosis=None, duration=1.0):

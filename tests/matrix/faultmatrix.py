@@ -1,5 +1,8 @@
 """The fault-detection matrix: run the whole suite against a bed broken in one way and judge it.
 
+A test harness, not part of the library: tests/matrix and benchmarks/fault_matrix.py import it
+(``from tests.matrix.faultmatrix import ...``, with the repository root on ``sys.path``).
+
 A conformance suite is only worth the failures it catches.  For every test bed fault this
 module knows which checks must catch it and with which diagnosis, and which other checks may
 be dragged into failure with it; ``run_against`` runs ``draconf run`` on such a bed and
@@ -28,7 +31,7 @@ from draconf.kube import connect
 from draconf.testbed import inventory
 from draconf.testbed.cluster import Testbed
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
 #: Checks that need containers that really run and exit: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).

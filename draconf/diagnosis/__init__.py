@@ -1,0 +1,164 @@
+"""Why a check failed, decided from evidence read from the cluster (never from the test's name).
+
+``diagnose(api, profile, namespace, check, error_text)`` reads what an operator would look at
+(the troubleshooting walkthrough of the NVIDIA DRA docs): the pods and claims of the test's
+namespace, its events, the DeviceClasses the claims name, the driver's ResourceSlices, the
+nodes, the kubelet-plugin pods, the GPU Operator's GPUCluster / ClusterPolicy and the
+ResourceQuotas.  It returns a :class:`Diagnosis`: one code of
+:data:`draconf.reporting.DIAGNOSES`, one sentence saying what was seen and what to check, and
+the evidence as text (YAML of the objects involved, trimmed).
+
+The work is split so the rules can be tested without a cluster::
+
+    gather.gather(api, profile, namespace) -> Snapshot  (raw dicts, the only part that calls the API)
+    facts.build_facts(snapshot, profile)   -> Facts     (plain dataclasses, pure)
+    rules.classify(facts, check, error)    -> (code, reason)  (one function per code, pure)
+    evidence.evidence(snapshot, facts)     -> {name: text}    (what the report attaches)
+
+and this module is the glue: :func:`diagnose` runs the four, and the pytest hook's
+:func:`record_failure_diagnosis` records the result on the test item.  The rules and their
+order are in :mod:`draconf.diagnosis.rules`.
+
+Selectors are the CEL the cluster holds (the claims' and templates' selectors and the live
+DeviceClasses'), evaluated by :mod:`draconf.cel` per published device (see
+:func:`draconf.diagnosis.facts.selectors_eval`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+
+from draconf.diagnosis.evidence import evidence
+from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts, PodFacts,
+                                     QuotaFacts, RequestFacts, TemplateFacts, build_facts,
+                                     selectors_eval)
+from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
+                                      _describe_error, gather)
+from draconf.diagnosis.rules import RULES, classify
+from draconf.diagnosis.scheduling import node_exclusions, tolerates
+from draconf.reporting import DIAGNOSES
+
+log = logging.getLogger("draconf.diagnosis")
+
+__all__ = ["ClaimFacts", "ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
+           "PLUGIN_SELECTORS", "PluginPodFacts", "PodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
+           "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify",
+           "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
+           "selectors_eval", "tolerates"]
+
+
+@dataclass
+class Diagnosis:
+    code: str
+    reason: str
+    evidence: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.code not in DIAGNOSES:
+            raise ValueError(f"unknown diagnosis {self.code!r}")
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.reason}"
+
+
+# --- entry points ------------------------------------------------------------------------------
+
+def diagnose(api, profile, namespace: str | None, check: str | None, error_text: str) -> Diagnosis:
+    """Read the cluster and explain why ``check`` failed with ``error_text``.  Never raises."""
+    started = time.monotonic()
+    try:
+        snap = gather(api, profile, namespace)
+        facts = build_facts(snap, profile)
+        code, reason = classify(facts, check, error_text or "")
+        ev = evidence(snap, facts, code, reason)
+    except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
+        log.exception("diagnosis failed")
+        code, reason = "timeout", f"The diagnosis itself failed ({_describe_error(err)}): read the test's message."
+        ev = {"diagnosis": f"[{code}] {reason}"}
+    log.info("diagnosed %s in %.1fs: %s", namespace, time.monotonic() - started, code)
+    return Diagnosis(code, reason, ev)
+
+
+def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
+    """Diagnose a failing draconf test item (for the pytest plugin's hook).
+
+    Finds the cluster (``config.draconf_api``), the profile, the test's namespace (the
+    ``started`` workload's, a ``deployed`` one's or the ``namespace`` fixture's) and its check
+    (``draconf`` marker).
+    Returns None when there is no cluster connection to read from.
+    """
+    config = item.config
+    api = getattr(config, "draconf_api", None)
+    profile = getattr(config, "draconf_profile", None)
+    if api is None or profile is None:
+        return None
+    funcargs = getattr(item, "funcargs", {}) or {}
+    namespace = None
+    started = funcargs.get("started")  # a draconf.workload.Start (suites/test_workloads.py)
+    deployed = started.deployed if started is not None else funcargs.get("deployed")
+    if deployed is not None and getattr(deployed, "namespace", None):
+        namespace = deployed.namespace
+    elif isinstance(funcargs.get("namespace"), str):
+        namespace = funcargs["namespace"]
+    marker = item.get_closest_marker("draconf")
+    check = marker.kwargs.get("check") if marker else None
+    text = str(exc) if exc is not None else ""
+    return diagnose(api, profile, namespace, check, text)
+
+
+_CODE_PREFIX = re.compile(r"^\s*(?:\w+(?:\.\w+)*: )?\[([a-z-]+)\]")
+
+
+def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) -> Diagnosis | None:
+    """Diagnose and record a failing test, for ``pytest_runtest_setup``/``call`` wrappers.
+
+    Does nothing for skips, xfails, interrupts and tests that recorded a diagnosis themselves.
+    A test whose message already starts with a ``[code]`` gets that code recorded (so the
+    reporting plugin does not add a second one) with the cluster evidence.  Otherwise the code
+    comes from :func:`diagnose_item`; with ``annotate`` the reason is added to the exception
+    message as a ``diagnosis (code): ...`` line after the first, so the terminal shows it too.
+    Never raises: a failing diagnosis must not hide the test's own failure.
+    """
+    import pytest
+
+    from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+
+    if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception,
+                        KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return None
+    if item.stash.get(DIAGNOSIS_KEY, None):
+        return None
+    try:
+        result = diagnose_item(item, exc)
+        if result is None:
+            return None
+        own = _CODE_PREFIX.match(str(exc))
+        if own and own.group(1) in DIAGNOSES and own.group(1) != result.code:
+            result = Diagnosis(own.group(1), result.reason, result.evidence)
+        elif annotate:
+            # No "[code]" here: the reporting plugin prefixes the first line with it only when
+            # the message does not contain it yet.
+            _append_line(exc, f"diagnosis ({result.code}): {result.reason}")
+        record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
+        return result
+    except Exception:  # noqa: BLE001
+        log.exception("could not diagnose %s", getattr(item, "nodeid", item))
+        return None
+
+
+def _append_line(exc: BaseException, line: str) -> None:
+    """Add ``line`` to the message of ``exc`` (after its first line, which reports keep)."""
+    import pytest
+
+    if line in str(exc):
+        return  # a class-scoped fixture re-raises the same exception for every test
+    if isinstance(exc, pytest.fail.Exception):
+        exc.msg = f"{exc.msg or ''}\n{line}"
+        exc.args = (exc.msg,)
+    elif exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]}\n{line}", *exc.args[1:])
+    elif not exc.args:
+        exc.args = (line,)

@@ -1,0 +1,525 @@
+"""Facts: what the rules look at, as plain data built from the raw objects of a
+:class:`~draconf.diagnosis.gather.Snapshot` by :func:`build_facts` (pure: no API calls).
+
+>>> from draconf.devices import Device
+>>> d = Device("gpu.nvidia.com", "n1", "gpu-0", "n1", {"gpu.nvidia.com/type": "gpu"}, {})
+>>> selectors_eval(["device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"], d)
+Verdict(match)
+>>> selectors_eval(["device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*h100.*$')"], d)
+Verdict(CEL runtime error: no such key: productName)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from kubernetes.utils import parse_quantity
+
+from draconf import cel
+from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
+from draconf.devices import Device, devices_from_slices
+from draconf.pods import Pod, describe_pod
+
+if TYPE_CHECKING:
+    from draconf.diagnosis.gather import Snapshot
+
+
+@dataclass
+class PodFacts:
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    phase: str = "Pending"
+    node: str | None = None
+    ready: bool = False
+    deleting: bool = False
+    #: the PodScheduled=False message (reason Unschedulable or SchedulerError), else None
+    unschedulable: str | None = None
+    #: "container: Reason" of waiting containers
+    waiting: list[str] = field(default_factory=list)
+    #: "container: image (Reason: message)" of containers whose image cannot be pulled
+    image_pull: list[str] = field(default_factory=list)
+    #: no container runs (what is left of a deleted pod is its node's cleanup)
+    stopped: bool = False
+    #: seconds since its last container ended, for a finished pod (Succeeded/Failed)
+    done_for: float | None = None
+    #: pod-level claim name -> ResourceClaim name (only the ones known yet)
+    claims: dict[str, str] = field(default_factory=dict)
+    #: pod-level claim names whose ResourceClaim is not known yet (not generated)
+    unresolved_claims: list[str] = field(default_factory=list)
+    tolerations: list[dict] = field(default_factory=list)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    #: required node affinity: the nodeSelectorTerms (ORed), each {matchExpressions, matchFields}
+    affinity_terms: list[dict] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and self.ready
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    def summary(self) -> str:
+        return describe_pod(self.namespace, self.name, self.phase, self.node, ready=self.ready,
+                            unschedulable=self.unschedulable, waiting=self.waiting,
+                            deleting=self.deleting)
+
+
+@dataclass
+class RequestFacts:
+    """One device request (or one firstAvailable alternative)."""
+    name: str
+    device_class: str
+    selectors: list[str] = field(default_factory=list)
+    mode: str = "ExactCount"
+    count: int = 1
+
+
+@dataclass
+class ClaimFacts:
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    generated: bool = False
+    #: the Pod owning a generated claim (name, uid), if any
+    owner_pod: str | None = None
+    owner_pod_uid: str | None = None
+    allocated: bool = False
+    #: allocated devices as driver/pool/device
+    devices: list[str] = field(default_factory=list)
+    #: reservedFor as pod names
+    reserved_for: list[str] = field(default_factory=list)
+    reserved_for_uids: list[str] = field(default_factory=list)
+    finalizers: list[str] = field(default_factory=list)
+    deleting: bool = False
+    #: seconds since deletion was asked (metadata.deletionTimestamp)
+    deleting_for: float | None = None
+    #: each request as its alternatives (one for ``exactly``, several for ``firstAvailable``)
+    requests: list[list[RequestFacts]] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def device_classes(self) -> list[str]:
+        return sorted({alt.device_class for req in self.requests for alt in req if alt.device_class})
+
+    def summary(self) -> str:
+        state = ("allocated " + ", ".join(self.devices)) if self.allocated else "not allocated"
+        extra = f", finalizers {self.finalizers}" if self.finalizers else ""
+        deleting = ", being deleted" if self.deleting else ""
+        return (f"claim {self.key}: {state}, reserved for {self.reserved_for or 'nobody'}"
+                f"{extra}{deleting}")
+
+
+@dataclass
+class TemplateFacts:
+    name: str
+    namespace: str = "default"
+    requests: list[list[RequestFacts]] = field(default_factory=list)
+
+    @property
+    def device_classes(self) -> list[str]:
+        return sorted({alt.device_class for req in self.requests for alt in req if alt.device_class})
+
+
+@dataclass
+class EventFacts:
+    reason: str
+    message: str
+    type: str = "Warning"
+    kind: str = "Pod"
+    name: str = ""
+    count: int = 1
+
+    def line(self) -> str:
+        times = f" (x{self.count})" if self.count and self.count > 1 else ""
+        return f"{self.type} {self.reason} {self.kind}/{self.name}{times}: {self.message}"
+
+
+@dataclass
+class NodeFacts:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict] = field(default_factory=list)
+    ready: bool = True
+    unschedulable: bool = False
+    #: ``status.allocatable`` of the device plugin's extended resource (nvidia.com/gpu): GPUs a
+    #: device plugin offers on this node beside DRA
+    extended_gpus: int = 0
+
+
+@dataclass
+class ContainerGPUs:
+    """What one container of the namespace was given and what it saw, read from the cluster:
+    ``nvidia-smi -L`` run in it (a running pod) or its log and end state (a finished one)."""
+    pod: str
+    container: str
+    #: pod-level claim names the container lists in resources.claims
+    claims: list[str] = field(default_factory=list)
+    #: UUIDs of the devices allocated to those claims; None when an allocation could not be read
+    #: (a finished pod's generated claim is deleted by the resourceclaim controller)
+    expected: list[str] | None = None
+    #: GPU UUIDs the container listed
+    seen: list[str] = field(default_factory=list)
+    #: the container could not run nvidia-smi at all (not in the container: exit 127, or the
+    #: runtime's "executable file not found")
+    no_tool: bool = False
+    #: the reading gave an answer: nvidia-smi's exit code, or the finished container's log
+    answered: bool = True
+    #: how it was read, e.g. "nvidia-smi -L: exit 0; stdout: GPU 0: ..." or "log: ..."
+    how: str = ""
+
+    def line(self) -> str:
+        want = "unknown" if self.expected is None else (self.expected or "no GPU")
+        return f"{self.pod}/{self.container}: allocated {want}; {self.how}"
+
+
+@dataclass
+class PluginPodFacts:
+    name: str
+    namespace: str
+    node: str | None = None
+    phase: str = "Pending"
+    ready: bool = False
+    waiting: list[str] = field(default_factory=list)
+    restarts: int = 0
+    log_tail: str | None = None
+
+    def summary(self) -> str:
+        state = f"{self.phase}, {'ready' if self.ready else 'not ready'}"
+        if self.waiting:
+            state += ", waiting: " + ", ".join(self.waiting)
+        if self.restarts:
+            state += f", {self.restarts} restarts"
+        return f"kubelet plugin {self.namespace}/{self.name} on {self.node or '(no node)'}: {state}"
+
+
+@dataclass
+class QuotaFacts:
+    name: str
+    namespace: str = "default"
+    hard: dict[str, str] = field(default_factory=dict)
+    used: dict[str, str] = field(default_factory=dict)
+    #: key -> what the namespace's objects amount to, counted from them (claims, and devices
+    #: their requests ask of each DeviceClass): the quota controller's status may lag them
+    counted: dict[str, int] = field(default_factory=dict)
+
+    def exceeded(self) -> list[str]:
+        """Keys whose used amount, or the amount counted from the namespace's objects, is above
+        the hard limit (admission should prevent that)."""
+        over = []
+        for key, limit in self.hard.items():
+            try:
+                if key in self.used and parse_quantity(self.used[key]) > parse_quantity(limit):
+                    over.append(f"{key} used {self.used[key]} > hard {limit}")
+                elif key in self.counted and self.counted[key] > parse_quantity(limit):
+                    over.append(f"{key}: the namespace holds {self.counted[key]} > hard {limit}")
+            except ValueError:
+                continue
+        return over
+
+
+@dataclass
+class Facts:
+    """Everything the rules look at.  Defaults describe a healthy, empty cluster."""
+    driver: str = "gpu.nvidia.com"
+    device_class: str = "gpu.nvidia.com"
+    #: attribute names (unqualified: the driver's domain) every device should publish
+    required_attributes: list[str] = field(default_factory=list)
+    namespace: str | None = None
+    #: the API server did not answer: the error
+    api_error: str | None = None
+    #: resource.k8s.io/v1 is served
+    resource_api: bool = True
+    resource_versions: list[str] = field(default_factory=lambda: ["v1"])
+    pods: list[PodFacts] = field(default_factory=list)
+    claims: list[ClaimFacts] = field(default_factory=list)
+    templates: list[TemplateFacts] = field(default_factory=list)
+    events: list[EventFacts] = field(default_factory=list)
+    #: DeviceClass name -> its CEL selectors; None when the classes could not be read
+    device_classes: dict[str, list[str]] | None = field(default_factory=dict)
+    #: ResourceSlices of the driver (with or without devices)
+    slice_count: int = 0
+    #: the driver's published devices
+    devices: list[Device] = field(default_factory=list)
+    #: device key (driver/pool/device) -> "namespace/claim" it is allocated to, cluster-wide
+    allocated: dict[str, str] = field(default_factory=dict)
+    nodes: list[NodeFacts] = field(default_factory=list)
+    plugin_pods: list[PluginPodFacts] = field(default_factory=list)
+    #: False when the kubelet-plugin pods could not be listed at all
+    plugin_pods_known: bool = True
+    gpu_cluster: bool = False
+    gpu_cluster_state: str | None = None
+    cluster_policy: bool = False
+    #: a ClusterPolicy deploys the device plugin (spec.devicePlugin.enabled, true by default)
+    cluster_policy_device_plugin: bool = False
+    #: what each container with GPU claims (or in a pod with claims) was given and saw
+    containers: list[ContainerGPUs] = field(default_factory=list)
+    quotas: list[QuotaFacts] = field(default_factory=list)
+    #: gatherer name -> error, for what could not be read
+    errors: dict[str, str] = field(default_factory=dict)
+
+    # -- lookups the rules share ---------------------------------------------------------------
+    def claim(self, name: str) -> ClaimFacts | None:
+        for c in self.claims:
+            if c.name == name:
+                return c
+        return None
+
+    def node(self, name: str) -> NodeFacts | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def pod_claims(self, pod: PodFacts) -> list[ClaimFacts]:
+        return [c for name in pod.claims.values() if (c := self.claim(name)) is not None]
+
+    def events_for(self, name: str, reason_part: str = "") -> list[EventFacts]:
+        return [e for e in self.events if e.name == name and reason_part in e.reason]
+
+    def scheduler_messages(self) -> list[str]:
+        messages = [p.unschedulable for p in self.pods if p.unschedulable]
+        messages += [e.message for e in self.events if e.reason == "FailedScheduling"]
+        return messages
+
+
+# =============================================================================================
+# Device selectors: the CEL the cluster holds, evaluated by draconf.cel
+# =============================================================================================
+
+def selectors_eval(selectors: list[str], device: Device) -> cel.Verdict:
+    """A list of selectors (a class's, then a request's) on one device, as the allocator
+    applies them: in order, the first non-match or error decides.
+
+    >>> d = Device("gpu.nvidia.com", "n1", "gpu-0", "n1", {"gpu.nvidia.com/type": "gpu"}, {})
+    >>> selectors_eval(["device.attributes['gpu.nvidia.com'].productName == 'x'"], d).missing
+    'gpu.nvidia.com/productName'
+    """
+    return cel.evaluate_all(selectors, device)
+
+
+
+# =============================================================================================
+# Raw objects -> Facts (pure)
+# =============================================================================================
+
+def _requests(spec: dict) -> list[list[RequestFacts]]:
+    out = []
+    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
+        alternatives = []
+        if req.get("exactly") is not None or req.get("deviceClassName"):
+            body = req.get("exactly") or req  # v1 / v1beta1 shapes
+            alternatives.append(_request(req.get("name", ""), body))
+        for sub in req.get("firstAvailable") or []:
+            alternatives.append(_request(f"{req.get('name', '')}/{sub.get('name', '')}", sub))
+        if alternatives:
+            out.append(alternatives)
+    return out
+
+
+def _request(name: str, body: dict) -> RequestFacts:
+    selectors = [s["cel"]["expression"] for s in body.get("selectors") or [] if (s.get("cel") or {}).get("expression")]
+    return RequestFacts(name=name, device_class=body.get("deviceClassName", ""), selectors=selectors,
+                        mode=body.get("allocationMode") or "ExactCount", count=body.get("count") or 1)
+
+
+def _pod_facts(raw: dict) -> PodFacts:
+    pod = Pod(raw)
+    claims = pod.claim_names()
+    affinity = (((pod.spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return PodFacts(
+        name=pod.name or "", namespace=pod.namespace or "", uid=pod.uid or "", phase=pod.phase,
+        node=pod.node, ready=pod.is_ready, deleting=pod.is_deleting,
+        unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons,
+        image_pull=pod.image_pull_failures, stopped=pod.containers_stopped, claims=claims,
+        unresolved_claims=[r.get("name") for r in pod.spec.get("resourceClaims") or []
+                           if r.get("name") not in claims],
+        tolerations=list(pod.spec.get("tolerations") or []),
+        node_selector=dict(pod.spec.get("nodeSelector") or {}),
+        affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
+        done_for=_seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
+                                     if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
+                                    default=None)) if pod.phase in ("Succeeded", "Failed") else None)
+
+
+def _seconds_since(stamp) -> float | None:
+    """Seconds from an API timestamp (RFC 3339 text or datetime) to now; None without one.
+
+    >>> _seconds_since("2000-01-01T00:00:00Z") > 0, _seconds_since(None)
+    (True, None)
+    """
+    if not stamp:
+        return None
+    if isinstance(stamp, str):
+        try:
+            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - stamp).total_seconds()
+
+
+def _claim_facts(raw: dict) -> ClaimFacts:
+    meta, status = raw.get("metadata") or {}, raw.get("status") or {}
+    owner = next((r for r in meta.get("ownerReferences") or []
+                  if r.get("kind") == "Pod" and r.get("controller")), None)
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    return ClaimFacts(
+        name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
+        generated="resource.kubernetes.io/pod-claim-name" in (meta.get("annotations") or {}),
+        owner_pod=owner.get("name") if owner else None, owner_pod_uid=owner.get("uid") if owner else None,
+        allocated=bool(status.get("allocation")),
+        devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results],
+        reserved_for=[r.get("name", "") for r in status.get("reservedFor") or []],
+        reserved_for_uids=[r.get("uid", "") for r in status.get("reservedFor") or []],
+        finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
+        deleting_for=_seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
+
+
+def build_facts(snap: Snapshot, profile) -> Facts:
+    """Turn a :class:`Snapshot` into :class:`Facts` (pure: no API calls)."""
+    facts = Facts(driver=profile.driver, device_class=profile.device_class,
+                  required_attributes=list(profile.required_attributes()),
+                  namespace=snap.namespace, api_error=snap.api_error, errors=dict(snap.errors))
+    if snap.resource_versions is not None:
+        facts.resource_versions = list(snap.resource_versions)
+        facts.resource_api = "v1" in snap.resource_versions
+    facts.pods = [_pod_facts(p) for p in snap.pods]
+    facts.claims = [_claim_facts(c) for c in snap.claims]
+    facts.templates = [TemplateFacts(name=(t.get("metadata") or {}).get("name", ""),
+                                     namespace=(t.get("metadata") or {}).get("namespace", ""),
+                                     requests=_requests(((t.get("spec") or {}).get("spec")) or {}))
+                       for t in snap.templates]
+    facts.events = [EventFacts(reason=e.get("reason") or "", message=e.get("message") or "",
+                               type=e.get("type") or "", kind=(e.get("involvedObject") or {}).get("kind", ""),
+                               name=(e.get("involvedObject") or {}).get("name", ""), count=e.get("count") or 1)
+                    for e in sorted(snap.events, key=_event_time)]
+    if snap.device_classes is None:
+        facts.device_classes = None
+    else:
+        facts.device_classes = {
+            (c.get("metadata") or {}).get("name", ""):
+                [s["cel"]["expression"] for s in (c.get("spec") or {}).get("selectors") or []
+                 if (s.get("cel") or {}).get("expression")]
+            for c in snap.device_classes}
+    facts.slice_count = len(snap.slices)
+    facts.devices = devices_from_slices(snap.slices)
+    for c in snap.all_claims:
+        cf = _claim_facts(c)
+        for key in cf.devices:
+            facts.allocated[key] = cf.key
+    facts.nodes = [NodeFacts(
+        name=(n.get("metadata") or {}).get("name", ""), labels=dict((n.get("metadata") or {}).get("labels") or {}),
+        taints=list((n.get("spec") or {}).get("taints") or []),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True"
+                  for c in (n.get("status") or {}).get("conditions") or []),
+        unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
+        extended_gpus=_int_quantity(((n.get("status") or {}).get("allocatable") or {}).get(EXTENDED_GPU)))
+        for n in snap.nodes]
+    for raw in snap.plugin_pods:
+        pf = _pod_facts(raw)
+        restarts = sum(cs.get("restartCount") or 0 for cs in (raw.get("status") or {}).get("containerStatuses") or [])
+        facts.plugin_pods.append(PluginPodFacts(
+            name=pf.name, namespace=pf.namespace, node=pf.node, phase=pf.phase, ready=pf.ready,
+            waiting=pf.waiting, restarts=restarts, log_tail=snap.plugin_logs.get(f"{pf.namespace}/{pf.name}")))
+    facts.plugin_pods_known = snap.plugin_pods_known
+    facts.gpu_cluster = snap.gpu_cluster is not None
+    facts.gpu_cluster_state = ((snap.gpu_cluster or {}).get("status") or {}).get("state")
+    facts.cluster_policy = bool(snap.cluster_policies)
+    facts.cluster_policy_device_plugin = any(
+        ((p.get("spec") or {}).get("devicePlugin") or {}).get("enabled", True) is not False
+        for p in snap.cluster_policies)
+    facts.containers = _container_gpus(snap, facts, profile)
+    facts.quotas = [QuotaFacts(name=(q.get("metadata") or {}).get("name", ""),
+                               namespace=(q.get("metadata") or {}).get("namespace", ""),
+                               hard=dict(((q.get("status") or {}).get("hard")) or (q.get("spec") or {}).get("hard") or {}),
+                               used=dict(((q.get("status") or {}).get("used")) or {}))
+                    for q in snap.quotas]
+    for q in facts.quotas:
+        q.counted = _counted(q.hard, [c for c in facts.claims if not c.deleting])
+    return facts
+
+
+def _event_time(e: dict) -> str:
+    return str(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+
+#: The device plugin's extended resource for a whole NVIDIA GPU.
+EXTENDED_GPU = "nvidia.com/gpu"
+#: What a runtime says when the container has no such command (the CDI spec mounts nvidia-smi).
+NO_EXECUTABLE = "executable file not found"
+
+
+def _int_quantity(value) -> int:
+    try:
+        return int(parse_quantity(value)) if value is not None else 0
+    except (ValueError, TypeError):
+        return 0
+
+
+def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs]:
+    """Each container of a pod with claims whose GPUs were read (see gather's ``containers``):
+    the identities allocated to the claims it lists (the profile's: UUIDs for NVIDIA, device
+    names for dra-example-driver), from the claims' status and the published devices, beside
+    the identities it showed (the profile's injection command, parsed)."""
+    uuids = {d.key: profile.identity(d) for d in facts.devices}
+    claims = {c.name: c for c in facts.claims}
+    out = []
+    for raw in snap.pods:
+        pod = Pod(raw)
+        names = pod.claim_names()
+        ended = {cs.get("name"): (cs.get("state") or {}).get("terminated") or {}
+                 for cs in pod.status.get("containerStatuses") or []}
+        for container in pod.containers:
+            read = snap.containers.get(f"{pod.name}/{container}")
+            if read is None:
+                continue
+            listed = pod.container_claims(container)
+            expected: list[str] | None = []
+            for ref in listed:
+                claim = claims.get(names.get(ref, ""))
+                if claim is None or not claim.allocated:
+                    expected = None
+                    break
+                expected += [u for key in claim.devices if (u := uuids.get(key))]
+            text = read.get("stdout") or ""
+            terminated = ended.get(container) or {}
+            message = f"{read.get('error') or ''} {read.get('stderr') or ''} {terminated.get('message') or ''}"
+            exit_code = read.get("exit_code")
+            no_tool = exit_code in (126, 127) or NO_EXECUTABLE in message
+            if "log" in read:
+                text = read["log"] or ""
+                how = (f"log: {text.strip()[:300]!r}; ended: exit {terminated.get('exitCode')} "
+                       f"{terminated.get('reason') or ''} {(terminated.get('message') or '').strip()[:200]}")
+            else:
+                how = f"{profile.injection.describe()}: exit {exit_code}; stdout: {text.strip()[:300]!r}"
+                if message.strip():
+                    how += f"; {message.strip()[:300]}"
+            out.append(ContainerGPUs(pod.name or "", container, listed,
+                                     sorted(set(expected)) if expected is not None else None,
+                                     sorted(set(profile.injection.parse(text))), no_tool,
+                                     "log" in read or exit_code is not None or no_tool, how))
+    return out
+
+
+def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
+    """What ``claims`` amount to under the quota keys in ``hard`` that count claims or devices
+    (a request's first alternative, ExactCount; All is not countable before allocation)."""
+    counted = {}
+    for key in hard:
+        if key == CLAIM_COUNT_KEY:
+            counted[key] = len(claims)
+        elif key.endswith(DEVICECLASS_SUFFIX):
+            device_class = key[:-len(DEVICECLASS_SUFFIX)]
+            counted[key] = sum(req[0].count for c in claims for req in c.requests
+                               if req and req[0].device_class == device_class and req[0].mode != "All")
+    return counted

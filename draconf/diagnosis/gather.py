@@ -1,0 +1,215 @@
+"""Reading the cluster, once per failure: the only part of the diagnosis that calls the API.
+
+Each part is best effort and records its own error in :attr:`Snapshot.errors`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from draconf.pods import Pod
+from draconf.preflight import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
+
+#: Where the NVIDIA kubelet plugin runs, and how its pods are labelled: preflight's, defined
+#: once there, and the GPU Operator-managed DaemonSet's pod label (preflight reaches those
+#: pods through the DaemonSet's own selector; the diagnosis lists pods by label only).
+PLUGIN_NAMESPACES = tuple(namespace for namespace, _ in PLUGIN_DAEMONSETS)
+PLUGIN_SELECTORS = (*PLUGIN_POD_SELECTORS, "app=nvidia-dra-driver-kubelet-plugin")
+#: Seconds allowed for any one API call while diagnosing.
+REQUEST_TIMEOUT = 10
+
+
+@dataclass
+class Snapshot:
+    """Raw objects (``sanitize_for_serialization`` dicts) read from the cluster."""
+    namespace: str | None = None
+    api_error: str | None = None
+    resource_versions: list[str] | None = None
+    pods: list[dict] = field(default_factory=list)
+    claims: list[dict] = field(default_factory=list)
+    templates: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    device_classes: list[dict] | None = None
+    slices: list[dict] = field(default_factory=list)
+    all_claims: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    plugin_pods: list[dict] = field(default_factory=list)
+    plugin_pods_known: bool = True
+    plugin_logs: dict[str, str] = field(default_factory=dict)
+    #: "pod/container" -> what it saw of its GPUs: a running container's ``nvidia-smi -L``
+    #: (``stdout``, ``stderr``, ``exit_code``, ``error``), a finished one's ``log``
+    containers: dict[str, dict] = field(default_factory=dict)
+    gpu_cluster: dict | None = None
+    cluster_policies: list[dict] = field(default_factory=list)
+    quotas: list[dict] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _plain(api, obj) -> dict:
+    return api.api_client.sanitize_for_serialization(obj)
+
+
+def _describe_error(err: BaseException) -> str:
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return f"{type(err).__name__}: {str(err)[:200]}"
+
+
+def gather(api, profile, namespace: str | None) -> Snapshot:
+    """Read everything the rules need; each part is best effort and records its own error."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    snap = Snapshot(namespace=namespace)
+    kw = {"_request_timeout": REQUEST_TIMEOUT}
+
+    def read(name: str, fn, default=None):
+        try:
+            return fn()
+        except ApiException as err:
+            snap.errors[name] = _describe_error(err)
+        except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
+            snap.errors[name] = _describe_error(err)
+        return default
+
+    try:
+        api.version.get_code(**kw)
+    except Exception as err:  # noqa: BLE001
+        status = getattr(err, "status", None)
+        if not status or status >= 500:
+            snap.api_error = _describe_error(err)
+            return snap
+    try:
+        group = client.ResourceApi(api.api_client).get_api_group(**kw)
+        snap.resource_versions = [v.version for v in group.versions or []]
+    except ApiException as err:
+        if err.status == 404:
+            snap.resource_versions = []
+        else:
+            snap.errors["resource.k8s.io"] = _describe_error(err)
+    except Exception as err:  # noqa: BLE001
+        snap.api_error = _describe_error(err)
+        return snap
+    if snap.resource_versions is not None and "v1" not in snap.resource_versions:
+        return snap
+
+    plain = lambda items: [_plain(api, i) for i in items]  # noqa: E731
+    if namespace:
+        snap.pods = read("pods", lambda: plain(api.core.list_namespaced_pod(namespace, **kw).items), [])
+        snap.claims = read("resourceclaims", lambda: plain(
+            api.resource.list_namespaced_resource_claim(namespace, **kw).items), [])
+        snap.templates = read("resourceclaimtemplates", lambda: plain(
+            api.resource.list_namespaced_resource_claim_template(namespace, **kw).items), [])
+        snap.events = read("events", lambda: plain(
+            api.core.list_namespaced_event(namespace, **kw).items), [])
+        snap.quotas = read("resourcequotas", lambda: plain(
+            api.core.list_namespaced_resource_quota(namespace, **kw).items), [])
+    snap.device_classes = read("deviceclasses", lambda: plain(api.resource.list_device_class(**kw).items))
+    snap.slices = read("resourceslices", lambda: plain(api.resource.list_resource_slice(
+        field_selector=f"spec.driver={profile.driver}", **kw).items), [])
+    snap.all_claims = read("resourceclaims (all namespaces)", lambda: plain(
+        api.resource.list_resource_claim_for_all_namespaces(**kw).items), [])
+    snap.nodes = read("nodes", lambda: plain(api.core.list_node(**kw).items), [])
+    _gather_plugin(api, snap, kw, getattr(profile, "plugin", None))
+    _gather_containers(api, snap, profile.injection.command)
+    snap.gpu_cluster = _custom(api, snap, "gpuclusters", "v1alpha1", kw)
+    policies = _custom(api, snap, "clusterpolicies", "v1", kw, many=True)
+    snap.cluster_policies = policies or []
+    return snap
+
+
+def _custom(api, snap: Snapshot, plural: str, version: str, kw, many: bool = False):
+    from kubernetes.client.exceptions import ApiException
+    try:
+        items = api.custom.list_cluster_custom_object("nvidia.com", version, plural, **kw)["items"]
+    except ApiException as err:
+        if err.status != 404:
+            snap.errors[plural] = _describe_error(err)
+        return None
+    except Exception as err:  # noqa: BLE001
+        snap.errors[plural] = _describe_error(err)
+        return None
+    if many:
+        return items
+    return items[0] if items else None
+
+
+def _gather_plugin(api, snap: Snapshot, kw, plugin=None) -> None:
+    """The kubelet-plugin pods: the NVIDIA driver's known places, and the profile's."""
+    from kubernetes.client.exceptions import ApiException
+    selectors = tuple(dict.fromkeys(PLUGIN_SELECTORS + tuple(plugin.pod_selectors if plugin else ())))
+    namespaces = tuple(dict.fromkeys(PLUGIN_NAMESPACES + tuple(plugin.namespaces if plugin else ())))
+    found: dict[str, dict] = {}
+    denied = 0
+    for selector in selectors:
+        try:
+            items = api.core.list_pod_for_all_namespaces(label_selector=selector, **kw).items
+        except ApiException as err:
+            if err.status not in (401, 403):
+                snap.errors["kubelet-plugin pods"] = _describe_error(err)
+            denied += 1
+            items = []
+            for ns in namespaces:
+                try:
+                    items += api.core.list_namespaced_pod(ns, label_selector=selector, **kw).items
+                except ApiException:
+                    continue
+        except Exception as err:  # noqa: BLE001
+            snap.errors["kubelet-plugin pods"] = _describe_error(err)
+            snap.plugin_pods_known = False
+            return
+        for pod in items:
+            found[pod.metadata.uid] = _plain(api, pod)
+    snap.plugin_pods = sorted(found.values(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+    snap.plugin_pods_known = "kubelet-plugin pods" not in snap.errors
+    # Log tails of the unready ones (the real driver's logs say why); kwok nodes serve none.
+    for raw in [p for p in snap.plugin_pods if not Pod(p).is_ready][:3]:
+        meta = raw["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        try:
+            snap.plugin_logs[key] = api.core.read_namespaced_pod_log(
+                meta["name"], meta["namespace"], tail_lines=40, _request_timeout=5,
+                container=(raw.get("spec", {}).get("containers") or [{}])[0].get("name"))
+        except Exception as err:  # noqa: BLE001 - logs are a bonus
+            snap.plugin_logs[key] = f"(logs unavailable: {_describe_error(err)})"
+
+
+
+#: At most this many containers are asked for their GPUs per diagnosis.
+CONTAINER_LIMIT = 8
+
+
+def _gather_containers(api, snap: Snapshot, command: tuple[str, ...]) -> None:
+    """What each container of the namespace's pods with claims sees of its GPUs: the profile's
+    injection ``command`` (``nvidia-smi -L``, ``env`` ...) run in a running container, the log
+    of a finished one (a job's command is that).  The same reading an operator does by hand
+    (``kubectl exec ... -- nvidia-smi -L``)."""
+    from draconf.pods import exec_in_container
+
+    asked = 0
+    for raw in snap.pods:
+        pod = Pod(raw)
+        if not pod.spec.get("resourceClaims") or pod.is_deleting:
+            continue
+        finished = pod.phase in ("Succeeded", "Failed")
+        if not (pod.is_running or finished):
+            continue
+        for container in pod.containers:
+            if asked >= CONTAINER_LIMIT:
+                return
+            asked += 1
+            key = f"{pod.name}/{container}"
+            try:
+                if finished:
+                    snap.containers[key] = {"log": api.core.read_namespaced_pod_log(
+                        pod.name, pod.namespace, container=container, tail_lines=50,
+                        _request_timeout=REQUEST_TIMEOUT)}
+                else:
+                    r = exec_in_container(api, pod.namespace, pod.name, container, list(command),
+                                          timeout=REQUEST_TIMEOUT)
+                    snap.containers[key] = {"stdout": r.stdout, "stderr": r.stderr,
+                                            "exit_code": r.exit_code, "error": r.error}
+            except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
+                snap.errors[f"GPUs seen by {key}"] = _describe_error(err)
