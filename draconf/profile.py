@@ -46,6 +46,8 @@ REQUIRED_ROLES = ("uuid",)
 INJECTION_FORMATS = ("nvidia-smi-L", "env", "lines")
 #: What a container's identities are compared with: a device's name, or an attribute role.
 IDENTITY_NAME = "name"
+#: Pod Security Standards levels, strictest first.
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 #: Where the profiles shipped with draconf live.
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -171,6 +173,10 @@ class Profile:
     image: str = "ubuntu:24.04"
     tolerations: tuple = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
     timeouts: Timeouts = field(default_factory=Timeouts)
+    #: The Pod Security level the suite's namespaces enforce (``pod-security.kubernetes.io/
+    #: enforce``): the suite's pods pass ``restricted`` as written.  A driver that needs more
+    #: (root, privilege) relaxes it to ``baseline`` or ``privileged``; the run reports it.
+    pod_security: str = "restricted"
 
     @property
     def domain(self) -> str:
@@ -258,7 +264,8 @@ _KEYS = {"name": "name", "extends": None, "driver": "driver", "deviceClass": "de
          "optionalDeviceClasses": "optional_device_classes", "attributes": "attributes",
          "memoryCapacity": "memory_capacity", "deviceType": "device_type",
          "injection": "injection", "plugin": "plugin", "capabilities": "capabilities",
-         "image": "image", "tolerations": "tolerations", "timeouts": "timeouts"}
+         "image": "image", "tolerations": "tolerations", "timeouts": "timeouts",
+         "podSecurity": "pod_security"}
 _INJECTION_KEYS = {"command": "command", "format": "format", "variable": "variable",
                    "pattern": "pattern", "identity": "identity"}
 _PLUGIN_KEYS = {"daemonSets": "daemonsets", "podSelectors": "pod_selectors",
@@ -298,6 +305,8 @@ def from_dict(data, source: str = "<profile>", _seen: tuple[str, ...] = ()) -> P
         if attr in {"name", "driver", "device_class", "memory_capacity", "device_type", "image"}:
             if not isinstance(value, str) or not value.strip():
                 raise fail(f"`{key}` must be a non-empty string")
+        if attr == "pod_security" and value not in POD_SECURITY_LEVELS:
+            raise fail(f"`podSecurity` must be one of {', '.join(POD_SECURITY_LEVELS)}")
         if attr == "injection":
             value = _injection(value, base.injection, fail)
         if attr == "attributes":

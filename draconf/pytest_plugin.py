@@ -201,7 +201,10 @@ def make_namespace(request, api, run_id, label: str) -> str:
     if blocked:
         from draconf.errors import NoVerdict
         raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict
-    name = namespaces.create(api, run_id, label)
+    from draconf.podsecurity import namespace_labels
+    # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
+    name = namespaces.create(api, run_id, label,
+                             extra_labels=namespace_labels(request.config.draconf_profile.pod_security))
 
     def finish():
         failed = request.node.stash.get(FAILED, False)

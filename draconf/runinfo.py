@@ -16,11 +16,11 @@ from collections import Counter, defaultdict
 ENV = "DRACONF_RUN_INFO"
 
 
-def inventory_summary(devices, model_attribute: str) -> dict[str, str]:
+def inventory_summary(devices, model_attribute: str | None) -> dict[str, str]:
     """Node -> ``"<count> x <model>"`` (models joined with " + " on a mixed node)."""
     per_node: dict[str, Counter] = defaultdict(Counter)
     for d in devices:
-        per_node[d.node or d.pool][d.attribute(model_attribute) or "unknown model"] += 1
+        per_node[d.node or d.pool][(d.attribute(model_attribute) if model_attribute else None) or "unknown model"] += 1
     return {node: " + ".join(f"{n} x {model}" for model, n in sorted(models.items()))
             for node, models in sorted(per_node.items())}
 
@@ -31,7 +31,8 @@ def collect(api, profile, target: str, run_id: str) -> dict:
     published = PublishedDevices.read(api, profile.driver)
     return {"target": target, "server": api.host, "kubernetes_version": version.git_version,
             "profile": profile.name, "driver": profile.driver, "device_class": profile.device_class,
-            "run_id": run_id, "inventory": inventory_summary(published, profile.attributes["model"])}
+            "run_id": run_id, "pod_security": profile.pod_security,
+            "inventory": inventory_summary(published, profile.attributes.get("model"))}
 
 
 def to_env(info: dict) -> dict[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import cel, manifests, waits
+from draconf import cel, manifests, podsecurity, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
@@ -88,6 +88,7 @@ class Workload:
                                                 for s in self.selectors[doc["metadata"]["name"]]]
             pod_spec = _pod_spec(doc)
             if pod_spec is not None:
+                podsecurity.conform(pod_spec, profile.pod_security)
                 pod_spec["tolerations"] = [dict(t) for t in profile.tolerations]
                 for container in pod_spec.get("containers", []):
                     container["image"] = profile.image
@@ -581,10 +582,11 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
                  "deviceClassName": profile.device_class, "count": len(uuids),
                  "selectors": [{"cel": {"expression": rule.cel}}]}}]}}},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-             "spec": {"restartPolicy": "Never", "tolerations": [dict(t) for t in profile.tolerations],
-                      "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-                      "containers": [{"name": "probe", "image": profile.image, "command": ["sleep", "3600"],
-                                      "resources": {"claims": [{"name": "gpu"}]}}]}},
+             "spec": podsecurity.conform({
+                 "restartPolicy": "Never", "tolerations": [dict(t) for t in profile.tolerations],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                 "containers": [{"name": "probe", "image": profile.image, "command": ["sleep", "3600"],
+                                 "resources": {"claims": [{"name": "gpu"}]}}]}, profile.pod_security)},
         ]
         manifests.create(api, namespace, docs, labels)
         probe = DeployedWorkload(api, namespace, Workload(name, [], 1), profile, docs)

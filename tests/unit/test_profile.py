@@ -160,3 +160,24 @@ def test_gpu_nodes_by_the_profiles_labels():
     assert pf.gpu_node_names(nodes) == ["a"]
     assert pf.gpu_node_names(nodes, [], {"amd.com/gpu.present": "true"}) == ["b"]
     assert pf.gpu_node_names(nodes, ["c"], {}) == ["c"]
+
+
+def test_pod_security_defaults_to_restricted_and_rejects_an_unknown_level():
+    from draconf.errors import DraconfError
+    from draconf.profile import builtin, from_dict
+    assert builtin("nvidia").pod_security == builtin("example").pod_security == "restricted"
+    assert from_dict({"podSecurity": "baseline"}).pod_security == "baseline"
+    with pytest.raises(DraconfError, match="podSecurity"):
+        from_dict({"podSecurity": "lenient"})
+
+
+def test_a_relaxed_profile_lets_the_workload_run_as_the_images_user():
+    from draconf.profile import from_dict
+    from draconf.workload import Workload
+    relaxed = from_dict({"podSecurity": "baseline"})
+    (pod,) = [d for d in Workload("single-gpu", ["01-single-gpu.yaml"], 1).documents(relaxed) if d["kind"] == "Pod"]
+    assert "runAsNonRoot" not in pod["spec"].get("securityContext", {})
+    assert pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+    (pod,) = [d for d in Workload("single-gpu", ["01-single-gpu.yaml"], 1).documents(from_dict({}))
+              if d["kind"] == "Pod"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
