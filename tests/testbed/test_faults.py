@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import namespaces, selectors, waits
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import Pod, delete_pods, exec_in_container, parse_nvidia_smi_uuids
+from draconf.pods import delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import builtin, for_target
 from draconf.testbed import agent, faults, inventory, nvidia
 from draconf.workload import DeployedWorkload, Workload
