@@ -186,7 +186,7 @@ def _prepare_target(args) -> None:
 
 
 def cmd_report(args) -> int:
-    from draconf.reporting import build_html_report
+    from draconf.htmlreport import build_html_report
     html = build_html_report(args.results, args.output)
     print(f"report: {html}")
     return 0

@@ -49,9 +49,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,8 +57,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 from tabulate import tabulate
 
-from draconf.errors import DraconfError, NoVerdict
-from draconf.testbed.pins import cache_root
+from draconf.errors import NoVerdict
 
 #: Every diagnosis a test may record, with what it means for the cluster and where to look.
 #: The wording is for the operator reading a failed run, modelled on the NVIDIA DRA driver's
@@ -155,7 +151,6 @@ _OUTCOME_COLOURS = {"passed": {"green": True}, "skipped": {"yellow": True},
                     "failed": {"red": True, "bold": True}}
 
 SUMMARY_FILENAME = "summary.json"
-ALLURE_NPM_PACKAGE = "allure@3"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -807,109 +802,3 @@ def mark_junit_interrupted(path: Path, interruption: Mapping[str, Any]) -> None:
     suite.set("skipped", str(int(suite.get("skipped", "0")) + len(interruption.get("never_ran") or [])))
     suite.set("tests", str(int(suite.get("tests", "0")) + len(interruption.get("never_ran") or [])))
     tree.write(path, encoding="utf-8", xml_declaration=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Single-file HTML report with Allure 3
-# ---------------------------------------------------------------------------------------------
-
-def build_html_report(results_dir: str | os.PathLike, output_dir: str | os.PathLike,
-                      log: Callable[[str], None] = print) -> Path:
-    """Turn an Allure results dir into one self-contained HTML file; returns its path.
-
-    Uses the npm package ``allure`` (version 3, Node only), installed on first use under
-    ``<cache_root()>/node``. The report groups failures by diagnosis (:func:`allure_categories`)
-    and shows the run info from ``environment.properties``. Example::
-
-        html = build_html_report("reports/allure-results", "reports/html")
-        # -> reports/html/index.html
-
-    Raises DraconfError when node or npm is missing, the results dir holds no results, or
-    Allure fails.
-    """
-    results_dir, output_dir = Path(results_dir).resolve(), Path(output_dir).resolve()
-    _require_allure_results(results_dir)
-    allure_cli = ensure_allure_cli(log)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="draconf-allure-") as workdir:
-        config_path = Path(workdir) / "allurerc.json"
-        config_path.write_text(json.dumps(allure_config()), encoding="utf-8")
-        command = [str(allure_cli), "generate", str(results_dir),
-                   "--output", str(output_dir), "--config", str(config_path)]
-        log(f"building HTML report from {results_dir}")
-        # cwd is the temp dir so that no allurerc.* lying around the user's cwd is picked up.
-        _run(command, cwd=workdir, what="Allure could not build the HTML report", timeout=600)
-    html = output_dir / "index.html"
-    if not html.is_file():
-        raise DraconfError(f"Allure finished but wrote no {html}; see its output above")
-    log(f"HTML report: {html}")
-    return html
-
-
-def allure_config() -> dict[str, Any]:
-    """The Allure 3 config: the Awesome report as one file, failures grouped by diagnosis."""
-    return {"name": "draconf conformance",
-            "plugins": {"awesome": {"options": {"singleFile": True,
-                                                "reportName": "draconf conformance"}}},
-            "categories": allure_categories()}
-
-
-def allure_node_dir() -> Path:
-    """``~/.cache/draconf/node`` (or under ``$DRACONF_CACHE_DIR``): the npm prefix for Allure."""
-    return cache_root() / "node"
-
-
-def ensure_allure_cli(log: Callable[[str], None] = print) -> Path:
-    """Path of the ``allure`` 3 CLI, installing it with npm on first use."""
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            raise DraconfError(
-                f"{tool} is not installed; the HTML report needs Node.js and npm "
-                "(e.g. `apt-get install nodejs npm`)")
-    prefix = allure_node_dir()
-    cli = prefix / "node_modules" / ".bin" / "allure"
-    if not cli.exists():
-        log(f"installing {ALLURE_NPM_PACKAGE} with npm into {prefix} (first use only)")
-        prefix.mkdir(parents=True, exist_ok=True)
-        _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-              ALLURE_NPM_PACKAGE],
-             cwd=prefix, what=f"npm could not install {ALLURE_NPM_PACKAGE}", timeout=900)
-        if not cli.exists():
-            raise DraconfError(f"npm installed {ALLURE_NPM_PACKAGE} but {cli} is missing; "
-                               f"delete {prefix} and try again")
-    return cli
-
-
-def _require_allure_results(results_dir: Path) -> None:
-    if not results_dir.is_dir():
-        raise DraconfError(f"no Allure results directory at {results_dir}; run pytest with "
-                           f"--alluredir {results_dir} first")
-    if not any(results_dir.glob("*-result.json")):
-        raise DraconfError(f"{results_dir} holds no Allure test results (*-result.json); "
-                           f"run pytest with --alluredir {results_dir} first")
-
-
-def _run(command: list[str], cwd: str | os.PathLike, what: str, timeout: float) -> str:
-    """Run ``command``; on failure raise DraconfError(``what``) with the tail of its output."""
-    try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
-    except subprocess.TimeoutExpired as err:
-        raise DraconfError(f"{what}: `{' '.join(command)}` took longer than {timeout:.0f}s\n"
-                           f"{_tail(_text(err.stdout) + _text(err.stderr))}") from None
-    output = done.stdout + done.stderr
-    if done.returncode != 0:
-        raise DraconfError(f"{what}: `{' '.join(command)}` exited with {done.returncode}\n"
-                           f"{_tail(output)}")
-    return output
-
-
-def _text(data: str | bytes | None) -> str:
-    if isinstance(data, bytes):
-        return data.decode(errors="replace")
-    return data or ""
-
-
-def _tail(output: str, lines: int = 20) -> str:
-    """The last ``lines`` lines of ``output``, indented to set them apart from our message."""
-    return "\n".join("    " + line for line in output.strip().splitlines()[-lines:])

@@ -11,10 +11,11 @@ from datetime import datetime
 
 import pytest
 
-from draconf import reporting
+from draconf import htmlreport, reporting
 from draconf.errors import DraconfError
-from draconf.reporting import (DIAGNOSES, build_html_report, category_regex, diagnosis_prefix,
-                               matrix_lines, record_diagnosis, render_matrix)
+from draconf.htmlreport import build_html_report
+from draconf.reporting import (DIAGNOSES, category_regex, diagnosis_prefix, matrix_lines,
+                               record_diagnosis, render_matrix)
 
 pytest_plugins = ["pytester"]
 
@@ -434,7 +435,7 @@ def test_html_report_refuses_a_missing_results_dir(tmp_path, no_cache):
 def test_html_report_explains_missing_node(tmp_path, no_cache, monkeypatch):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "x-result.json").write_text("{}")
-    monkeypatch.setattr(reporting.shutil, "which", lambda tool: None)
+    monkeypatch.setattr(htmlreport.shutil, "which", lambda tool: None)
     with pytest.raises(DraconfError, match="node is not installed"):
         build_html_report(tmp_path / "results", tmp_path / "html", log=lambda line: None)
 
