@@ -24,6 +24,9 @@ quota-not-enforced   a ResourceQuota's used exceeds its hard limit, or a quota c
 policy-conflict      a ClusterPolicy exists beside the GPUCluster
 permission-denied    the server answered one of the suite's requests 403 Forbidden (user, verb
                      and resource from its message; checked second, after api-unavailable)
+admission-denied     the server refused an object (or a controller's pod/claim, per its events)
+                     by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
+                     not create; named from the server's answer, with the policy read if readable
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
 
@@ -571,7 +574,39 @@ def _rule_permission_denied(facts: Facts, check, error_text):
             "and rerun; this says nothing about the cluster's DRA.")
 
 
-RULES = [_rule_api, _rule_permission_denied, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
+def _rule_admission_denied(facts: Facts, check, error_text):
+    """The server's answer (to the suite's create, or a controller's, as an event) names the
+    admission control that refused it.  A quota the suite set up in the namespace is the quota
+    checks' own subject, not an admin's denial."""
+    from draconf.admission import denial_in_text
+
+    # A controller held back by a quota retries until there is room (the quota checks wait
+    # for that): only a policy, webhook or LimitRange in its events is a denial for good.
+    texts = [(error_text, True)] + [(e.message, False) for e in reversed(facts.events)
+                                    if e.reason in ("FailedCreate", "FailedResourceClaimCreation")]
+    own_quotas = {q.name for q in facts.quotas}
+    for text, direct in texts:
+        by = denial_in_text(text)
+        if not by or (by.startswith("ResourceQuota ")
+                      and (not direct or by.split(" ", 1)[1] in own_quotas)):
+            continue
+        policy = re.search(r"ValidatingAdmissionPolicy '([^']+)'", by)
+        hook = re.search(r'admission webhook "([^"]+)"', by)
+        detail = ""
+        if policy and policy.group(1) in facts.admission_policies:
+            detail = f" (the policy {facts.admission_policies[policy.group(1)]})"
+        elif hook and hook.group(1) in facts.admission_webhooks:
+            detail = f" (the webhook is {facts.admission_webhooks[hook.group(1)]})"
+        said = " ".join(text.split())
+        quoted = said[said.find("denied"):] if "denied" in said else said
+        return ("admission-denied",
+                f"{by} refused the suite's objects: {quoted[:300]}{detail}: this is the cluster's "
+                "admission control, set up outside draconf; exempt draconf's namespaces (label "
+                "app.kubernetes.io/managed-by=draconf) from it or run where it does not apply.")
+    return None
+
+
+RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
           _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
           _rule_cleanup, _rule_quota, _rule_policy_conflict]
 

@@ -585,7 +585,7 @@ def test_every_code_is_reachable_and_known():
     assert {"api-unavailable", "missing-deviceclass", "no-resourceslices", "attribute-missing",
             "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
-            "policy-conflict", "image-pull-failed", "permission-denied", "timeout"} == set(DIAGNOSES)
+            "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied", "timeout"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
