@@ -212,7 +212,8 @@ def _rule_attribute_missing(facts: Facts, check, error_text):
                 devices = [str(d) for d, _ in lacking]
                 return ("attribute-missing",
                         f"{label} request {req.name} selects on {', '.join(names)}, which "
-                        f"{len(devices)} of {len(analysis.devices)} published device(s) lack "
+                        f"{len(devices)} of {len(analysis.devices)} device(s) eligible after class "
+                        f"{req.device_class}'s selector ({len(facts.devices)} published) lack "
                         f"(e.g. {', '.join(devices[:3])}): fix the selector or the driver version; "
                         "see `kubectl get resourceslices -o yaml`.")
     if not facts.pods and not facts.claims and facts.required_attributes:
@@ -293,10 +294,19 @@ def _rule_allocation(facts: Facts, check, error_text):
         if kinds == {"unmatched"}:
             req, analysis = verdicts[0][1], verdicts[0][2]
             matching = len(analysis.matching())
+            if not analysis.devices and facts.devices:
+                # The class itself selects nothing: its selector is the cause, not the request's.
+                class_cel = " && ".join(" ".join(c.split()) for c in
+                                        (facts.device_classes or {}).get(req.device_class) or [])
+                return ("selector-unmatched",
+                        f"DeviceClass {req.device_class} selects 0 of {len(facts.devices)} published "
+                        f"devices: {class_cel}, so {label} request {req.name} has no eligible device: "
+                        "fix the DeviceClass's selector (the driver's Helm values).")
             return ("selector-unmatched",
                     f"{label} request {req.name} needs {analysis.needed} device(s) of class "
                     f"{req.device_class} on one node matching {_selectors_text(req)}, but "
-                    f"{matching} of {len(analysis.devices)} published device(s) match: "
+                    f"{matching} of {len(analysis.devices)} device(s) eligible after the class "
+                    f"selector ({len(facts.devices)} published) match: "
                     "fix the selector or add such GPUs.")
         if "exhausted" in kinds and "unknown" not in kinds:
             req, analysis = next((v[1], v[2]) for v in verdicts if v[0] == "exhausted")
