@@ -609,6 +609,8 @@ def _rule_admission_denied(facts: Facts, check, error_text):
             detail = f" (the webhook is {facts.admission_webhooks[hook.group(1)]})"
         said = " ".join(text.split())
         quoted = said[said.find("denied"):] if "denied" in said else said
+        while quoted.endswith(")") and quoted.count(")") > quoted.count("("):
+            quoted = quoted[:-1]  # the close of a wrapping "(the workload never started: ...)"
         return ("admission-denied",
                 f"{by} refused the suite's objects: {quoted[:300]}{detail}: this is the cluster's "
                 "admission control, set up outside draconf; exempt draconf's namespaces (label "

@@ -88,7 +88,7 @@ def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api,
     broken = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'tpu'"
     api.resource.patch_device_class("gpu.nvidia.com", {"spec": {"selectors": [{"cel": {"expression": broken}}]}})
     try:
-        proc, _ = run(healthy_bed, tmp_path, "-k", "preflight")
+        proc, seconds = run(healthy_bed, tmp_path, "-k", "preflight or single-gpu")
     finally:
         api.resource.patch_device_class("gpu.nvidia.com", {"spec": {"selectors": original}})
     out = proc.stdout + proc.stderr
@@ -99,4 +99,9 @@ def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api,
     assert row["outcome"] == "failed", row
     text = (row.get("message") or "") + " " + (row.get("reason") or "")
     assert "gpu.nvidia.com selects 0 of 8 published devices" in text and "'tpu'" in text, row
+    # The workloads are gated on it: no verdict naming the class, not a failure per workload.
+    gated = [r for r in rows if r.get("workload") == "single-gpu"]
+    assert gated and all(r["outcome"] == "no-verdict" and "selects 0 of 8" in (r.get("message") or "")
+                         for r in gated), gated
+    assert seconds < 60, f"preflight with a class selecting nothing took {seconds:.0f}s"
     assert not leftovers(api)

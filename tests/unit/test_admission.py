@@ -47,8 +47,9 @@ def test_admission_denied_is_a_failure_without_traceback_naming_the_policy():
 
 
 def test_rule_names_the_policy_from_the_servers_answer_and_reads_it():
-    code, reason = classify(Facts(admission_policies=POLICIES), "allocation", f"refused: {VAP_403}")
-    assert code == "admission-denied"
+    code, reason = classify(Facts(admission_policies=POLICIES), "allocation",
+                            f"found 0 pods (the workload never started: {VAP_403})")
+    assert code == "admission-denied" and "these namespaces (the policy" in reason
     assert "draconf-deny-gpu-pods" in reason and "managed-by=draconf" in reason
 
 
