@@ -30,7 +30,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from draconf import manifests, waits
-from draconf.admission import AdmissionDenied, is_refusal
+from draconf.admission import AdmissionDenied, denial_in_text, is_refusal
 from draconf.audit import deviceclass_key
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
@@ -175,9 +175,12 @@ def expect_claim_creation_blocked(request, api, namespace: str, deployed, pod_na
 
     def observe():
         pod = Pod.read(api, namespace, pod_name)
-        blocked = [e for e in pod_events(api, namespace, pod_name)
-                   if e.reason == CLAIM_CREATION_FAILED and "exceeded quota" in (e.message or "")]
-        return pod, blocked
+        failed = [e for e in pod_events(api, namespace, pod_name) if e.reason == CLAIM_CREATION_FAILED]
+        blocked = [e for e in failed if "exceeded quota" in (e.message or "")]
+        # A policy or webhook refusing the claim is a verdict too, not a wait for the quota.
+        denied = [e for e in failed if (by := denial_in_text(e.message or ""))
+                  and not by.startswith("ResourceQuota ")]
+        return pod, blocked or denied
 
     def verdict(state):
         pod, _ = state
@@ -206,6 +209,9 @@ def expect_claim_creation_blocked(request, api, namespace: str, deployed, pod_na
             {"ResourceQuota status": read_quota_status(api, namespace, quota_name),
              "state": deployed.describe(), "events": "\n".join(deployed.events())})
     message = blocked[-1].message
+    if "exceeded quota" not in message:
+        pytest.fail(f"admission refused the claim of pod {pod_name} ({CLAIM_CREATION_FAILED}): "
+                    f"{message}", pytrace=False)
     log.info("pod %s blocked by quota after %.2fs: %s %s", pod_name, time.monotonic() - started,
              CLAIM_CREATION_FAILED, message)
     assert exceeded_text(quota_name, key) in message, (

@@ -1,9 +1,9 @@
 """Hostile clusters, applied from outside as an admin would (issue 15): the suite's verdict is
 named, fast, in every channel, with no traceback and nothing left behind.
 
-- a ValidatingAdmissionPolicy + Binding denying pods in draconf's namespaces (label
-  ``app.kubernetes.io/managed-by=draconf``): every check that creates pods fails in seconds
-  with ``admission-denied`` naming the policy;
+- a ValidatingAdmissionPolicy + Binding denying pods (or ResourceClaims) in draconf's
+  namespaces (label ``app.kubernetes.io/managed-by=draconf``): every check that creates them
+  fails in seconds with ``admission-denied`` naming the policy;
 - the DeviceClass's selector patched to select nothing: preflight's ``device-class-selectors``
   row names the class, its expression and "0 of N published devices".
 Each restores the bed afterwards.
@@ -25,21 +25,26 @@ import pytest
 from . import kubectl
 
 REPO = Path(__file__).resolve().parents[2]
-POLICY = "draconf-selftest-deny-pods"
 MANAGED = {"app.kubernetes.io/managed-by": "draconf"}
-DENY_PODS = [
-    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-     "metadata": {"name": POLICY},
-     "spec": {"failurePolicy": "Fail",
-              "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                      "operations": ["CREATE"], "resources": ["pods"]}]},
-              "validations": [{"expression": "false",
-                               "message": "pods are not allowed in these namespaces (admission self-test)"}]}},
-    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-     "metadata": {"name": POLICY},
-     "spec": {"policyName": POLICY, "validationActions": ["Deny"],
-              "matchResources": {"namespaceSelector": {"matchLabels": MANAGED}}}},
-]
+
+
+def deny(group: str, resource: str) -> tuple[str, list[dict]]:
+    """A ValidatingAdmissionPolicy + Binding refusing every create of ``resource`` in draconf's
+    namespaces, as an admin would apply it."""
+    name = f"draconf-selftest-deny-{resource}"
+    return name, [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                                                          "operations": ["CREATE"], "resources": [resource]}]},
+                  "validations": [{"expression": "false",
+                                   "message": f"{resource} are not allowed in these namespaces (self-test)"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": MANAGED}}}},
+    ]
 
 
 def run(bed, reports: Path, *pytest_args: str, timeout: int = 600) -> tuple[subprocess.CompletedProcess, float]:
@@ -56,29 +61,37 @@ def leftovers(api) -> list[str]:
             if not n.metadata.deletion_timestamp]
 
 
-def test_a_policy_denying_pods_is_admission_denied_in_seconds(healthy_bed, api, tmp_path):
-    kubectl.apply(api, DENY_PODS)
+@pytest.mark.parametrize("group,resource,selection", [
+    ("", "pods", "workloads or quota or job"),
+    # Claims: created by the suite (refused at once) and by the resourceclaim controller from
+    # templates (refused in its FailedResourceClaimCreation event).
+    ("resource.k8s.io", "resourceclaims", "single-gpu or shared-claim or quota"),
+])
+def test_a_policy_denying_the_suites_objects_is_admission_denied_in_seconds(
+        healthy_bed, api, tmp_path, group, resource, selection):
+    policy, objects = deny(group, resource)
+    kubectl.apply(api, objects)
     try:
         time.sleep(2)  # the policy's informer: a binding is enforced once the server has seen it
-        proc, seconds = run(healthy_bed, tmp_path, "-k", "workloads or quota or job")
+        proc, seconds = run(healthy_bed, tmp_path, "-k", selection)
     finally:
-        kubectl.delete(api, DENY_PODS)
+        kubectl.delete(api, objects)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert seconds < 150, f"the denied run took {seconds:.0f}s (a timeout per test was 3.5 minutes)"
     assert "Traceback" not in out and "UnprocessableEntity" not in out and "ForbiddenException" not in out
-    assert f"[admission-denied] ValidatingAdmissionPolicy '{POLICY}'" in out, out[-3000:]
+    assert f"[admission-denied] ValidatingAdmissionPolicy '{policy}'" in out, out[-3000:]
     rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
     denied = [r for r in rows if r["outcome"] == "failed"]
-    assert denied and all(r["diagnosis"] == "admission-denied" and POLICY in (r.get("reason") or "")
+    assert denied and all(r["diagnosis"] == "admission-denied" and policy in (r.get("reason") or "")
                           for r in denied), denied
     assert all(r["duration"] < 20 for r in denied), [(r["id"], r["duration"]) for r in denied]
     assert not [r for r in rows if r["outcome"] in ("broken", "error")]
-    # The suite's own quotas keep their meaning: their rejection checks still pass.
-    assert any(r["outcome"] == "passed" and r.get("check") == "claim-count" for r in rows), rows
+    if resource == "pods":  # the suite's own quotas keep their meaning: their rejections pass
+        assert any(r["outcome"] == "passed" and r.get("check") == "claim-count" for r in rows), rows
     junit = ET.parse(tmp_path / "junit.xml").getroot()
     failures = [f.get("message", "") + (f.text or "") for f in junit.iter("failure")]
-    assert failures and all(POLICY in f for f in failures)
+    assert failures and all(policy in f for f in failures)
     assert not leftovers(api)
 
 
