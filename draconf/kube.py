@@ -49,6 +49,10 @@ class Api:
         return client.ResourceV1Api(self.api_client)
 
     @cached_property
+    def admission(self) -> client.AdmissionregistrationV1Api:
+        return client.AdmissionregistrationV1Api(self.api_client)
+
+    @cached_property
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
 

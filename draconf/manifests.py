@@ -14,7 +14,10 @@ import copy
 from pathlib import Path
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+
+from draconf.admission import AdmissionDenied, is_refusal, server_message
 
 MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -33,7 +36,11 @@ def find(docs: list[dict], kind: str, name: str | None = None) -> dict:
 
 
 def create(api, namespace: str, docs: list[dict], labels: dict[str, str] | None = None) -> list[dict]:
-    """Create ``docs`` in ``namespace`` (in order); returns the created objects as dicts."""
+    """Create ``docs`` in ``namespace`` (in order); returns the created objects as dicts.
+
+    A create the server refuses on validation or admission (a policy, webhook, quota or
+    LimitRange) raises :class:`draconf.admission.AdmissionDenied` with the server's message: a
+    failure at once, not a wait.  Other API errors (RBAC 403, 409, 5xx) propagate as they are."""
     dynamic = DynamicClient(api.api_client)
     created = []
     for doc in docs:
@@ -43,7 +50,13 @@ def create(api, namespace: str, docs: list[dict], labels: dict[str, str] | None 
         if labels:
             meta.setdefault("labels", {}).update(labels)
         resource = dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
-        created.append(resource.create(body=body, namespace=namespace).to_dict())
+        try:
+            created.append(resource.create(body=body, namespace=namespace).to_dict())
+        except ApiException as err:
+            if is_refusal(err):
+                raise AdmissionDenied(body["kind"], meta.get("name") or meta.get("generateName", "?"),
+                                      err.status, server_message(err)) from None
+            raise
     return created
 
 

@@ -741,6 +741,70 @@ def check_device_attributes(api, profile) -> CheckResult:
 
 
 # --------------------------------------------------------------------------------------------
+# device-class-selectors
+# --------------------------------------------------------------------------------------------
+
+def evaluate_class_selectors(device_class: str, selectors: list[str] | None,
+                             devices: Iterable[Device]) -> CheckResult:
+    """The class's own CEL selectors, evaluated by :mod:`draconf.cel` on every published
+    device: a class that selects none of them leaves every claim of it unallocatable.
+
+    >>> d = Device("gpu.nvidia.com", "n", "gpu-0", "n", {"gpu.nvidia.com/type": "gpu"})
+    >>> r = evaluate_class_selectors("gpu.nvidia.com", ["device.attributes['gpu.nvidia.com'].type == 'tpu'"], [d])
+    >>> r.ok, r.diagnosis
+    (False, 'selector-unmatched')
+    >>> print(r.summary.split(":")[0])
+    gpu.nvidia.com selects 0 of 1 published devices
+    >>> evaluate_class_selectors("gpu.nvidia.com", [], [d]).summary
+    'gpu.nvidia.com has no selector: all 1 published devices are eligible'
+    """
+    from draconf import cel
+
+    devices = list(devices)
+    if selectors is None:
+        return _result(True, f"DeviceClass {device_class} does not exist (see device-class)",
+                       applicable=False)
+    if not devices:
+        return _result(True, "no devices are published, so no selector to check (see resource-slices)",
+                       applicable=False)
+    expression = " && ".join(" ".join(s.split()) for s in selectors)
+    if not selectors:
+        return _result(True, f"{device_class} has no selector: all {len(devices)} published devices "
+                             "are eligible")
+    verdicts = {str(d): cel.evaluate_all(selectors, d) for d in devices}
+    chosen = [k for k, v in verdicts.items() if v.matched]
+    failed = {k: v for k, v in verdicts.items() if v.failed}
+    evidence = {"DeviceClass selectors": "\n".join(selectors),
+                "per published device": "\n".join(f"{k}: {v}" for k, v in list(verdicts.items())[:50])}
+    if chosen:
+        extra = f" ({len(failed)} fail with a CEL error)" if failed else ""
+        return _result(True, f"{device_class} selects {len(chosen)} of {len(devices)} published "
+                             f"devices{extra}: {expression}", evidence=evidence)
+    summary = f"{device_class} selects 0 of {len(devices)} published devices: {expression}"
+    if failed:
+        first = next(iter(failed.values()))
+        missing = next((v.missing for v in failed.values() if v.missing), None)
+        return _result(False, f"{summary} ({len(failed)} fail with {first}). Every claim of this "
+                              "class stays Pending: fix the class's selector or the published "
+                              "attributes (`kubectl get deviceclass -o yaml`)",
+                       "attribute-missing" if missing else "selector-unmatched", evidence)
+    return _result(False, f"{summary}. Every claim of this class stays Pending ('cannot allocate "
+                          "all claims'): fix the DeviceClass's selector (the driver's Helm values) to "
+                          "match the published attributes (`kubectl get resourceslice -o yaml`)",
+                   "selector-unmatched", evidence)
+
+
+@check("device-class-selectors")
+def check_class_selectors(api, profile) -> CheckResult:
+    item = _read(Access("get", "deviceclasses", "resource.k8s.io"), api.resource.read_device_class,
+                 profile.device_class, not_found_ok=True)
+    selectors = None if item is None else [
+        s.cel.expression for s in item.spec.selectors or [] if s.cel and s.cel.expression]
+    devices = devices_from_slices(_slices(api, profile.driver))
+    return evaluate_class_selectors(profile.device_class, selectors, devices)
+
+
+# --------------------------------------------------------------------------------------------
 # kubelet-plugin
 # --------------------------------------------------------------------------------------------
 

@@ -226,7 +226,7 @@ def namespace(request, cluster, run_id):
 
 #: Preflight checks whose failure leaves no point in deploying GPU workloads.
 GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-slices",
-                 "device-attributes", "kubelet-plugin", "gpu-cluster"}
+                 "device-attributes", "device-class-selectors", "kubelet-plugin", "gpu-cluster"}
 
 
 @pytest.fixture(scope="session")

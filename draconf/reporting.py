@@ -124,6 +124,11 @@ DIAGNOSES: dict[str, str] = {
         "The credentials draconf runs with may not do something the suite needs (RBAC): the "
         "message names each missing verb and resource; bind the ClusterRole in "
         "manifests/rbac/clusterrole.yaml to this identity and rerun. Not a cluster failure.",
+    "admission-denied":
+        "The cluster's admission control (a ValidatingAdmissionPolicy, an admission webhook, a "
+        "LimitRange or a quota draconf did not create) refused the suite's objects; the message "
+        "quotes the server naming the policy or webhook: exempt draconf's namespaces (label "
+        "app.kubernetes.io/managed-by=draconf) or run where the policy does not apply.",
     "timeout":
         "The check ran out of time without a definitive signal from the cluster, so it says "
         "nothing about conformance yet: read the events of the objects involved and rerun "

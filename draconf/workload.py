@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from kubernetes.client.exceptions import ApiException
 
 from draconf import cel, manifests, podsecurity, waits
+from draconf.admission import AdmissionDenied, denial_in_text
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
@@ -203,6 +204,8 @@ class DeployedWorkload:
         deployed.run_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
         try:
             manifests.create(api, namespace, docs, labels)
+        except AdmissionDenied as err:
+            return Start(deployed, err.msg)
         except ApiException as err:
             if err.status not in REJECTED_STATUSES:
                 raise
@@ -287,6 +290,16 @@ class DeployedWorkload:
                 refused = self._standing_event(pod, "FailedResourceClaimCreation", now)
                 if refused:
                     return f"the claim of pod {pod.name} cannot be created: {refused}"
+        return self._controller_denied(pods)
+
+    def _controller_denied(self, pods: list[Pod]) -> str | None:
+        """A controller (Job, ReplicaSet) whose pods admission refuses records it only in a
+        ``FailedCreate`` event naming the policy or webhook: that is the verdict, at once."""
+        if len(pods) >= self.workload.expected_pods:
+            return None
+        for event in reversed(self.events()):
+            if " FailedCreate " in event and denial_in_text(event):
+                return f"admission refused the workload's pods: {event}"
         return None
 
     def _standing_event(self, pod: Pod, reason: str, now: float) -> str | None:

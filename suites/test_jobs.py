@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from draconf import waits
+from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.workload import DeployedWorkload, Workload
@@ -47,7 +48,10 @@ def _condition(job, kind: str):
 def finished_job(request, cluster, profile, run_id) -> FinishedJob:
     from draconf.pytest_plugin import make_namespace
     namespace = make_namespace(request, cluster, run_id, "job")
-    deployed = DeployedWorkload.deploy(cluster, namespace, JOB, profile, run_id.labels)
+    try:
+        deployed = DeployedWorkload.deploy(cluster, namespace, JOB, profile, run_id.labels)
+    except AdmissionDenied as err:
+        return FinishedJob(None, {}, err.msg)
     allocated: dict[str, Claim] = {}
 
     def observe():

@@ -30,6 +30,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from draconf import manifests, waits
+from draconf.admission import AdmissionDenied, denial_in_text, is_refusal
 from draconf.audit import deviceclass_key
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
@@ -112,6 +113,15 @@ def api_message(err: ApiException) -> str:
         return str(err.body or err.reason)
 
 
+def raise_if_admission_denied(err: ApiException, doc: dict, own_quota: str) -> None:
+    """A refusal by anything but the suite's own quota (a policy, webhook, LimitRange or an
+    admin's quota) is the cluster's admission control: that verdict, at once, not this check's."""
+    message = api_message(err)
+    if is_refusal(err) and f"exceeded quota: {own_quota}," not in message:
+        raise AdmissionDenied(doc.get("kind", "ResourceClaim"), doc["metadata"]["name"], err.status,
+                              message) from None
+
+
 def exceeded_text(quota: str, key: str) -> str:
     """The admission error's fixed part (dra-facts §2): ``exceeded quota: <quota>, requested: <key>=1``."""
     return f"exceeded quota: {quota}, requested: {key}=1"
@@ -131,12 +141,14 @@ def expect_rejected(request, api, namespace: str, profile, quota: dict, key: str
     try:
         create_claim(api, namespace, claims["gpu-claim-a"], labels)
     except ApiException as err:
+        raise_if_admission_denied(err, claims["gpu-claim-a"], name)
         pytest.fail(f"the first ResourceClaim was rejected although {key} allows 1: "
                     f"HTTP {err.status} {api_message(err)}", pytrace=False)
     started = time.monotonic()
     try:
         create_claim(api, namespace, claims["gpu-claim-b"], labels)
     except ApiException as err:
+        raise_if_admission_denied(err, claims["gpu-claim-b"], name)
         message = api_message(err)
         log.info("quota %s rejected the second claim in %.2fs: %s", name,
                  time.monotonic() - started, message)
@@ -163,9 +175,12 @@ def expect_claim_creation_blocked(request, api, namespace: str, deployed, pod_na
 
     def observe():
         pod = Pod.read(api, namespace, pod_name)
-        blocked = [e for e in pod_events(api, namespace, pod_name)
-                   if e.reason == CLAIM_CREATION_FAILED and "exceeded quota" in (e.message or "")]
-        return pod, blocked
+        failed = [e for e in pod_events(api, namespace, pod_name) if e.reason == CLAIM_CREATION_FAILED]
+        blocked = [e for e in failed if "exceeded quota" in (e.message or "")]
+        # A policy or webhook refusing the claim is a verdict too, not a wait for the quota.
+        denied = [e for e in failed if (by := denial_in_text(e.message or ""))
+                  and not by.startswith("ResourceQuota ")]
+        return pod, blocked or denied
 
     def verdict(state):
         pod, _ = state
@@ -194,6 +209,9 @@ def expect_claim_creation_blocked(request, api, namespace: str, deployed, pod_na
             {"ResourceQuota status": read_quota_status(api, namespace, quota_name),
              "state": deployed.describe(), "events": "\n".join(deployed.events())})
     message = blocked[-1].message
+    if "exceeded quota" not in message:
+        pytest.fail(f"admission refused the claim of pod {pod_name} ({CLAIM_CREATION_FAILED}): "
+                    f"{message}", pytrace=False)
     log.info("pod %s blocked by quota after %.2fs: %s %s", pod_name, time.monotonic() - started,
              CLAIM_CREATION_FAILED, message)
     assert exceeded_text(quota_name, key) in message, (
@@ -246,6 +264,7 @@ def test_deviceclass_quota_holds_generated_claim_until_room(request, cluster, na
     try:
         create_claim(api, namespace, first, run_id.labels)
     except ApiException as err:
+        raise_if_admission_denied(err, first, quota_name)
         pytest.fail(f"the first ResourceClaim was rejected although {key} allows 1: "
                     f"HTTP {err.status} {api_message(err)}", pytrace=False)
 

@@ -143,7 +143,8 @@ class TestWorkload:
                 evidence = deployed.check_allocation(published_devices)
             except AssertionError as err:
                 if started.never_started:
-                    raise AssertionError(f"{err} (the workload never started: {started.failure})") from None
+                    # The cluster's reason is the verdict: no traceback of this test's code.
+                    pytest.fail(f"{err} (the workload never started: {started.failure})", pytrace=False)
                 raise
             attach_evidence("allocation", evidence)
 

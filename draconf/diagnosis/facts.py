@@ -258,6 +258,10 @@ class Facts:
     cluster_policy: bool = False
     #: a ClusterPolicy deploys the device plugin (spec.devicePlugin.enabled, true by default)
     cluster_policy_device_plugin: bool = False
+    #: ValidatingAdmissionPolicy name -> what it checks and where its bindings apply it
+    admission_policies: dict[str, str] = field(default_factory=dict)
+    #: validating webhook name -> its configuration and failure policy
+    admission_webhooks: dict[str, str] = field(default_factory=dict)
     #: what each container with GPU claims (or in a pod with claims) was given and saw
     containers: list[ContainerGPUs] = field(default_factory=list)
     quotas: list[QuotaFacts] = field(default_factory=list)
@@ -410,6 +414,11 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                 [s["cel"]["expression"] for s in (c.get("spec") or {}).get("selectors") or []
                  if (s.get("cel") or {}).get("expression")]
             for c in snap.device_classes}
+    facts.admission_policies = admission_policy_facts(snap.admission_policies, snap.admission_bindings)
+    facts.admission_webhooks = {
+        w.get("name", ""): f"in {(c.get('metadata') or {}).get('name', '')}, failurePolicy "
+                           f"{w.get('failurePolicy', 'Fail')}"
+        for c in snap.admission_webhooks for w in c.get("webhooks") or []}
     facts.slice_count = len(snap.slices)
     facts.devices = devices_from_slices(snap.slices)
     for c in snap.all_claims:
@@ -523,3 +532,36 @@ def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
             counted[key] = sum(req[0].count for c in claims for req in c.requests
                                if req and req[0].device_class == device_class and req[0].mode != "All")
     return counted
+
+
+def admission_policy_facts(policies: list[dict], bindings: list[dict]) -> dict[str, str]:
+    """Each ValidatingAdmissionPolicy as one line: its validations and its bindings' actions and
+    namespace selectors.
+
+    >>> pol = {"metadata": {"name": "no-gpu"}, "spec": {"validations": [
+    ...     {"expression": "false", "message": "no GPU pods"}]}}
+    >>> b = {"metadata": {"name": "no-gpu-b"}, "spec": {"policyName": "no-gpu", "validationActions": ["Deny"],
+    ...      "matchResources": {"namespaceSelector": {"matchLabels": {"team": "x"}}}}}
+    >>> print(admission_policy_facts([pol], [b])["no-gpu"])
+    validates `false` ("no GPU pods"); binding no-gpu-b: Deny in namespaces team=x
+    """
+    out = {}
+    for pol in policies:
+        name = (pol.get("metadata") or {}).get("name", "")
+        checks = [f"`{' '.join(str(v.get('expression', '')).split())}`"
+                  + (f' ("{v["message"]}")' if v.get("message") else "")
+                  for v in (pol.get("spec") or {}).get("validations") or []]
+        text = f"validates {' and '.join(checks) or 'nothing'}"
+        for b in bindings:
+            spec = b.get("spec") or {}
+            if spec.get("policyName") != name:
+                continue
+            sel = (spec.get("matchResources") or {}).get("namespaceSelector") or {}
+            labels = ",".join(f"{k}={v}" for k, v in (sel.get("matchLabels") or {}).items())
+            exprs = ",".join(f"{e.get('key')} {e.get('operator')} {e.get('values') or ''}".strip()
+                             for e in sel.get("matchExpressions") or [])
+            where = " ".join(x for x in (labels, exprs) if x) or "all"
+            text += (f"; binding {(b.get('metadata') or {}).get('name', '')}: "
+                     f"{'/'.join(spec.get('validationActions') or [])} in namespaces {where}")
+        out[name] = text
+    return out

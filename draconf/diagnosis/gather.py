@@ -42,6 +42,11 @@ class Snapshot:
     gpu_cluster: dict | None = None
     cluster_policies: list[dict] = field(default_factory=list)
     quotas: list[dict] = field(default_factory=list)
+    #: ValidatingAdmissionPolicies, their bindings and the validating webhook configurations
+    #: (admission control an admin set up; read for an ``admission-denied`` diagnosis)
+    admission_policies: list[dict] = field(default_factory=list)
+    admission_bindings: list[dict] = field(default_factory=list)
+    admission_webhooks: list[dict] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -117,7 +122,19 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
     snap.gpu_cluster = _custom(api, snap, "gpuclusters", "v1alpha1", kw)
     policies = _custom(api, snap, "clusterpolicies", "v1", kw, many=True)
     snap.cluster_policies = policies or []
+    _gather_admission(api, snap, read, plain, kw)
     return snap
+
+
+def _gather_admission(api, snap: Snapshot, read, plain, kw) -> None:
+    """The cluster's ValidatingAdmissionPolicies, bindings and validating webhooks (best effort:
+    a role without these reads still gets the server's own message naming the policy)."""
+    snap.admission_policies = read("validatingadmissionpolicies", lambda: plain(
+        api.admission.list_validating_admission_policy(**kw).items), [])
+    snap.admission_bindings = read("validatingadmissionpolicybindings", lambda: plain(
+        api.admission.list_validating_admission_policy_binding(**kw).items), [])
+    snap.admission_webhooks = read("validatingwebhookconfigurations", lambda: plain(
+        api.admission.list_validating_webhook_configuration(**kw).items), [])
 
 
 def _custom(api, snap: Snapshot, plural: str, version: str, kw, many: bool = False):

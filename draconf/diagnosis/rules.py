@@ -24,6 +24,9 @@ quota-not-enforced   a ResourceQuota's used exceeds its hard limit, or a quota c
 policy-conflict      a ClusterPolicy exists beside the GPUCluster
 permission-denied    the server answered one of the suite's requests 403 Forbidden (user, verb
                      and resource from its message; checked second, after api-unavailable)
+admission-denied     the server refused an object (or a controller's pod/claim, per its events)
+                     by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
+                     not create; named from the server's answer, with the policy read if readable
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
 
@@ -209,7 +212,8 @@ def _rule_attribute_missing(facts: Facts, check, error_text):
                 devices = [str(d) for d, _ in lacking]
                 return ("attribute-missing",
                         f"{label} request {req.name} selects on {', '.join(names)}, which "
-                        f"{len(devices)} of {len(analysis.devices)} published device(s) lack "
+                        f"{len(devices)} of {len(analysis.devices)} device(s) eligible after class "
+                        f"{req.device_class}'s selector ({len(facts.devices)} published) lack "
                         f"(e.g. {', '.join(devices[:3])}): fix the selector or the driver version; "
                         "see `kubectl get resourceslices -o yaml`.")
     if not facts.pods and not facts.claims and facts.required_attributes:
@@ -290,10 +294,19 @@ def _rule_allocation(facts: Facts, check, error_text):
         if kinds == {"unmatched"}:
             req, analysis = verdicts[0][1], verdicts[0][2]
             matching = len(analysis.matching())
+            if not analysis.devices and facts.devices:
+                # The class itself selects nothing: its selector is the cause, not the request's.
+                class_cel = " && ".join(" ".join(c.split()) for c in
+                                        (facts.device_classes or {}).get(req.device_class) or [])
+                return ("selector-unmatched",
+                        f"DeviceClass {req.device_class} selects 0 of {len(facts.devices)} published "
+                        f"devices: {class_cel}, so {label} request {req.name} has no eligible device: "
+                        "fix the DeviceClass's selector (the driver's Helm values).")
             return ("selector-unmatched",
                     f"{label} request {req.name} needs {analysis.needed} device(s) of class "
                     f"{req.device_class} on one node matching {_selectors_text(req)}, but "
-                    f"{matching} of {len(analysis.devices)} published device(s) match: "
+                    f"{matching} of {len(analysis.devices)} device(s) eligible after the class "
+                    f"selector ({len(facts.devices)} published) match: "
                     "fix the selector or add such GPUs.")
         if "exhausted" in kinds and "unknown" not in kinds:
             req, analysis = next((v[1], v[2]) for v in verdicts if v[0] == "exhausted")
@@ -571,7 +584,41 @@ def _rule_permission_denied(facts: Facts, check, error_text):
             "and rerun; this says nothing about the cluster's DRA.")
 
 
-RULES = [_rule_api, _rule_permission_denied, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
+def _rule_admission_denied(facts: Facts, check, error_text):
+    """The server's answer (to the suite's create, or a controller's, as an event) names the
+    admission control that refused it.  A quota the suite set up in the namespace is the quota
+    checks' own subject, not an admin's denial."""
+    from draconf.admission import denial_in_text
+
+    # A controller held back by a quota retries until there is room (the quota checks wait
+    # for that): only a policy, webhook or LimitRange in its events is a denial for good.
+    texts = [(error_text, True)] + [(e.message, False) for e in reversed(facts.events)
+                                    if e.reason in ("FailedCreate", "FailedResourceClaimCreation")]
+    own_quotas = {q.name for q in facts.quotas}
+    for text, direct in texts:
+        by = denial_in_text(text)
+        if not by or (by.startswith("ResourceQuota ")
+                      and (not direct or by.split(" ", 1)[1] in own_quotas)):
+            continue
+        policy = re.search(r"ValidatingAdmissionPolicy '([^']+)'", by)
+        hook = re.search(r'admission webhook "([^"]+)"', by)
+        detail = ""
+        if policy and policy.group(1) in facts.admission_policies:
+            detail = f" (the policy {facts.admission_policies[policy.group(1)]})"
+        elif hook and hook.group(1) in facts.admission_webhooks:
+            detail = f" (the webhook is {facts.admission_webhooks[hook.group(1)]})"
+        said = " ".join(text.split())
+        quoted = said[said.find("denied"):] if "denied" in said else said
+        while quoted.endswith(")") and quoted.count(")") > quoted.count("("):
+            quoted = quoted[:-1]  # the close of a wrapping "(the workload never started: ...)"
+        return ("admission-denied",
+                f"{by} refused the suite's objects: {quoted[:300]}{detail}: this is the cluster's "
+                "admission control, set up outside draconf; exempt draconf's namespaces (label "
+                "app.kubernetes.io/managed-by=draconf) from it or run where it does not apply.")
+    return None
+
+
+RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
           _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
           _rule_cleanup, _rule_quota, _rule_policy_conflict]
 

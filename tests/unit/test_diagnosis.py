@@ -237,7 +237,20 @@ def test_any_cel_selector_is_evaluated_exactly():
     # size() is no form a hand-written evaluator knew; the CEL engine counts the matches exactly
     pod, claim = pending(["device.attributes['gpu.nvidia.com'].productName.size() > 100"])
     code, reason = classify(with_workload(healthy(), pod, claim), "allocation", "")
-    assert code == "selector-unmatched" and "0 of 8 published device(s) match" in reason
+    assert code == "selector-unmatched" and (
+        "0 of 8 device(s) eligible after the class selector (8 published) match" in reason)
+
+
+def test_a_class_selecting_nothing_is_named_with_published_count_not_zero_of_zero():
+    # The class's own selector excludes all 8 published devices: the message names the class and
+    # its expression, and says "0 of 8 published", never "0 of 0 published".
+    pod, claim = pending(["device.attributes['gpu.nvidia.com'].productName == 'x'"])
+    wrong = CLASS_CEL.replace("'gpu'", "'tpu'")
+    facts = with_workload(healthy(device_classes={DRIVER: [wrong]}), pod, claim)
+    code, reason = classify(facts, "allocation", UNSCHEDULABLE)
+    assert code == "selector-unmatched"
+    assert f"DeviceClass {DRIVER} selects 0 of 8 published devices: {wrong}" in reason
+    assert "0 of 0" not in reason
 
 
 def test_selector_failing_with_a_type_error_and_free_devices_is_unmatched():
@@ -585,7 +598,7 @@ def test_every_code_is_reachable_and_known():
     assert {"api-unavailable", "missing-deviceclass", "no-resourceslices", "attribute-missing",
             "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
-            "policy-conflict", "image-pull-failed", "permission-denied", "timeout"} == set(DIAGNOSES)
+            "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied", "timeout"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 

@@ -17,13 +17,16 @@ from draconf.permissions import Permission, evaluate, gate_text, needed, permiss
 REPO = Path(__file__).resolve().parents[2]
 
 #: Python client API group attribute (draconf.kube.Api) -> API group.
-GROUPS = {"core": "", "apps": "apps", "batch": "batch", "resource": "resource.k8s.io"}
+GROUPS = {"core": "", "apps": "apps", "batch": "batch", "resource": "resource.k8s.io",
+          "admission": "admissionregistration.k8s.io"}
 VERBS = {"read": "get", "list": "list", "create": "create", "delete": "delete", "patch": "patch",
          "replace": "update"}
 
 
 def _plural(snake: str) -> str:
     word = snake.replace("_", "")
+    if word.endswith("y"):
+        return word[:-1] + "ies"
     return word + ("es" if word.endswith("s") else "s")
 
 
@@ -53,7 +56,7 @@ def calls_in_code() -> set[Permission]:
     found: set[Permission] = set()
     files = [p for p in (REPO / "draconf").rglob("*.py") if "testbed" not in p.relative_to(REPO).parts]
     files += list((REPO / "suites").glob("*.py"))
-    call = re.compile(r"\b(?:api|cluster)\.(core|apps|batch|resource)\.([a-z_]+)\b")
+    call = re.compile(r"\b(?:api|cluster)\.(core|apps|batch|resource|admission)\.([a-z_]+)\b")
     for path in files:
         for group_attr, method in call.findall(path.read_text()):
             found.update(permissions_of_call(group_attr, method))

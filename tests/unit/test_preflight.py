@@ -351,7 +351,7 @@ def test_every_diagnosis_is_a_known_code():
 def test_registered_checks_and_severities():
     assert list(pf.CHECKS) == ["server-version", "permissions", "resource-api", "device-class",
                                "optional-device-classes", "resource-slices", "device-attributes",
-                               "kubelet-plugin", "gpu-cluster", "policy-conflict"]
+                               "device-class-selectors", "kubelet-plugin", "gpu-cluster", "policy-conflict"]
     assert pf.SEVERITY["optional-device-classes"] == pf.INFO
     assert {s for n, s in pf.SEVERITY.items() if n != "optional-device-classes"} == {pf.BLOCKING}
 
@@ -379,3 +379,38 @@ def test_describe_is_one_line_per_check():
     assert len(lines) == 3 and lines[0].startswith("CHECK")
     assert all(len(line) <= 80 for line in lines)
     assert "N/A" in lines[2]
+
+
+# --- device-class-selectors ------------------------------------------------------------------
+
+CLASS_GPU = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+
+
+def _gpus(n: int = 8, **extra) -> list:
+    from draconf.devices import Device
+    return [Device("gpu.nvidia.com", f"node-{i // 4}", f"gpu-{i % 4}", f"node-{i // 4}",
+                   {"gpu.nvidia.com/type": "gpu", **extra}) for i in range(n)]
+
+
+def test_class_selecting_no_device_fails_naming_class_expression_and_count():
+    wrong = CLASS_GPU.replace("'gpu'", "'tpu'")
+    r = pf.evaluate_class_selectors("gpu.nvidia.com", [wrong], _gpus())
+    assert not r.ok and r.diagnosis == "selector-unmatched"
+    assert r.summary.startswith(f"gpu.nvidia.com selects 0 of 8 published devices: {wrong}")
+
+
+def test_class_selecting_devices_passes_with_the_count():
+    r = pf.evaluate_class_selectors("gpu.nvidia.com", [CLASS_GPU], _gpus())
+    assert r.ok and r.summary == f"gpu.nvidia.com selects 8 of 8 published devices: {CLASS_GPU}"
+
+
+def test_class_selector_reading_a_missing_attribute_is_attribute_missing():
+    expr = "device.attributes['gpu.nvidia.com'].productName == 'H100'"
+    r = pf.evaluate_class_selectors("gpu.nvidia.com", [expr], _gpus())
+    assert not r.ok and r.diagnosis == "attribute-missing" and "0 of 8" in r.summary
+    assert "no such key" in r.summary
+
+
+def test_class_selectors_not_applicable_without_class_or_devices():
+    assert pf.evaluate_class_selectors("gpu.nvidia.com", None, _gpus()).applicable is False
+    assert pf.evaluate_class_selectors("gpu.nvidia.com", [CLASS_GPU], []).applicable is False

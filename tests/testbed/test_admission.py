@@ -1,0 +1,120 @@
+"""Hostile clusters, applied from outside as an admin would (issue 15): the suite's verdict is
+named, fast, in every channel, with no traceback and nothing left behind.
+
+- a ValidatingAdmissionPolicy + Binding denying pods (or ResourceClaims) in draconf's
+  namespaces (label ``app.kubernetes.io/managed-by=draconf``): every check that creates them
+  fails in seconds with ``admission-denied`` naming the policy;
+- the DeviceClass's selector patched to select nothing: preflight's ``device-class-selectors``
+  row names the class, its expression and "0 of N published devices".
+Each restores the bed afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from . import kubectl
+
+REPO = Path(__file__).resolve().parents[2]
+MANAGED = {"app.kubernetes.io/managed-by": "draconf"}
+
+
+def deny(group: str, resource: str) -> tuple[str, list[dict]]:
+    """A ValidatingAdmissionPolicy + Binding refusing every create of ``resource`` in draconf's
+    namespaces, as an admin would apply it."""
+    name = f"draconf-selftest-deny-{resource}"
+    return name, [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                                                          "operations": ["CREATE"], "resources": [resource]}]},
+                  "validations": [{"expression": "false",
+                                   "message": f"{resource} are not allowed in these namespaces (self-test)"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": MANAGED}}}},
+    ]
+
+
+def run(bed, reports: Path, *pytest_args: str, timeout: int = 600) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
+                           "--reports", str(reports), *pytest_args], capture_output=True, text=True,
+                          cwd=REPO, env=os.environ.copy(), timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def leftovers(api) -> list[str]:
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+    return [n.metadata.name for n in api.core.list_namespace(label_selector=selector).items
+            if not n.metadata.deletion_timestamp]
+
+
+@pytest.mark.parametrize("group,resource,selection", [
+    ("", "pods", "workloads or quota or job"),
+    # Claims: created by the suite (refused at once) and by the resourceclaim controller from
+    # templates (refused in its FailedResourceClaimCreation event).
+    ("resource.k8s.io", "resourceclaims", "single-gpu or shared-claim or quota"),
+])
+def test_a_policy_denying_the_suites_objects_is_admission_denied_in_seconds(
+        healthy_bed, api, tmp_path, group, resource, selection):
+    policy, objects = deny(group, resource)
+    kubectl.apply(api, objects)
+    try:
+        time.sleep(2)  # the policy's informer: a binding is enforced once the server has seen it
+        proc, seconds = run(healthy_bed, tmp_path, "-k", selection)
+    finally:
+        kubectl.delete(api, objects)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert seconds < 150, f"the denied run took {seconds:.0f}s (a timeout per test was 3.5 minutes)"
+    assert "Traceback" not in out and "UnprocessableEntity" not in out and "ForbiddenException" not in out
+    assert f"[admission-denied] ValidatingAdmissionPolicy '{policy}'" in out, out[-3000:]
+    rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    denied = [r for r in rows if r["outcome"] == "failed"]
+    assert denied and all(r["diagnosis"] == "admission-denied" and policy in (r.get("reason") or "")
+                          for r in denied), denied
+    assert all(r["duration"] < 20 for r in denied), [(r["id"], r["duration"]) for r in denied]
+    assert not [r for r in rows if r["outcome"] in ("broken", "error")]
+    if resource == "pods":  # the suite's own quotas keep their meaning: their rejections pass
+        assert any(r["outcome"] == "passed" and r.get("check") == "claim-count" for r in rows), rows
+    junit = ET.parse(tmp_path / "junit.xml").getroot()
+    failures = [f.get("message", "") + (f.text or "") for f in junit.iter("failure")]
+    assert failures and all(policy in f for f in failures)
+    assert not leftovers(api)
+
+
+def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api, tmp_path):
+    cls = api.resource.read_device_class("gpu.nvidia.com")
+    original = copy.deepcopy(api.api_client.sanitize_for_serialization(cls.spec.selectors))
+    broken = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'tpu'"
+    api.resource.patch_device_class("gpu.nvidia.com", {"spec": {"selectors": [{"cel": {"expression": broken}}]}})
+    try:
+        proc, seconds = run(healthy_bed, tmp_path, "-k", "preflight or single-gpu")
+    finally:
+        api.resource.patch_device_class("gpu.nvidia.com", {"spec": {"selectors": original}})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out
+    rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    (row,) = [r for r in rows if "device-class-selectors" in r["id"] or r.get("check") == "device-class-selectors"]
+    assert row["outcome"] == "failed", row
+    text = (row.get("message") or "") + " " + (row.get("reason") or "")
+    assert "gpu.nvidia.com selects 0 of 8 published devices" in text and "'tpu'" in text, row
+    # The workloads are gated on it: no verdict naming the class, not a failure per workload.
+    gated = [r for r in rows if r.get("workload") == "single-gpu"]
+    assert gated and all(r["outcome"] == "no-verdict" and "selects 0 of 8" in (r.get("message") or "")
+                         for r in gated), gated
+    assert seconds < 60, f"preflight with a class selecting nothing took {seconds:.0f}s"
+    assert not leftovers(api)

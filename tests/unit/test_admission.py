@@ -1,0 +1,75 @@
+"""Admission denials: the server's answer recognised, and the ``admission-denied`` rule over
+recorded evidence (the messages kube-apiserver 1.36 gave on a bed with a policy denying pods)."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes.client.exceptions import ApiException
+
+from draconf.admission import AdmissionDenied, denial_in_text, is_refusal
+from draconf.diagnosis import EventFacts, Facts, QuotaFacts, classify
+
+#: Recorded: kube-apiserver's 403 for a pod a ValidatingAdmissionPolicy denies.
+VAP_403 = ("pods \"single-gpu\" is forbidden: ValidatingAdmissionPolicy 'draconf-deny-gpu-pods' with binding "
+           "'draconf-deny-gpu-pods' denied request: GPU pods are not allowed in these namespaces")
+#: Recorded: the job controller's event for the same policy.
+JOB_EVENT = ("Error creating: pods \"gpu-job-x7k2p\" is forbidden: ValidatingAdmissionPolicy "
+             "'draconf-deny-gpu-pods' with binding 'draconf-deny-gpu-pods' denied request: GPU pods are "
+             "not allowed in these namespaces")
+RBAC_403 = ('pods is forbidden: User "ci" cannot create resource "pods" in API group "" in the '
+            'namespace "draconf-x"')
+POLICIES = {"draconf-deny-gpu-pods": "validates `false` (\"GPU pods are not allowed\"); binding "
+                                     "draconf-deny-gpu-pods: Deny in namespaces app.kubernetes.io/managed-by=draconf"}
+
+
+def api_error(status: int, message: str) -> ApiException:
+    err = ApiException(status=status, reason="Forbidden" if status == 403 else "Invalid")
+    err.body = json.dumps({"kind": "Status", "message": message, "code": status})
+    return err
+
+
+def test_policy_and_webhook_refusals_are_recognised_but_rbac_is_not():
+    assert is_refusal(api_error(403, VAP_403))
+    assert is_refusal(api_error(400, 'admission webhook "deny.example.com" denied the request: no'))
+    assert is_refusal(api_error(422, 'Pod "p" is invalid: spec.containers: Required value'))
+    assert not is_refusal(api_error(403, RBAC_403))
+    assert not is_refusal(api_error(409, 'pods "p" already exists'))
+    assert not is_refusal(api_error(500, "etcdserver: request timed out"))
+
+
+def test_admission_denied_is_a_failure_without_traceback_naming_the_policy():
+    err = AdmissionDenied("Pod", "single-gpu", 403, VAP_403)
+    assert err.pytrace is False
+    assert "ValidatingAdmissionPolicy 'draconf-deny-gpu-pods' (binding 'draconf-deny-gpu-pods')" in err.msg
+    assert "GPU pods are not allowed" in err.msg
+    assert not isinstance(err, Exception)  # not swallowed by the suite's `except Exception`
+
+
+def test_rule_names_the_policy_from_the_servers_answer_and_reads_it():
+    code, reason = classify(Facts(admission_policies=POLICIES), "allocation",
+                            f"found 0 pods (the workload never started: {VAP_403})")
+    assert code == "admission-denied" and "these namespaces (the policy" in reason
+    assert "draconf-deny-gpu-pods" in reason and "managed-by=draconf" in reason
+
+
+def test_rule_reads_a_controllers_failed_create_event():
+    facts = Facts(events=[EventFacts("FailedCreate", JOB_EVENT, kind="Job", name="gpu-job")])
+    code, reason = classify(facts, "completion", "job gpu-job did not complete")
+    assert code == "admission-denied" and "draconf-deny-gpu-pods" in reason
+
+
+def test_rbac_forbidden_stays_permission_denied():
+    assert classify(Facts(), "allocation", RBAC_403)[0] == "permission-denied"
+
+
+def test_the_suites_own_quota_is_not_an_admission_denial():
+    text = 'resourceclaims "gpu-claim-b" is forbidden: exceeded quota: gpu-quota, requested: x=1'
+    own = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"})])
+    assert classify(own, "deviceclass-quota", text)[0] != "admission-denied"
+    assert classify(Facts(), "allocation", text)[0] == "admission-denied"
+
+
+def test_denial_in_text_names_limitrange():
+    assert denial_in_text('pods "p" is forbidden: maximum cpu usage per Container is 1, but limit is 2') \
+        == "a LimitRange"
