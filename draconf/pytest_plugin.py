@@ -29,6 +29,31 @@ log = logging.getLogger("draconf")
 #: Set on a failed test and on every collector above it (class, module, session), so a
 #: namespace of any scope knows whether a test inside that scope failed.
 FAILED = pytest.StashKey[bool]()
+#: The run's control-plane breaker: (code, cause) once one workload found that nothing acts on
+#: it (no scheduler, no claim controller).  Every test that would create objects after that
+#: gets no verdict with this cause at once, instead of waiting out its own timeout.  Kept in
+#: the config's stash: one per pytest process (per xdist worker, each of which trips it once).
+STALLED = pytest.StashKey[tuple[str, str]]()
+
+
+def trip_breaker(config, code: str, cause: str) -> None:
+    """Record that the control plane is not acting (first cause wins) and say so once."""
+    if STALLED in config.stash:
+        return
+    config.stash[STALLED] = (code, cause)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line("")
+        reporter.write_line(f"[draconf] control plane not acting, the remaining workloads get no "
+                            f"verdict: {cause}", red=True, bold=True)
+
+
+def breaker_cause(config) -> str | None:
+    """The no-verdict cause for a check that needs the control plane, once the breaker tripped."""
+    tripped = config.stash.get(STALLED, None)
+    if tripped is None:
+        return None
+    return f"[{tripped[0]}] not run: an earlier workload found the control plane not acting: {tripped[1]}"
 
 
 def pytest_addoption(parser):
@@ -118,6 +143,9 @@ def pytest_runtest_call(item):
 
 
 def _diagnose(item, exc) -> None:
+    from draconf.workload import ControlPlaneStalled
+    if isinstance(exc, ControlPlaneStalled):
+        trip_breaker(item.config, exc.code, str(exc))
     from draconf.diagnosis import record_failure_diagnosis
     record_failure_diagnosis(item, exc)
 
@@ -197,7 +225,7 @@ def make_namespace(request, api, run_id, label: str) -> str:
     objects is skipped, before it creates any, when the credentials lack a permission the
     suite needs (preflight row ``permissions``)."""
     from draconf.permissions import gate_reason
-    blocked = gate_reason(request.config, api)
+    blocked = gate_reason(request.config, api) or breaker_cause(request.config)
     if blocked:
         from draconf.errors import NoVerdict
         raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict

@@ -43,6 +43,8 @@ class Snapshot:
     cluster_policies: list[dict] = field(default_factory=list)
     quotas: list[dict] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    #: component -> draconf.controlplane.health, read when a pod shows nothing acting on it
+    control_plane: dict[str, str] = field(default_factory=dict)
 
 
 def _plain(api, obj) -> dict:
@@ -106,6 +108,7 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
             api.core.list_namespaced_event(namespace, **kw).items), [])
         snap.quotas = read("resourcequotas", lambda: plain(
             api.core.list_namespaced_resource_quota(namespace, **kw).items), [])
+    _gather_control_plane(api, snap)
     snap.device_classes = read("deviceclasses", lambda: plain(api.resource.list_device_class(**kw).items))
     snap.slices = read("resourceslices", lambda: plain(api.resource.list_resource_slice(
         field_selector=f"spec.driver={profile.driver}", **kw).items), [])
@@ -213,3 +216,14 @@ def _gather_containers(api, snap: Snapshot, command: tuple[str, ...]) -> None:
                                             "exit_code": r.exit_code, "error": r.error}
             except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
                 snap.errors[f"GPUs seen by {key}"] = _describe_error(err)
+
+
+def _gather_control_plane(api, snap: Snapshot) -> None:
+    """The scheduler's and controller-manager's Lease and pods, when a pod of the namespace
+    shows that one of them did not act (unbound without PodScheduled, claims not generated)."""
+    from draconf.controlplane import health
+    pods = [Pod(p) for p in snap.pods]
+    if any(p.template_claims_not_generated and not p.node for p in pods):
+        snap.control_plane["kube-controller-manager"] = health(api, "kube-controller-manager")
+    if any(p.unseen_by_scheduler for p in pods):
+        snap.control_plane["kube-scheduler"] = health(api, "kube-scheduler")
