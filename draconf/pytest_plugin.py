@@ -53,7 +53,9 @@ def breaker_cause(config) -> str | None:
     tripped = config.stash.get(STALLED, None)
     if tripped is None:
         return None
-    return f"[{tripped[0]}] not run: an earlier workload found the control plane not acting: {tripped[1]}"
+    code, cause = tripped
+    cause = cause.removeprefix("workload never started: ").removeprefix(f"[{code}] ")
+    return f"[{code}] not run: an earlier workload found the control plane not acting: {cause}"
 
 
 def pytest_addoption(parser):
