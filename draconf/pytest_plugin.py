@@ -148,6 +148,12 @@ def _diagnose(item, exc) -> None:
     from draconf.workload import ControlPlaneStalled
     if isinstance(exc, ControlPlaneStalled):
         trip_breaker(item.config, exc.code, str(exc))
+        # The wait read the evidence itself (no binding, no claim, no ServiceAccount, the
+        # component's Lease and pods), possibly before the test had a namespace the rules
+        # could read again: its sentence is the diagnosis.
+        from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+        if not item.stash.get(DIAGNOSIS_KEY, None):
+            record_diagnosis(item, exc.code, reason=str(exc).removeprefix(f"[{exc.code}] "))
     from draconf.diagnosis import record_failure_diagnosis
     record_failure_diagnosis(item, exc)
 
@@ -231,13 +237,19 @@ def make_namespace(request, api, run_id, label: str) -> str:
     if blocked:
         from draconf.errors import NoVerdict
         raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict
-    name = namespaces.create(api, run_id, label)
+    from draconf.workload import stall_after
+    name = namespaces.create(api, run_id, label, sa_timeout=stall_after(request.config.draconf_profile))
 
     def finish():
         failed = request.node.stash.get(FAILED, False)
         if failed and request.config.getoption("--keep-on-failure"):
             namespaces.REGISTRY.discard(name)
             log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
+            return
+        if request.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":
+            # Its namespace controller finishes the deletion when it acts again; waiting for it
+            # would only add a timeout per test.
+            namespaces.delete(api, name)
             return
         namespaces.delete(api, name, wait=120)
 

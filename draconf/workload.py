@@ -69,15 +69,8 @@ def stall_after(profile: Profile) -> float:
     return max(STALL_FLOOR, profile.timeouts.schedule * STALL_FRACTION)
 
 
-class ControlPlaneStalled(waits.TerminalState):
-    """No scheduler or controller acted on the workload for :func:`stall_after` seconds while
-    the API server answered: ``code`` is ``scheduler-unavailable`` or
-    ``controller-manager-unavailable``.  The run's breaker (pytest_plugin) gives every later
-    workload no verdict with this cause instead of another wait."""
-
-    def __init__(self, code: str, message: str, last_observed: str = ""):
-        super().__init__(message, last_observed)
-        self.code = code
+#: raised by the waits below; defined with the waits (namespaces raise it too)
+ControlPlaneStalled = waits.ControlPlaneStalled
 
 
 def is_definitive(message: str) -> bool:

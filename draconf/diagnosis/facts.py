@@ -272,6 +272,8 @@ class Facts:
     #: seconds without any scheduler/controller action that mean a stalled control plane
     #: (draconf.workload.stall_after of the profile)
     stall_after: float = 15.0
+    #: seconds the namespace has existed without its ``default`` ServiceAccount (None: it has one)
+    namespace_without_sa_for: float | None = None
     #: component (kube-scheduler, kube-controller-manager) -> what its Lease and pods show
     control_plane: dict[str, str] = field(default_factory=dict)
 
@@ -402,7 +404,8 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     facts = Facts(driver=profile.driver, device_class=profile.device_class,
                   required_attributes=list(profile.required_attributes()),
                   namespace=snap.namespace, api_error=snap.api_error, errors=dict(snap.errors),
-                  control_plane=dict(snap.control_plane))
+                  control_plane=dict(snap.control_plane),
+                  namespace_without_sa_for=_seconds_since(snap.namespace_without_sa))
     if getattr(profile, "timeouts", None) is not None:
         from draconf.workload import stall_after
         facts.stall_after = stall_after(profile)

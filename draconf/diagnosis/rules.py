@@ -6,7 +6,8 @@ Each rule is a small function ``(facts, check, error_text) -> (code, reason) | N
 ===================  ==========================================================================
 api-unavailable      the API server does not answer, or does not serve resource.k8s.io/v1
 controller-manager-  (checked third) a pending pod's template claims stayed ungenerated for
- unavailable         stall_after seconds with no FailedResourceClaimCreation event
+ unavailable         stall_after seconds with no FailedResourceClaimCreation event, or the
+                     namespace stayed that long without its `default` ServiceAccount
 scheduler-           (checked third) every pod stayed unbound without a PodScheduled condition
  unavailable         for stall_after seconds, with no scheduling event: no scheduler acted
 missing-deviceclass  a claim/template (or the scheduler) names a DeviceClass that does not exist
@@ -581,8 +582,6 @@ def _rule_control_plane(facts: Facts, check, error_text):
     bound the pods or wrote their PodScheduled condition (scheduler).  Before every
     scheduling rule: a stopped scheduler leaves the pods looking like any unplaced pod."""
     live = [p for p in facts.pods if not p.deleting]
-    if not live:
-        return None
 
     def old(p: PodFacts) -> bool:
         return p.age is not None and p.age >= facts.stall_after
@@ -590,6 +589,15 @@ def _rule_control_plane(facts: Facts, check, error_text):
     def health(component: str) -> str:
         seen = facts.control_plane.get(component)
         return f" {component}: {seen}." if seen else ""
+
+    if facts.namespace_without_sa_for is not None and facts.namespace_without_sa_for >= facts.stall_after:
+        return ("controller-manager-unavailable",
+                f"Namespace {facts.namespace} has had no ServiceAccount `default` for "
+                f"{facts.namespace_without_sa_for:.0f}s, so no pod can be created in it: the "
+                f"serviceaccount controller of kube-controller-manager is not acting."
+                f"{health('kube-controller-manager')} Check its process or pod and its logs.")
+    if not live:
+        return None
 
     ungenerated = [p for p in live if p.ungenerated_claims and not p.node and old(p)]
     if ungenerated and not any(e.reason == "FailedResourceClaimCreation" for e in facts.events):

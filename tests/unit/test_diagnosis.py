@@ -177,6 +177,15 @@ def test_no_claim_generated_for_the_template():
     assert code == "controller-manager-unavailable" and "gpu-pod (gpu)" in reason
 
 
+def test_a_namespace_without_its_default_service_account():
+    facts = healthy(namespace="draconf-x-single-gpu", namespace_without_sa_for=16.0,
+                    control_plane={"kube-controller-manager": "no Lease kube-system/kube-controller-manager"})
+    code, reason = classify(facts, "allocation", "timed out after 15s waiting for service account default")
+    assert code == "controller-manager-unavailable"
+    assert "draconf-x-single-gpu" in reason and "no Lease" in reason
+    assert classify(dataclasses.replace(facts, namespace_without_sa_for=2.0), None, "")[0] == "timeout"
+
+
 def test_a_refused_claim_creation_is_not_a_stalled_controller():
     pod = PodFacts("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
                    age=30.0)
