@@ -77,15 +77,28 @@ class NamespaceRegistry:
 REGISTRY = NamespaceRegistry()
 
 
-def create(api, run: RunId, test_name: str, extra_labels: dict | None = None) -> str:
+def create(api, run: RunId, test_name: str, extra_labels: dict | None = None,
+           sa_timeout: float = 30) -> str:
+    """Create the namespace and wait for its ``default`` ServiceAccount; none within
+    ``sa_timeout`` seconds means kube-controller-manager is not acting
+    (:class:`~draconf.waits.ControlPlaneStalled`, ``controller-manager-unavailable``)."""
     name = run.namespace_name(test_name)
     body = {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": name, "labels": {**run.labels, **(extra_labels or {})}}}
     waits.call(api.core.create_namespace, body)
     REGISTRY.add(name)
     # Pods are rejected until the service account controller has made `default`.
-    waits.wait_until(f"service account default in {name}",
-                     lambda: _has_default_sa(api, name), bool, timeout=30, interval=0.1)
+    try:
+        waits.wait_until(f"service account default in {name}",
+                         lambda: _has_default_sa(api, name), bool, timeout=sa_timeout, interval=0.1)
+    except waits.WaitTimeout as err:
+        from draconf.controlplane import health
+        raise waits.ControlPlaneStalled(
+            "controller-manager-unavailable",
+            f"[controller-manager-unavailable] no ServiceAccount default was created in namespace "
+            f"{name} in {sa_timeout:g}s: the serviceaccount controller of kube-controller-manager "
+            f"did not act; kube-controller-manager: {health(api, 'kube-controller-manager')}",
+            err.last_observed) from None
     return name
 
 

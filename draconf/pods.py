@@ -94,6 +94,32 @@ class Pod:
         return None
 
     @property
+    def unseen_by_scheduler(self) -> bool:
+        """Neither bound to a node nor given a PodScheduled condition: no scheduler has acted on
+        the pod yet (it binds, or writes PodScheduled=False with its reason, on every attempt).
+
+        >>> Pod({"spec": {}, "status": {"phase": "Pending"}}).unseen_by_scheduler
+        True
+        >>> Pod({"spec": {}, "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+        ...      "reason": "Unschedulable"}]}}).unseen_by_scheduler
+        False
+        """
+        return not self.node and self.condition("PodScheduled") is None and not self.is_deleting
+
+    @property
+    def template_claims_not_generated(self) -> list[str]:
+        """Pod-level claim names from a ResourceClaimTemplate whose claim the controller has not
+        named in ``status.resourceClaimStatuses`` yet.
+
+        >>> Pod({"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}
+        ...     ).template_claims_not_generated
+        ['gpu']
+        """
+        known = self.claim_names()
+        return [r["name"] for r in self.spec.get("resourceClaims") or []
+                if r.get("resourceClaimTemplateName") and r["name"] not in known]
+
+    @property
     def waiting_reasons(self) -> list[str]:
         """``"container: Reason"`` for each waiting init or app container."""
         reasons = []

@@ -29,6 +29,33 @@ log = logging.getLogger("draconf")
 #: Set on a failed test and on every collector above it (class, module, session), so a
 #: namespace of any scope knows whether a test inside that scope failed.
 FAILED = pytest.StashKey[bool]()
+#: The run's control-plane breaker: (code, cause) once one workload found that nothing acts on
+#: it (no scheduler, no claim controller).  Every test that would create objects after that
+#: gets no verdict with this cause at once, instead of waiting out its own timeout.  Kept in
+#: the config's stash: one per pytest process (per xdist worker, each of which trips it once).
+STALLED = pytest.StashKey[tuple[str, str]]()
+
+
+def trip_breaker(config, code: str, cause: str) -> None:
+    """Record that the control plane is not acting (first cause wins) and say so once."""
+    if STALLED in config.stash:
+        return
+    config.stash[STALLED] = (code, cause)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line("")
+        reporter.write_line(f"[draconf] control plane not acting, the remaining workloads get no "
+                            f"verdict: {cause}", red=True, bold=True)
+
+
+def breaker_cause(config) -> str | None:
+    """The no-verdict cause for a check that needs the control plane, once the breaker tripped."""
+    tripped = config.stash.get(STALLED, None)
+    if tripped is None:
+        return None
+    code, cause = tripped
+    cause = cause.removeprefix("workload never started: ").removeprefix(f"[{code}] ")
+    return f"[{code}] not run: an earlier workload found the control plane not acting: {cause}"
 
 
 def pytest_addoption(parser):
@@ -118,6 +145,15 @@ def pytest_runtest_call(item):
 
 
 def _diagnose(item, exc) -> None:
+    from draconf.workload import ControlPlaneStalled
+    if isinstance(exc, ControlPlaneStalled):
+        trip_breaker(item.config, exc.code, str(exc))
+        # The wait read the evidence itself (no binding, no claim, no ServiceAccount, the
+        # component's Lease and pods), possibly before the test had a namespace the rules
+        # could read again: its sentence is the diagnosis.
+        from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+        if not item.stash.get(DIAGNOSIS_KEY, None):
+            record_diagnosis(item, exc.code, reason=str(exc).removeprefix(f"[{exc.code}] "))
     from draconf.diagnosis import record_failure_diagnosis
     record_failure_diagnosis(item, exc)
 
@@ -197,20 +233,27 @@ def make_namespace(request, api, run_id, label: str) -> str:
     objects is skipped, before it creates any, when the credentials lack a permission the
     suite needs (preflight row ``permissions``)."""
     from draconf.permissions import gate_reason
-    blocked = gate_reason(request.config, api)
+    blocked = gate_reason(request.config, api) or breaker_cause(request.config)
     if blocked:
         from draconf.errors import NoVerdict
         raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict
     from draconf.podsecurity import namespace_labels
+    from draconf.workload import stall_after
     # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
-    name = namespaces.create(api, run_id, label,
-                             extra_labels=namespace_labels(request.config.draconf_profile.pod_security))
+    profile = request.config.draconf_profile
+    name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),
+                             sa_timeout=stall_after(profile))
 
     def finish():
         failed = request.node.stash.get(FAILED, False)
         if failed and request.config.getoption("--keep-on-failure"):
             namespaces.REGISTRY.discard(name)
             log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
+            return
+        if request.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":
+            # Its namespace controller finishes the deletion when it acts again; waiting for it
+            # would only add a timeout per test.
+            namespaces.delete(api, name)
             return
         namespaces.delete(api, name, wait=120)
 

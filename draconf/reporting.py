@@ -67,6 +67,18 @@ DIAGNOSES: dict[str, str] = {
         "The API server does not serve resource.k8s.io/v1, so no DRA workload can run: check "
         "the Kubernetes version (1.34 or later) and the API server's --runtime-config and "
         "feature gates (`kubectl api-resources --api-group=resource.k8s.io`).",
+    "scheduler-unavailable":
+        "No scheduler acted on the workload's pods (no binding, no PodScheduled condition, no "
+        "scheduling event) while the API server answered: kube-scheduler is stopped, hung or "
+        "not leading. Check its process or pod in kube-system, its logs and its Lease "
+        "(`kubectl -n kube-system get lease kube-scheduler`); the workloads after it got no verdict.",
+    "controller-manager-unavailable":
+        "No controller acted on the workload: no ResourceClaim was generated from its template "
+        "(and no FailedResourceClaimCreation event), or its Deployment made no pods, while the API "
+        "server answered: kube-controller-manager is stopped, hung or not leading. Check its "
+        "process or pod in kube-system, its logs and its Lease "
+        "(`kubectl -n kube-system get lease kube-controller-manager`); the workloads after it got "
+        "no verdict.",
     "missing-deviceclass":
         "The DeviceClass the workload requests does not exist, which usually means the DRA "
         "driver was installed with that device type turned off: fix the driver's Helm values "

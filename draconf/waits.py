@@ -46,6 +46,16 @@ class TerminalState(WaitFailed):
     """The observed state can no longer turn into the expected one."""
 
 
+class ControlPlaneStalled(TerminalState):
+    """Nothing in the control plane acted for a bounded time while the API server answered:
+    ``code`` is ``scheduler-unavailable`` or ``controller-manager-unavailable``.  The run's
+    breaker (draconf.pytest_plugin) gives every later workload no verdict with this cause."""
+
+    def __init__(self, code: str, message: str, last_observed: str = ""):
+        super().__init__(message, last_observed)
+        self.code = code
+
+
 def is_transient(err: BaseException) -> bool:
     """True for errors worth retrying: throttling, server errors and dropped connections."""
     if isinstance(err, ApiException):

@@ -49,6 +49,30 @@ VERDICT_AFTER = 3.0
 #: Seconds a deleted claim may be held by a driver's finalizer before that is a verdict.
 STUCK_CLAIM_AFTER = 10.0
 
+#: "Nothing is moving": the fraction of the profile's ``timeouts.schedule`` after which a
+#: workload that no scheduler (or no claim controller) has acted on is a control-plane verdict,
+#: and the floor in seconds.  Measured on the 2-core bed under a full run: the first scheduler
+#: action (binding or PodScheduled condition) comes within 1 s of a pod's creation, the
+#: generated claims within 1 s (README, "A stalled control plane"); the default schedule
+#: timeout of 60 s gives 15 s, more than ten times that.
+STALL_FRACTION = 0.25
+STALL_FLOOR = 10.0
+
+
+def stall_after(profile: Profile) -> float:
+    """Seconds of no scheduler or claim-controller action that make a stalled-control-plane
+    verdict: a quarter of the profile's schedule timeout, at least STALL_FLOOR.
+
+    >>> from draconf.profile import Timeouts
+    >>> stall_after(Profile(timeouts=Timeouts(schedule=60))), stall_after(Profile(timeouts=Timeouts(schedule=20)))
+    (15.0, 10.0)
+    """
+    return max(STALL_FLOOR, profile.timeouts.schedule * STALL_FRACTION)
+
+
+#: raised by the waits below; defined with the waits (namespaces raise it too)
+ControlPlaneStalled = waits.ControlPlaneStalled
+
 
 def is_definitive(message: str) -> bool:
     """True when a scheduler message says the pod cannot be placed, not that it must wait.
@@ -159,6 +183,8 @@ class Start:
     """
     deployed: "DeployedWorkload | None"
     failure: str | None = None
+    #: a control-plane code (ControlPlaneStalled.code) when nothing acted on the workload
+    stalled: str | None = None
 
     @property
     def never_started(self) -> bool:
@@ -213,6 +239,8 @@ class DeployedWorkload:
                                    f"{err.status} {err.reason}: {_api_message(err)}")
         try:
             deployed.wait_running()
+        except ControlPlaneStalled as err:
+            return Start(deployed, str(err), stalled=err.code)
         except waits.WaitFailed as err:
             return Start(deployed, str(err))
         return Start(deployed)
@@ -261,8 +289,10 @@ class DeployedWorkload:
                 for e in items]
 
     def verdict(self, pods: list[Pod]) -> str | None:
-        """Why the pods will not run, once the cluster says so for good (None: keep waiting)."""
+        """Why the pods will not run, once the cluster says so for good (None: keep waiting);
+        raises :class:`ControlPlaneStalled` when nothing acts on them at all."""
         now = time.monotonic()
+        self.check_moving(pods, now)
         for pod in pods:
             message = pod.unschedulable_message
             if message and is_definitive(message):
@@ -301,6 +331,51 @@ class DeployedWorkload:
             if " FailedCreate " in event and denial_in_text(event):
                 return f"admission refused the workload's pods: {event}"
         return None
+
+    def check_moving(self, pods: list[Pod], now: float | None = None) -> None:
+        """Raise :class:`ControlPlaneStalled` once, for :func:`stall_after` seconds, no
+        controller has created the workload's pods or generated claims (controller-manager), or
+        no scheduler has acted on any of its pods: no binding, no PodScheduled condition.
+        A working scheduler acts on every pod within about a second, bound or not."""
+        now = time.monotonic() if now is None else now
+        limit = stall_after(self.profile)
+
+        def standing(key) -> float:
+            return now - self._unschedulable_since.setdefault(key, now)
+
+        if not pods:
+            if self.workload.pod_selector and standing(("no-pods",)) >= limit:
+                raise self._stalled("kube-controller-manager", "controller-manager-unavailable",
+                                    f"no pod of {self.workload.name} ({self.workload.pod_selector}) was "
+                                    f"created in {limit:.0f}s: its controller did not act")
+            return
+        pending = [p for p in pods if not p.node and not p.is_deleting]
+        ungenerated = [p for p in pending if p.template_claims_not_generated]
+        if not ungenerated:  # the clocks run while their state lasts, not since it first appeared
+            self._unschedulable_since.pop(("claims-not-generated",), None)
+        if not all(p.unseen_by_scheduler for p in pods):
+            self._unschedulable_since.pop(("unseen-by-scheduler",), None)
+        if ungenerated and standing(("claims-not-generated",)) >= limit:
+            refused = [e for e in self.events() if "FailedResourceClaimCreation" in e]
+            if not refused:
+                raise self._stalled("kube-controller-manager", "controller-manager-unavailable",
+                                    f"no ResourceClaim was generated for "
+                                    f"{', '.join(p.name for p in ungenerated)} in {limit:.0f}s and no "
+                                    "FailedResourceClaimCreation event: the resourceclaim controller "
+                                    "did not act")
+        elif not ungenerated and all(p.unseen_by_scheduler for p in pods) \
+                and standing(("unseen-by-scheduler",)) >= limit:
+            scheduling = [e for e in self.events() if " Scheduled " in e or "FailedScheduling" in e]
+            if not scheduling:
+                raise self._stalled("kube-scheduler", "scheduler-unavailable",
+                                    f"no scheduler acted on {', '.join(p.name for p in pods)} in "
+                                    f"{limit:.0f}s: no binding, no PodScheduled condition, no "
+                                    "scheduling event")
+
+    def _stalled(self, component: str, code: str, observed: str) -> ControlPlaneStalled:
+        from draconf.controlplane import health
+        return ControlPlaneStalled(code, f"[{code}] {observed}; {component}: {health(self.api, component)}",
+                                   self.describe())
 
     def _standing_event(self, pod: Pod, reason: str, now: float) -> str | None:
         """The last ``reason`` event of ``pod``, once the pod has been in that state for
@@ -342,7 +417,8 @@ class DeployedWorkload:
             lambda p: p is not None and text in (p.unschedulable_message or ""),
             timeout=timeout or self.profile.timeouts.schedule,
             describe=lambda p: p.summary() if p else "no pod",
-            verdict=lambda p: f"pod {p.name} was scheduled to {p.node}" if p and p.node else None)
+            verdict=lambda p: f"pod {p.name} was scheduled to {p.node}" if p and p.node
+            else self.check_moving([p] if p else []))
 
     # --- checks --------------------------------------------------------------------------------
     def check_allocation(self, published: PublishedDevices) -> list[str]:

@@ -114,7 +114,11 @@ def started(request, cluster, profile, run_id, published_devices) -> Start:
     except NotBuildable as err:
         return Start(None, str(err))
     ns = make_namespace(request, cluster, run_id, request.param)
-    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
+    start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
+    if start.stalled:
+        from draconf.pytest_plugin import trip_breaker
+        trip_breaker(request.config, start.stalled, start.failure)
+    return start
 
 
 @pytest.fixture(scope="class")

@@ -53,6 +53,12 @@ class PodFacts:
     node_selector: dict[str, str] = field(default_factory=dict)
     #: required node affinity: the nodeSelectorTerms (ORed), each {matchExpressions, matchFields}
     affinity_terms: list[dict] = field(default_factory=list)
+    #: no binding and no PodScheduled condition: no scheduler has acted on it
+    unseen_by_scheduler: bool = False
+    #: pod-level claim names from a template whose claim the controller has not generated yet
+    ungenerated_claims: list[str] = field(default_factory=list)
+    #: seconds since the pod was created (None: unknown)
+    age: float | None = None
 
     @property
     def running(self) -> bool:
@@ -267,6 +273,13 @@ class Facts:
     quotas: list[QuotaFacts] = field(default_factory=list)
     #: gatherer name -> error, for what could not be read
     errors: dict[str, str] = field(default_factory=dict)
+    #: seconds without any scheduler/controller action that mean a stalled control plane
+    #: (draconf.workload.stall_after of the profile)
+    stall_after: float = 15.0
+    #: seconds the namespace has existed without its ``default`` ServiceAccount (None: it has one)
+    namespace_without_sa_for: float | None = None
+    #: component (kube-scheduler, kube-controller-manager) -> what its Lease and pods show
+    control_plane: dict[str, str] = field(default_factory=dict)
 
     # -- lookups the rules share ---------------------------------------------------------------
     def claim(self, name: str) -> ClaimFacts | None:
@@ -348,6 +361,8 @@ def _pod_facts(raw: dict) -> PodFacts:
         tolerations=list(pod.spec.get("tolerations") or []),
         node_selector=dict(pod.spec.get("nodeSelector") or {}),
         affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
+        unseen_by_scheduler=pod.unseen_by_scheduler, ungenerated_claims=pod.template_claims_not_generated,
+        age=_seconds_since(pod.meta.get("creationTimestamp")),
         done_for=_seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
                                      if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
                                     default=None)) if pod.phase in ("Succeeded", "Failed") else None)
@@ -392,7 +407,12 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     """Turn a :class:`Snapshot` into :class:`Facts` (pure: no API calls)."""
     facts = Facts(driver=profile.driver, device_class=profile.device_class,
                   required_attributes=list(profile.required_attributes()),
-                  namespace=snap.namespace, api_error=snap.api_error, errors=dict(snap.errors))
+                  namespace=snap.namespace, api_error=snap.api_error, errors=dict(snap.errors),
+                  control_plane=dict(snap.control_plane),
+                  namespace_without_sa_for=_seconds_since(snap.namespace_without_sa))
+    if getattr(profile, "timeouts", None) is not None:
+        from draconf.workload import stall_after
+        facts.stall_after = stall_after(profile)
     if snap.resource_versions is not None:
         facts.resource_versions = list(snap.resource_versions)
         facts.resource_api = "v1" in snap.resource_versions

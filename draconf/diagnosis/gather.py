@@ -48,6 +48,11 @@ class Snapshot:
     admission_bindings: list[dict] = field(default_factory=list)
     admission_webhooks: list[dict] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    #: the namespace's creationTimestamp when it has no ``default`` ServiceAccount (which the
+    #: serviceaccount controller makes at once), else None
+    namespace_without_sa: str | None = None
+    #: component -> draconf.controlplane.health, read when a pod shows nothing acting on it
+    control_plane: dict[str, str] = field(default_factory=dict)
 
 
 def _plain(api, obj) -> dict:
@@ -111,6 +116,8 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
             api.core.list_namespaced_event(namespace, **kw).items), [])
         snap.quotas = read("resourcequotas", lambda: plain(
             api.core.list_namespaced_resource_quota(namespace, **kw).items), [])
+        _gather_service_account(api, snap, kw)
+    _gather_control_plane(api, snap)
     snap.device_classes = read("deviceclasses", lambda: plain(api.resource.list_device_class(**kw).items))
     snap.slices = read("resourceslices", lambda: plain(api.resource.list_resource_slice(
         field_selector=f"spec.driver={profile.driver}", **kw).items), [])
@@ -230,3 +237,31 @@ def _gather_containers(api, snap: Snapshot, command: tuple[str, ...]) -> None:
                                             "exit_code": r.exit_code, "error": r.error}
             except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
                 snap.errors[f"GPUs seen by {key}"] = _describe_error(err)
+
+
+def _gather_control_plane(api, snap: Snapshot) -> None:
+    """The scheduler's and controller-manager's Lease and pods, when a pod of the namespace
+    shows that one of them did not act (unbound without PodScheduled, claims not generated)."""
+    from draconf.controlplane import health
+    pods = [Pod(p) for p in snap.pods]
+    if any(p.template_claims_not_generated and not p.node for p in pods) or snap.namespace_without_sa:
+        snap.control_plane["kube-controller-manager"] = health(api, "kube-controller-manager")
+    if any(p.unseen_by_scheduler for p in pods):
+        snap.control_plane["kube-scheduler"] = health(api, "kube-scheduler")
+
+
+def _gather_service_account(api, snap: Snapshot, kw) -> None:
+    """Whether the namespace lacks its ``default`` ServiceAccount (best effort)."""
+    from kubernetes.client.exceptions import ApiException
+    try:
+        api.core.read_namespaced_service_account("default", snap.namespace, **kw)
+    except ApiException as err:
+        if err.status != 404:
+            return
+        try:
+            ns = api.core.read_namespace(snap.namespace, **kw)
+            snap.namespace_without_sa = _plain(api, ns)["metadata"].get("creationTimestamp")
+        except Exception:  # noqa: BLE001
+            pass
+    except Exception:  # noqa: BLE001
+        pass

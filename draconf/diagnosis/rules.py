@@ -5,6 +5,11 @@ Each rule is a small function ``(facts, check, error_text) -> (code, reason) | N
 
 ===================  ==========================================================================
 api-unavailable      the API server does not answer, or does not serve resource.k8s.io/v1
+controller-manager-  (checked third) a pending pod's template claims stayed ungenerated for
+ unavailable         stall_after seconds with no FailedResourceClaimCreation event, or the
+                     namespace stayed that long without its `default` ServiceAccount
+scheduler-           (checked third) every pod stayed unbound without a PodScheduled condition
+ unavailable         for stall_after seconds, with no scheduling event: no scheduler acted
 missing-deviceclass  a claim/template (or the scheduler) names a DeviceClass that does not exist
 no-resourceslices    no ResourceSlice of the driver holds any device
 attribute-missing    the scheduler reports a CEL runtime error (no such key), or a selector of an
@@ -618,7 +623,49 @@ def _rule_admission_denied(facts: Facts, check, error_text):
     return None
 
 
-RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
-          _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
-          _rule_cleanup, _rule_quota, _rule_policy_conflict]
+def _rule_control_plane(facts: Facts, check, error_text):
+    """Nothing acted on the workload for ``facts.stall_after`` seconds while the API server
+    answered: the claim controller generated no claim (controller-manager), or no scheduler
+    bound the pods or wrote their PodScheduled condition (scheduler).  Before every
+    scheduling rule: a stopped scheduler leaves the pods looking like any unplaced pod."""
+    live = [p for p in facts.pods if not p.deleting]
+
+    def old(p: PodFacts) -> bool:
+        return p.age is not None and p.age >= facts.stall_after
+
+    def health(component: str) -> str:
+        seen = facts.control_plane.get(component)
+        return f" {component}: {seen}." if seen else ""
+
+    if facts.namespace_without_sa_for is not None and facts.namespace_without_sa_for >= facts.stall_after:
+        return ("controller-manager-unavailable",
+                f"Namespace {facts.namespace} has had no ServiceAccount `default` for "
+                f"{facts.namespace_without_sa_for:.0f}s, so no pod can be created in it: the "
+                f"serviceaccount controller of kube-controller-manager is not acting."
+                f"{health('kube-controller-manager')} Check its process or pod and its logs.")
+    if not live:
+        return None
+
+    ungenerated = [p for p in live if p.ungenerated_claims and not p.node and old(p)]
+    if ungenerated and not any(e.reason == "FailedResourceClaimCreation" for e in facts.events):
+        names = ", ".join(f"{p.name} ({', '.join(p.ungenerated_claims)})" for p in ungenerated)
+        return ("controller-manager-unavailable",
+                f"No ResourceClaim was generated for {names} in {facts.stall_after:.0f}s or more and "
+                f"no FailedResourceClaimCreation event was recorded: the resourceclaim controller of "
+                f"kube-controller-manager is not acting.{health('kube-controller-manager')} Check its "
+                "process or pod and its logs.")
+    if all(p.unseen_by_scheduler and old(p) for p in live) and not any(
+            e.reason in ("Scheduled", "FailedScheduling") for e in facts.events):
+        names = ", ".join(p.name for p in live)
+        return ("scheduler-unavailable",
+                f"No scheduler acted on {names} in {facts.stall_after:.0f}s or more: no binding, no "
+                f"PodScheduled condition, no Scheduled/FailedScheduling event, while the API server "
+                f"answered.{health('kube-scheduler')} Check kube-scheduler's process or pod and its logs.")
+    return None
+
+
+RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_control_plane,
+         _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
+         _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
+         _rule_cleanup, _rule_quota, _rule_policy_conflict]
 

@@ -120,6 +120,91 @@ def test_resource_api_v1_not_served():
     assert code == "api-unavailable" and "v1beta1" in reason
 
 
+# --- a stalled control plane: recorded from a bed whose kube-scheduler / kube-controller-manager
+# was SIGSTOPped (tests/testbed/test_stalled_control_plane.py); the bed keeps no Lease.
+BED_SCHEDULER = ("no Lease kube-system/kube-scheduler (it may run without leader election); "
+                 "no pod labelled component=kube-scheduler in kube-system")
+
+
+def unscheduled(age: float = 20.0, **changes) -> tuple[PodFacts, ClaimFacts]:
+    """A pod of 01-single-gpu whose claim was generated but which nothing scheduled: no
+    nodeName, no PodScheduled condition."""
+    pod, claim = pending(message=None)
+    return dataclasses.replace(pod, unseen_by_scheduler=True, age=age, **changes), claim
+
+
+def test_no_scheduler_acted_on_the_pods():
+    pod, claim = unscheduled()
+    facts = with_workload(healthy(control_plane={"kube-scheduler": BED_SCHEDULER}), pod, claim)
+    code, reason = classify(facts, "allocation", "timed out after 180s waiting for 1 pod(s)")
+    assert code == "scheduler-unavailable"
+    assert "gpu-pod" in reason and "no binding" in reason and "no Lease kube-system/kube-scheduler" in reason
+
+
+def test_a_stale_lease_is_named():
+    pod, claim = unscheduled()
+    lease = ("its Lease kube-system/kube-scheduler (holder cp-1_x) was last renewed 95s ago, past "
+             "its 15s duration: no instance is leading")
+    facts = with_workload(healthy(control_plane={"kube-scheduler": lease}), pod, claim)
+    assert "no instance is leading" in classify(facts, "allocation", "")[1]
+
+
+def test_a_young_unscheduled_pod_is_not_a_stalled_scheduler():
+    pod, claim = unscheduled(age=3.0)
+    facts = with_workload(healthy(), pod, claim)
+    assert classify(facts, "allocation", "")[0] != "scheduler-unavailable"
+
+
+def test_a_scheduling_event_means_the_scheduler_acted():
+    pod, claim = unscheduled()
+    facts = with_workload(healthy(events=[EventFacts("FailedScheduling", "0/4 nodes", "Warning", "Pod",
+                                                     "gpu-pod")]), pod, claim)
+    assert classify(facts, "allocation", "")[0] != "scheduler-unavailable"
+
+
+def test_a_stopped_scheduler_is_not_a_missing_class():
+    # The issue's misdiagnosis: with no scheduler, a claim naming a class is not judged by it.
+    pod, claim = unscheduled()
+    facts = with_workload(healthy(device_classes={"mig.nvidia.com": []}), pod, claim)
+    assert classify(facts, "allocation", "")[0] == "scheduler-unavailable"
+
+
+def test_no_claim_generated_for_the_template():
+    pod = PodFacts("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
+                   unresolved_claims=["gpu"], age=30.0, tolerations=[PROFILE_TOLERATION])
+    facts = healthy(pods=[pod], templates=[TemplateFacts("single-gpu", "ns", [request()])])
+    code, reason = classify(facts, "allocation", "")
+    assert code == "controller-manager-unavailable" and "gpu-pod (gpu)" in reason
+
+
+def test_a_namespace_without_its_default_service_account():
+    facts = healthy(namespace="draconf-x-single-gpu", namespace_without_sa_for=16.0,
+                    control_plane={"kube-controller-manager": "no Lease kube-system/kube-controller-manager"})
+    code, reason = classify(facts, "allocation", "timed out after 15s waiting for service account default")
+    assert code == "controller-manager-unavailable"
+    assert "draconf-x-single-gpu" in reason and "no Lease" in reason
+    assert classify(dataclasses.replace(facts, namespace_without_sa_for=2.0), None, "")[0] == "timeout"
+
+
+def test_a_refused_claim_creation_is_not_a_stalled_controller():
+    pod = PodFacts("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
+                   age=30.0)
+    facts = healthy(pods=[pod], events=[EventFacts("FailedResourceClaimCreation", "exceeded quota",
+                                                   "Warning", "Pod", "gpu-pod")])
+    assert classify(facts, "allocation", "")[0] != "controller-manager-unavailable"
+
+
+def test_stall_facts_from_a_recorded_pod():
+    raw = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "creationTimestamp": "2000-01-01T00:00:00Z"},
+           "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+           "status": {"phase": "Pending"}}
+    facts = build_facts(Snapshot(namespace="ns", pods=[raw], control_plane={"kube-scheduler": "x"}),
+                        builtin("nvidia"))
+    pod = facts.pods[0]
+    assert pod.unseen_by_scheduler and pod.ungenerated_claims == ["gpu"] and pod.age > 1000
+    assert facts.stall_after == 15.0 and facts.control_plane == {"kube-scheduler": "x"}
+
+
 def test_claim_names_a_missing_deviceclass():
     pod, claim = pending(message="0/4 nodes are available: 4 cannot allocate all claims.")
     facts = with_workload(healthy(device_classes={"mig.nvidia.com": []}), pod, claim)
@@ -598,7 +683,8 @@ def test_every_code_is_reachable_and_known():
     assert {"api-unavailable", "missing-deviceclass", "no-resourceslices", "attribute-missing",
             "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
-            "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied", "timeout"} == set(DIAGNOSES)
+            "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
+            "scheduler-unavailable", "controller-manager-unavailable", "timeout"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
