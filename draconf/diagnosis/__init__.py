@@ -85,8 +85,8 @@ def diagnose(api, profile, namespace: str | None, check: str | None, error_text:
 def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     """Diagnose a failing draconf test item (for the pytest plugin's hook).
 
-    Finds the cluster (``config.draconf_api``), the profile, the test's namespace (the
-    ``started`` workload's, a ``deployed`` one's or the ``namespace`` fixture's) and its check
+    Finds the cluster (``config.draconf_api``), the profile, the test's namespace (its
+    workload's, found among its fixtures, or the ``namespace`` fixture's) and its check
     (``draconf`` marker).
     Returns None when there is no cluster connection to read from.
     """
@@ -97,8 +97,11 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
         return None
     funcargs = getattr(item, "funcargs", {}) or {}
     namespace = None
-    started = funcargs.get("started")  # a draconf.workload.Start (suites/test_workloads.py)
-    deployed = started.deployed if started is not None else funcargs.get("deployed")
+    # The test's workload: a DeployedWorkload among its fixtures, or one a fixture carries as
+    # ``.deployed`` (a Start of suites/test_workloads.py, the FinishedJob of suites/test_jobs.py).
+    from draconf.workload import DeployedWorkload
+    deployed = next((d for value in funcargs.values()
+                     for d in (value, getattr(value, "deployed", None)) if isinstance(d, DeployedWorkload)), None)
     if deployed is not None and getattr(deployed, "namespace", None):
         namespace = deployed.namespace
     elif isinstance(funcargs.get("namespace"), str):
