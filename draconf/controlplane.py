@@ -26,23 +26,10 @@ True
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from draconf.kube import seconds_since
 
 #: Seconds any one health read may take (this runs while a verdict is being written).
 READ_TIMEOUT = 5
-
-
-def _age(stamp) -> float | None:
-    if not stamp:
-        return None
-    if isinstance(stamp, str):
-        try:
-            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - stamp).total_seconds()
 
 
 def lease_sentence(component: str, lease: dict | None) -> str:
@@ -51,7 +38,7 @@ def lease_sentence(component: str, lease: dict | None) -> str:
     if lease is None:
         return f"no Lease {where} (it may run without leader election)"
     spec = lease.get("spec") or {}
-    age = _age(spec.get("renewTime"))
+    age = seconds_since(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
     holder = spec.get("holderIdentity") or "none"
     if age is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -126,3 +127,22 @@ def connect_target(target: str, context: str | None = None) -> Api:
     if target == "in-cluster":
         return connect_in_cluster()
     return connect(None, context)
+
+
+def seconds_since(stamp) -> float | None:
+    """Seconds from an API timestamp (RFC 3339 text, as in a dict, or the client's datetime) to
+    now; None without one, or for text that is no timestamp.
+
+    >>> seconds_since("2000-01-01T00:00:00Z") > 0, seconds_since(None), seconds_since("soon")
+    (True, None, None)
+    """
+    if not stamp:
+        return None
+    if isinstance(stamp, str):
+        try:
+            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - stamp).total_seconds()

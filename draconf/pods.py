@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import yaml
 from kubernetes.client.exceptions import ApiException
@@ -23,6 +22,7 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
 
+from draconf.kube import seconds_since
 from draconf.waits import is_transient
 
 #: Seconds the suite gives its pods to stop when it deletes them, stated rather than inherited:
@@ -138,12 +138,7 @@ class Pod:
         >>> Pod({"metadata": {"deletionTimestamp": "2000-01-01T00:00:00Z"}}).seconds_past_grace_period > 0
         True
         """
-        stamp = self.meta.get("deletionTimestamp")
-        if not stamp:
-            return None
-        if isinstance(stamp, str):
-            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        return (datetime.now(timezone.utc) - stamp).total_seconds()
+        return seconds_since(self.meta.get("deletionTimestamp"))
 
     @property
     def containers_stopped(self) -> bool:

@@ -12,7 +12,6 @@ Verdict(CEL runtime error: no such key: productName)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from kubernetes.utils import parse_quantity
@@ -20,6 +19,7 @@ from kubernetes.utils import parse_quantity
 from draconf import cel
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.devices import Device, devices_from_slices
+from draconf.kube import seconds_since
 from draconf.pods import Pod, describe_pod
 
 if TYPE_CHECKING:
@@ -362,28 +362,10 @@ def _pod_facts(raw: dict) -> PodFacts:
         node_selector=dict(pod.spec.get("nodeSelector") or {}),
         affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
         unseen_by_scheduler=pod.unseen_by_scheduler, ungenerated_claims=pod.template_claims_not_generated,
-        age=_seconds_since(pod.meta.get("creationTimestamp")),
-        done_for=_seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
+        age=seconds_since(pod.meta.get("creationTimestamp")),
+        done_for=seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
                                      if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
                                     default=None)) if pod.phase in ("Succeeded", "Failed") else None)
-
-
-def _seconds_since(stamp) -> float | None:
-    """Seconds from an API timestamp (RFC 3339 text or datetime) to now; None without one.
-
-    >>> _seconds_since("2000-01-01T00:00:00Z") > 0, _seconds_since(None)
-    (True, None)
-    """
-    if not stamp:
-        return None
-    if isinstance(stamp, str):
-        try:
-            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - stamp).total_seconds()
 
 
 def _claim_facts(raw: dict) -> ClaimFacts:
@@ -400,7 +382,7 @@ def _claim_facts(raw: dict) -> ClaimFacts:
         reserved_for=[r.get("name", "") for r in status.get("reservedFor") or []],
         reserved_for_uids=[r.get("uid", "") for r in status.get("reservedFor") or []],
         finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
-        deleting_for=_seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
+        deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
 
 
 def build_facts(snap: Snapshot, profile) -> Facts:
@@ -409,7 +391,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                   required_attributes=list(profile.required_attributes()),
                   namespace=snap.namespace, api_error=snap.api_error, errors=dict(snap.errors),
                   control_plane=dict(snap.control_plane),
-                  namespace_without_sa_for=_seconds_since(snap.namespace_without_sa))
+                  namespace_without_sa_for=seconds_since(snap.namespace_without_sa))
     if getattr(profile, "timeouts", None) is not None:
         from draconf.workload import stall_after
         facts.stall_after = stall_after(profile)
