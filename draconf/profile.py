@@ -354,14 +354,19 @@ def from_dict(data, source: str = "<profile>", _seen: tuple[str, ...] = ()) -> P
     return profile
 
 
+def _require_section(name: str, value, keys, fail) -> None:
+    """A nested section is a mapping of known keys; anything else names the section's keys."""
+    if not isinstance(value, dict):
+        raise fail(f"`{name}` must be a mapping ({', '.join(keys)})")
+    bad = sorted(set(value) - set(keys))
+    if bad:
+        raise fail(f"`{name}` has unknown key(s) {', '.join(bad)}; known: {', '.join(keys)}")
+
+
 def _injection(value, base: Injection, fail) -> Injection:
     if value == "nvidia-smi":  # the only method of older profiles
         return Injection()
-    if not isinstance(value, dict):
-        raise fail("`injection` must be a mapping (command, format, variable, pattern, identity)")
-    bad = sorted(set(value) - set(_INJECTION_KEYS))
-    if bad:
-        raise fail(f"`injection` has unknown key(s) {', '.join(bad)}; known: {', '.join(_INJECTION_KEYS)}")
+    _require_section("injection", value, _INJECTION_KEYS, fail)
     fields = {_INJECTION_KEYS[k]: v for k, v in value.items()}
     if "command" in fields:
         if not _strings(fields["command"]) or not fields["command"]:
@@ -391,11 +396,7 @@ def _injection(value, base: Injection, fail) -> Injection:
 
 
 def _plugin(value, base: Plugin, fail) -> Plugin:
-    if not isinstance(value, dict):
-        raise fail("`plugin` must be a mapping (daemonSets, podSelectors, gpuNodeLabels)")
-    bad = sorted(set(value) - set(_PLUGIN_KEYS))
-    if bad:
-        raise fail(f"`plugin` has unknown key(s) {', '.join(bad)}; known: {', '.join(_PLUGIN_KEYS)}")
+    _require_section("plugin", value, _PLUGIN_KEYS, fail)
     fields = {}
     if "daemonSets" in value:
         ds = value["daemonSets"]
@@ -416,11 +417,7 @@ def _plugin(value, base: Plugin, fail) -> Plugin:
 
 
 def _capabilities(value, base: Capabilities, fail) -> Capabilities:
-    if not isinstance(value, dict):
-        raise fail("`capabilities` must be a mapping (gpuCluster, clusterPolicy, extendedResource)")
-    bad = sorted(set(value) - set(_CAPABILITY_KEYS))
-    if bad:
-        raise fail(f"`capabilities` has unknown key(s) {', '.join(bad)}; known: {', '.join(_CAPABILITY_KEYS)}")
+    _require_section("capabilities", value, _CAPABILITY_KEYS, fail)
     fields = {}
     for key in ("gpuCluster", "clusterPolicy"):
         if key in value:
