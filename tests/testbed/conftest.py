@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from draconf import namespaces
 from draconf.kube import connect
 from draconf.testbed import inventory
 from draconf.testbed.cluster import Testbed
@@ -39,6 +40,15 @@ def healthy_bed():
 @pytest.fixture(scope="session")
 def api(healthy_bed):
     return connect(healthy_bed.kubeconfig)
+
+
+@pytest.fixture
+def ns(api, request):
+    """A fresh namespace on the bed of the test's ``api`` (a module may bring its own bed by
+    overriding ``api``), deleted afterwards."""
+    name = namespaces.create(api, namespaces.RunId("selftest"), request.node.name)
+    yield name
+    namespaces.delete(api, name, wait=60)
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,6 @@ def api(example_driver_bed):
     return connect(example_driver_bed.kubeconfig)
 
 
-@pytest.fixture
-def ns(api, request):
-    name = namespaces.create(api, RUN, request.node.name)
-    yield name
-    namespaces.delete(api, name, wait=60)
-
-
 def test_the_charts_objects_are_installed(api):
     (cls,) = [c for c in api.resource.list_device_class().items if c.metadata.name == example_driver.DEVICE_CLASS]
     assert cls.spec.selectors[0].cel.expression == "device.driver == 'gpu.example.com'"

@@ -27,13 +27,6 @@ def api(kwok_gpu_bed):
     return connect(kwok_gpu_bed.kubeconfig)
 
 
-@pytest.fixture
-def ns(api, request):
-    name = namespaces.create(api, RUN, request.node.name)
-    yield name
-    namespaces.delete(api, name, wait=60)
-
-
 def test_a_gpu_pod_on_a_kwok_node_sees_its_gpu_and_nothing_of_the_host(api, ns, kwok_gpu_bed):
     deployed = DeployedWorkload.deploy(api, ns, Workload("single-gpu", ["01-single-gpu.yaml"], 1), PROFILE)
     (pod,) = deployed.wait_running(timeout=30)

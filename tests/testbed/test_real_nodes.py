@@ -24,13 +24,6 @@ REAL_GPU_NODES = [n.name for n in inventory.load().gpu_nodes if n.kind == "real"
 pytestmark = pytest.mark.skipif(not REAL_GPU_NODES, reason="the default fleet has no real GPU node")
 
 
-@pytest.fixture
-def ns(api, request):
-    name = namespaces.create(api, RUN, request.node.name)
-    yield name
-    namespaces.delete(api, name, wait=60)
-
-
 def _pod(name: str, command: list[str], claim_template: str | None = None, limits: dict | None = None,
          restart: str = "Never") -> dict:
     container = {"name": "workload", "image": PROFILE.image, "command": command}

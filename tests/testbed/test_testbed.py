@@ -23,13 +23,6 @@ PROFILE = for_target(builtin("nvidia"), "testbed")
 RUN = namespaces.RunId("selftest")
 
 
-@pytest.fixture
-def ns(api, request):
-    name = namespaces.create(api, RUN, request.node.name)
-    yield name
-    namespaces.delete(api, name, wait=60)
-
-
 def test_version_reports_the_pinned_release(api):
     assert api.version.get_code().git_version == pins.KUBERNETES_VERSION
 
