@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+#: On the claim the scheduler creates for a pod's extended resources (DRAExtendedResource).
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class AllocationResult:
     driver: str
     pool: str
     device: str
+    #: allocated with adminAccess: the device may be in other claims too (KEP-5018)
+    admin_access: bool = False
 
     @property
     def key(self) -> str:
@@ -92,8 +96,19 @@ class Claim:
 
     @property
     def is_generated(self) -> bool:
-        """Made by the resourceclaim controller from a template for one pod."""
-        return POD_CLAIM_ANNOTATION in (self.meta.get("annotations") or {})
+        """Made for one pod and deleted with it: by the resourceclaim controller from a
+        template, or by the scheduler for the pod's extended resources."""
+        annotations = self.meta.get("annotations") or {}
+        return POD_CLAIM_ANNOTATION in annotations or self.is_extended_resource_claim
+
+    @property
+    def is_extended_resource_claim(self) -> bool:
+        """Created by the scheduler for a pod's extended resources (``nvidia.com/gpu: 1``).
+
+        >>> Claim({"metadata": {"annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"}}}).is_generated
+        True
+        """
+        return (self.meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
 
     @property
     def owner_pod_uid(self) -> str | None:
@@ -105,7 +120,8 @@ class Claim:
     @property
     def results(self) -> list[AllocationResult]:
         alloc = self.status.get("allocation") or {}
-        return [AllocationResult(r.get("request", ""), r["driver"], r["pool"], r["device"])
+        return [AllocationResult(r.get("request", ""), r["driver"], r["pool"], r["device"],
+                                 bool(r.get("adminAccess")))
                 for r in (alloc.get("devices") or {}).get("results") or []]
 
     @property

@@ -7,6 +7,12 @@
 ...   "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "gpu-pod-gpu-abc"}]}})
 >>> p.phase, p.claim_names(), p.container_claims("sidecar")
 ('Running', {'gpu': 'gpu-pod-gpu-abc'}, [])
+>>> x = Pod({"spec": {"containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+...   "status": {"extendedResourceClaimStatus": {"resourceClaimName": "x-extended-resources-abc",
+...     "requestMappings": [{"containerName": "w", "resourceName": "nvidia.com/gpu",
+...                          "requestName": "container-0-request-0"}]}}})
+>>> x.claim_names(), x.container_claims("w")
+({'(extended resources)': 'x-extended-resources-abc'}, ['(extended resources)'])
 >>> parse_nvidia_smi_uuids("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)\\n")
 ['GPU-1234']
 """
@@ -33,6 +39,9 @@ DELETE_GRACE_SECONDS = 1
 
 _NOT_FOUND = "executable file not found"
 #: Waiting reasons a kubelet gives a container whose image it cannot get (kubelet images/types.go).
+#: The pod-level name under which :meth:`Pod.claim_names` lists the scheduler's claim for the
+#: pod's extended resources (not a valid claim name, so it cannot clash with the spec's).
+EXTENDED_CLAIM = "(extended resources)"
 IMAGE_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
@@ -164,7 +173,9 @@ class Pod:
         return failures
 
     def claim_names(self) -> dict[str, str]:
-        """Pod-level claim name -> ResourceClaim name (generated or named); only those known yet."""
+        """Pod-level claim name -> ResourceClaim name (generated or named); only those known yet.
+        The claim the scheduler made for the pod's extended resources (``nvidia.com/gpu: 1``
+        backed by a DeviceClass's ``extendedResourceName``) is listed as :data:`EXTENDED_CLAIM`."""
         generated = {s["name"]: s.get("resourceClaimName")
                      for s in self.status.get("resourceClaimStatuses") or []}
         names = {}
@@ -172,7 +183,21 @@ class Pod:
             name = ref.get("resourceClaimName") or generated.get(ref["name"])
             if name:
                 names[ref["name"]] = name
+        if self.extended_claim_name:
+            names[EXTENDED_CLAIM] = self.extended_claim_name
         return names
+
+    @property
+    def extended_claim_name(self) -> str | None:
+        """The claim the scheduler created for the pod's extended resources
+        (``status.extendedResourceClaimStatus``, DRAExtendedResource), else None."""
+        return (self.status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+
+    @property
+    def extended_request_mappings(self) -> list[dict]:
+        """``{containerName, resourceName, requestName}`` for each container's extended resource
+        that the scheduler mapped to a request of :attr:`extended_claim_name`."""
+        return list((self.status.get("extendedResourceClaimStatus") or {}).get("requestMappings") or [])
 
     def generated_claim_names(self) -> list[str]:
         templated = {r["name"] for r in self.spec.get("resourceClaims") or []
@@ -187,7 +212,10 @@ class Pod:
         """Pod-level claim names a container lists in ``resources.claims``."""
         for c in self.spec.get("containers") or []:
             if c["name"] == container:
-                return [r["name"] for r in (c.get("resources") or {}).get("claims") or []]
+                listed = [r["name"] for r in (c.get("resources") or {}).get("claims") or []]
+                if any(m.get("containerName") == container for m in self.extended_request_mappings):
+                    listed.append(EXTENDED_CLAIM)
+                return listed
         raise KeyError(container)
 
     def summary(self) -> str:

@@ -28,10 +28,10 @@ from kubernetes.client.exceptions import ApiException
 from draconf import cel, manifests, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
 from draconf import selectors as sel
-from draconf.claims import Claim
+from draconf.claims import EXTENDED_RESOURCE_CLAIM_ANNOTATION, Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.errors import NoVerdict
-from draconf.pods import Pod, delete_pods, exec_in_container
+from draconf.pods import EXTENDED_CLAIM, Pod, delete_pods, exec_in_container
 from draconf.profile import Injection, Profile
 
 log = logging.getLogger("draconf.workload")
@@ -39,7 +39,7 @@ log = logging.getLogger("draconf.workload")
 #: Scheduler messages that will not change by waiting (see dra-facts §2 and the seeds).
 DEFINITIVE_UNSCHEDULABLE = ("cannot allocate all claims", "does not exist", "untolerated taint",
                             "didn't match Pod's node affinity/selector", "CEL runtime error",
-                            "exceeded quota")
+                            "exceeded quota", "feature is disabled")
 #: Parts of a scheduler message that say "not yet" rather than "never".
 TRANSIENT_UNSCHEDULABLE = ("resourceclaim not available on the node", "not created yet",
                            "waiting for", "timed out trying to allocate", "is being deleted",
@@ -98,6 +98,9 @@ class Workload:
     pod_selector: str | None = None
     #: run every pod on this node (kubernetes.io/hostname); None: the scheduler chooses
     node: str | None = None
+    #: the pods ask for devices as extended resources (``nvidia.com/gpu: 1``), served through
+    #: the claim the scheduler creates (``status.extendedResourceClaimStatus``)
+    extended_resources: bool = False
 
     def documents(self, profile: Profile) -> list[dict]:
         """The manifests with the profile's class, image and tolerations and this run's selectors."""
@@ -437,20 +440,29 @@ class DeployedWorkload:
                 problems.append(f"pod {pod.name} is not scheduled: {pod.unschedulable_message}")
                 continue
             refs = {r["name"]: r for r in pod.spec.get("resourceClaims") or []}
+            if self.workload.extended_resources:
+                # The scheduler creates this claim for the containers' extended resources.
+                refs[EXTENDED_CLAIM] = {"name": EXTENDED_CLAIM}
             names = pod.claim_names()
             for ref_name, ref in refs.items():
                 claim_name = names.get(ref_name)
                 if claim_name is None:
                     problems.append(f"pod {pod.name}: status.resourceClaimStatuses does not name the "
-                                    f"claim generated for {ref_name!r}")
+                                    f"claim generated for {ref_name!r}" if ref_name != EXTENDED_CLAIM else
+                                    f"pod {pod.name}: status.extendedResourceClaimStatus names no claim "
+                                    "for its extended resources (" + _extended_limits(pod) + ")")
                     continue
                 claim = claims.get(claim_name)
                 if claim is None:
                     problems.append(f"pod {pod.name}: claim {claim_name} does not exist")
                     continue
                 evidence.append(claim.summary())
-                if ref.get("resourceClaimTemplateName") and claim.owner_pod_uid != pod.uid:
+                if (ref.get("resourceClaimTemplateName") or ref_name == EXTENDED_CLAIM) \
+                        and claim.owner_pod_uid != pod.uid:
                     problems.append(f"generated claim {claim_name} is not owned by pod {pod.name}")
+                if ref_name == EXTENDED_CLAIM and not claim.is_extended_resource_claim:
+                    problems.append(f"claim {claim_name} lacks the annotation "
+                                    f"{EXTENDED_RESOURCE_CLAIM_ANNOTATION}: \"true\"")
                 if not claim.is_allocated:
                     problems.append(f"claim {claim_name} of pod {pod.name} is not allocated")
                     continue
@@ -463,7 +475,8 @@ class DeployedWorkload:
                 if len({r.key for r in claim.results}) != len(claim.results):
                     problems.append(f"claim {claim_name}: the same device allocated twice")
                 for result in claim.results:
-                    other = owners.setdefault(result.key, claim_name)
+                    # adminAccess results may share a device with other claims (KEP-5018).
+                    other = claim_name if result.admin_access else owners.setdefault(result.key, claim_name)
                     if other != claim_name:
                         problems.append(f"device {result.key} is allocated to both {other} and {claim_name}")
                     device = published.lookup(result.driver, result.pool, result.device)
@@ -578,7 +591,8 @@ class DeployedWorkload:
                             + ("; ".join(c.summary() for c in claims.values()) or "no claims") + ")")
         freed = [published.lookup(r.driver, r.pool, r.device)
                  for c in held.values() for r in c.results]
-        freed = [d for d in freed if d is not None]
+        # adminAccess claims share their device with another claim: free each device once.
+        freed = list({d.key: d for d in freed if d is not None}.values())
         self.delete_consumers()
         timeout = self.profile.timeouts.cleanup
 
@@ -635,6 +649,13 @@ class DeployedWorkload:
         if freed:
             evidence += probe(freed)
         return evidence
+
+
+def _extended_limits(pod: Pod) -> str:
+    """The extended resources the pod's containers ask for, e.g. ``workload: nvidia.com/gpu=1``."""
+    asked = [f"{c['name']}: {k}={v}" for c in pod.spec.get("containers") or []
+             for k, v in ((c.get("resources") or {}).get("limits") or {}).items() if "/" in k]
+    return ", ".join(asked) or "no container asks for one"
 
 
 def _api_message(err: ApiException) -> str:

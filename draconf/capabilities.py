@@ -1,0 +1,147 @@
+"""What the cluster serves and the driver publishes, for the feature scenarios (suites/test_features.py).
+
+A feature scenario applies only where the cluster has the feature.  A disabled feature gate
+does not refuse a field: the API server drops it on create, so the only honest probe is to
+send the field and read back what the server kept.  Each probe here asks the real API server
+(a server-side dry-run create, which persists nothing, or a read of a live object) and returns
+a :class:`Capability`: whether the feature is there and, either way, what was seen.
+
+>>> field_at({"spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [{"name": "a"}]}]}}},
+...          "spec.devices.requests.0.firstAvailable.0.name")
+'a'
+>>> field_at({"spec": {"devices": {"requests": [{"name": "gpu"}]}}},
+...          "spec.devices.requests.0.firstAvailable") is None
+True
+>>> Capability("prioritized-list", False, "the API server dropped firstAvailable").skip_reason
+'prioritized-list is not available on this cluster: the API server dropped firstAvailable'
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+
+from kubernetes.client.exceptions import ApiException
+
+#: The namespace label without which the API server refuses adminAccess claims (KEP-5018).
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+#: The annotation the scheduler puts on the claim it creates for a pod's extended resources.
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One feature the cluster has or lacks; ``evidence`` says what the server showed."""
+    name: str
+    available: bool
+    evidence: str
+
+    @property
+    def skip_reason(self) -> str:
+        return f"{self.name} is not available on this cluster: {self.evidence}"
+
+
+def field_at(obj, path: str):
+    """The value at a dotted path (list indexes as numbers), None where any step is absent."""
+    for step in path.split("."):
+        if isinstance(obj, list):
+            obj = obj[int(step)] if step.isdigit() and int(step) < len(obj) else None
+        elif isinstance(obj, dict):
+            obj = obj.get(step)
+        else:
+            return None
+        if obj is None:
+            return None
+    return obj
+
+
+def _server_message(err: ApiException) -> str:
+    try:
+        return json.loads(err.body or "")["message"]
+    except (ValueError, KeyError, TypeError):
+        return (err.body or err.reason or "").strip()
+
+
+def dry_run_claim(api, namespace: str, claim: dict) -> tuple[dict | None, str | None]:
+    """Create ``claim`` with ``dryRun=All`` (validated and admitted, never stored): the object
+    as the server would keep it, or None and the server's refusal."""
+    body = copy.deepcopy(claim)
+    body.setdefault("metadata", {})["namespace"] = namespace
+    try:
+        created = api.resource.create_namespaced_resource_claim(namespace, body, dry_run="All")
+    except ApiException as err:
+        if err.status in (400, 403, 422):
+            return None, f"HTTP {err.status}: {_server_message(err)}"
+        raise
+    return api.api_client.sanitize_for_serialization(created), None
+
+
+def served_field(api, namespace: str, name: str, claim: dict, path: str) -> Capability:
+    """Whether the API server keeps the field at ``path`` of ``claim`` (dry-run create, read back)."""
+    kept, refused = dry_run_claim(api, namespace, claim)
+    if refused:
+        return Capability(name, False, f"a server-side dry-run create of a claim using it was "
+                                       f"refused: {refused}")
+    value = field_at(kept, path)
+    if value in (None, [], {}, False):
+        return Capability(name, False, f"the API server dropped `{path}` from a dry-run create "
+                                       "(its feature gate is off)")
+    return Capability(name, True, f"the API server keeps `{path}` (dry-run create)")
+
+
+def prioritized_list(api, namespace: str, device_class: str) -> Capability:
+    """``firstAvailable`` (DRAPrioritizedList, GA in 1.36) is served."""
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "draconf-probe-first-available"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [
+                 {"name": "first", "deviceClassName": device_class},
+                 {"name": "second", "deviceClassName": device_class}]}]}}}
+    return served_field(api, namespace, "prioritized-list (firstAvailable)", claim,
+                        "spec.devices.requests.0.firstAvailable.1.name")
+
+
+def admin_access(api, namespace: str, device_class: str) -> Capability:
+    """``adminAccess`` (DRAAdminAccess, GA in 1.36) is served; ``namespace`` must carry
+    :data:`ADMIN_ACCESS_LABEL`, else the server refuses the probe itself."""
+    claim = admin_claim("draconf-probe-admin-access", device_class)
+    return served_field(api, namespace, "admin access (adminAccess)", claim,
+                        "spec.devices.requests.0.exactly.adminAccess")
+
+
+def admin_claim(name: str, device_class: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": device_class, "adminAccess": True}}]}}}
+
+
+def extended_resource(api, device_class: str, resource: str | None) -> Capability:
+    """The live DeviceClass maps the device plugin's extended resource (``extendedResourceName``,
+    DRAExtendedResource, beta and on in 1.36), so ``resources.limits: {<resource>: 1}`` pods
+    get their device through DRA.  The field being present on the stored class is the API
+    server's evidence: with the gate off it drops the field on create."""
+    name = "extended resource backed by DRA (extendedResourceName)"
+    if not resource:
+        return Capability(name, False, "the profile names no device-plugin extended resource "
+                                       "(capabilities.extendedResource)")
+    try:
+        obj = api.resource.read_device_class(device_class)
+    except ApiException as err:
+        if err.status == 404:
+            return Capability(name, False, f"DeviceClass {device_class} does not exist")
+        raise
+    mapped = api.api_client.sanitize_for_serialization(obj).get("spec", {}).get("extendedResourceName")
+    if not mapped:
+        return Capability(name, False, f"DeviceClass {device_class} carries no extendedResourceName, "
+                                       f"so {resource} pods are not served through DRA (the chart "
+                                       "renders it on resource.k8s.io/v1 clusters with the gate on)")
+    if mapped != resource:
+        return Capability(name, False, f"DeviceClass {device_class} maps {mapped}, not {resource}")
+    return Capability(name, True, f"DeviceClass {device_class} has extendedResourceName: {mapped}")
+
+
+def device_plugin_nodes(api, resource: str) -> list[str]:
+    """Nodes whose allocatable carries ``resource``: a device plugin serves it there, and the
+    scheduler gives such nodes' pods the device plugin's GPUs, not DRA's (KEP-5004)."""
+    return sorted(n.metadata.name for n in api.core.list_node().items
+                  if resource in ((n.status.allocatable if n.status else None) or {}))

@@ -1,0 +1,379 @@
+"""DRA features a GPU cluster on Kubernetes 1.36 uses beyond the walkthrough, as three more workloads.
+
+Each is applied from ``manifests/features/`` and gets the same three checks as the six
+walkthrough workloads (``suites/test_workloads.py``: allocation, cdi-injection, cleanup), plus
+what the feature itself promises:
+
+* **extended-resource** (``40-extended-resource.yaml``) - a pod asking for ``nvidia.com/gpu: 1``
+  in its limits, no claim, on a cluster whose DeviceClass carries ``extendedResourceName``:
+  the scheduler creates its claim (annotation ``resource.kubernetes.io/extended-resource-claim``,
+  named in ``pod.status.extendedResourceClaimStatus``, owned by the pod, one request per
+  container mapping with the container's count), the driver prepares it, ``nvidia-smi -L``
+  lists the allocated GPU, and the claim is deleted with the pod;
+* **prioritized-list** (``41-prioritized-list.yaml``) - ``firstAvailable``: "a B200, else the
+  model this cluster publishes most of"; no published device satisfies the first subrequest,
+  so the result names ``gpu/<second>`` and its device satisfies that subrequest's selectors;
+* **admin-access** (``42-gpu-in-use.yaml``, ``43-admin-access-monitor.yaml``) - in a namespace
+  labelled ``resource.kubernetes.io/admin-access: "true"``, a claim with ``adminAccess: true``
+  is allocated the GPU another claim holds, and its container sees that GPU; the same claim in
+  an unlabelled namespace is refused by the API server, whose message the report shows.
+
+Each is capability-gated (draconf/capabilities.py): where the cluster does not serve the field
+(a server-side dry-run create drops it) or the DeviceClass maps no extended resource, the
+workload's tests are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from draconf import capabilities, cel, manifests, waits
+from draconf.admission import AdmissionDenied
+from draconf.claims import Claim
+from draconf.workload import REJECTED_STATUSES, VERDICT_AFTER, DeployedWorkload, Start, Workload
+
+
+
+def _walkthrough_module():
+    """suites/test_workloads.py, whose three checks these workloads get too: the module pytest
+    imported (``--import-mode=importlib`` names it ``suites.test_workloads``), else loaded
+    under that name so pytest finds it there instead of importing it twice."""
+    import importlib.util
+    import sys
+    for name in ("suites.test_workloads", "test_workloads"):
+        if name in sys.modules:
+            return sys.modules[name]
+    spec = importlib.util.spec_from_file_location("suites.test_workloads",
+                                                  Path(__file__).with_name("test_workloads.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+test_workloads = _walkthrough_module()
+log = logging.getLogger("draconf")
+
+FEATURES = ["extended-resource", "prioritized-list", "admin-access"]
+
+
+def note(request, text: str) -> None:
+    """Text that belongs in the report of a passing test (log, junit property, Allure)."""
+    log.warning(text)
+    request.node.user_properties.append(("draconf-note", text))
+    try:
+        import allure
+        allure.dynamic.description(text)
+    except ImportError:
+        pass
+
+
+# --- extended resources ------------------------------------------------------------------------
+
+class ExtendedResourceWorkload(DeployedWorkload):
+    """A workload whose pods ask for an extended resource: the scheduler's ``Insufficient
+    nvidia.com/gpu``, standing while the DeviceClass maps that resource, is its verdict (the
+    scheduler does not serve the resource through DRA), not a wait for the timeout."""
+
+    def verdict(self, pods):
+        found = super().verdict(pods)
+        if found:
+            return found
+        resource = self.profile.capabilities.extended_resource
+        now = time.monotonic()
+        for pod in pods:
+            message = pod.unschedulable_message or ""
+            if resource and f"Insufficient {resource}" in message and "cannot allocate" not in message:
+                first = self._unschedulable_since.setdefault((pod.uid, "insufficient"), now)
+                if now - first >= VERDICT_AFTER:
+                    return (f"the scheduler cannot place pod {pod.name}: {message} (DeviceClass "
+                            f"{self.profile.device_class} maps {resource}, but the scheduler does not "
+                            "serve it through DRA: is DRAExtendedResource on in kube-scheduler?)")
+        return None
+
+
+def start_extended_resource(request, cluster, profile, run_id) -> Start:
+    from draconf.pytest_plugin import make_namespace
+    capability = capabilities.extended_resource(cluster, profile.device_class,
+                                                profile.capabilities.extended_resource)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+    resource = profile.capabilities.extended_resource
+    plugin_nodes = capabilities.device_plugin_nodes(cluster, resource)
+    if plugin_nodes:
+        # Where a node advertises the resource itself, the scheduler gives the device plugin's
+        # GPUs there, and DRA serves only the other nodes (KEP-5004).
+        pytest.skip(f"{resource} is also advertised by a device plugin on {', '.join(plugin_nodes)}: "
+                    "pods asking for it are not served through DRA there")
+    ns = make_namespace(request, cluster, run_id, "extended-resource")
+    workload = Workload("extended-resource", ["features/40-extended-resource.yaml"], expected_pods=1,
+                        extended_resources=True)
+    return ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
+
+
+def extended_claim_problems(pod, claim: Claim, resource: str) -> list[str]:
+    """What the scheduler's claim must say about the pod's request: one request per
+    (container, resource) mapping, of the container's count, in the mapped class.
+
+    >>> from draconf.pods import Pod
+    >>> pod = Pod({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "w", "resources": {
+    ...   "limits": {"nvidia.com/gpu": 1}}}]}, "status": {"extendedResourceClaimStatus": {
+    ...   "resourceClaimName": "c", "requestMappings": [{"containerName": "w",
+    ...   "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}}})
+    >>> claim = Claim({"spec": {"devices": {"requests": [{"name": "container-0-request-0",
+    ...   "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}})
+    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu")
+    []
+    >>> claim.requests[0]["exactly"]["count"] = 2
+    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu")
+    ['container w asks for nvidia.com/gpu=1, its request container-0-request-0 is for 2 device(s)']
+    """
+    requests = {r["name"]: r.get("exactly") or {} for r in claim.requests}
+    mappings = {(m.get("containerName"), m.get("resourceName")): m.get("requestName")
+                for m in pod.extended_request_mappings}
+    problems = []
+    for container in pod.spec.get("containers") or []:
+        asked = ((container.get("resources") or {}).get("limits") or {}).get(resource)
+        if asked is None:
+            continue
+        name = mappings.get((container["name"], resource))
+        if name is None:
+            problems.append(f"container {container['name']} asks for {resource}={asked}, but "
+                            "status.extendedResourceClaimStatus.requestMappings maps none of it")
+            continue
+        if name not in requests:
+            problems.append(f"request {name} mapped for container {container['name']} is not in "
+                            f"claim {claim.name}")
+            continue
+        count = requests[name].get("count", 1)
+        if str(count) != str(asked):
+            problems.append(f"container {container['name']} asks for {resource}={asked}, its request "
+                            f"{name} is for {count} device(s)")
+    return problems
+
+
+# --- prioritized list --------------------------------------------------------------------------
+
+@dataclass
+class PrioritizedWorkload(Workload):
+    """41-prioritized-list.yaml with the fallback subrequest's model set to ``fallback_model``."""
+    fallback_model: str = ""
+
+    def documents(self, profile):
+        docs = super().documents(profile)
+        for doc in docs:
+            if doc["kind"] != "ResourceClaimTemplate":
+                continue
+            for request in doc["spec"]["spec"]["devices"]["requests"]:
+                subs = request.get("firstAvailable") or []
+                for sub in subs:
+                    sub["deviceClassName"] = profile.device_class
+                if len(subs) > 1 and self.fallback_model:
+                    subs[-1]["selectors"] = [{"cel": {"expression": model_equals(profile, self.fallback_model)}}]
+        return docs
+
+
+def model_equals(profile, product: str) -> str:
+    return f"device.attributes['{profile.domain}'].{profile.attributes['model']} == '{product}'"
+
+
+def subrequests(docs: list[dict]) -> list[dict]:
+    template = manifests.find(docs, "ResourceClaimTemplate")
+    return template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+
+
+def satisfiable(sub: dict, published, class_cel: list[str]) -> list:
+    """The published devices that satisfy a subrequest's class and its own selectors."""
+    own = [s["cel"]["expression"] for s in sub.get("selectors") or []]
+    return [d for d in published if cel.evaluate_all(class_cel + own, d).matched]
+
+
+def start_prioritized_list(request, cluster, profile, run_id, published) -> Start:
+    from draconf.devices import class_selectors
+    from draconf.pytest_plugin import make_namespace
+    if not profile.has("model"):
+        pytest.skip(f"prioritized-list selects by the model attribute: {profile.lacks('model')}")
+    fallback = test_workloads.choose_model(published, profile)
+    ns = make_namespace(request, cluster, run_id, "prioritized-list")
+    capability = capabilities.prioritized_list(cluster, ns, profile.device_class)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+    workload = PrioritizedWorkload("prioritized-list", ["features/41-prioritized-list.yaml"],
+                                   expected_pods=1, fallback_model=fallback)
+    class_cel = class_selectors(cluster, profile.device_class) or []
+    first = subrequests(workload.documents(profile))[0]
+    if satisfiable(first, published, class_cel):
+        pytest.skip(f"the first alternative ({first['name']}) is published on this cluster, so no "
+                    "fallback can be observed")
+    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
+
+
+# --- admin access ------------------------------------------------------------------------------
+
+HOLDER_CLAIM = "gpu-in-use"
+MONITOR_CLAIM = "gpu-monitor"
+
+
+def label_for_admin_access(api, namespace: str) -> None:
+    """What an administrator does: ``kubectl label namespace NS resource.kubernetes.io/admin-access=true``."""
+    api.core.patch_namespace(namespace, {"metadata": {"labels": {capabilities.ADMIN_ACCESS_LABEL: "true"}}})
+
+
+def start_admin_access(request, cluster, profile, run_id, published) -> Start:
+    """The GPU in use first (42), then the monitor (43) selecting that GPU by its UUID; the
+    workload is both, so the three checks judge both pods and both claims."""
+    from draconf import selectors as sel
+    from draconf.pytest_plugin import make_namespace
+    ns = make_namespace(request, cluster, run_id, "admin-access")
+    label_for_admin_access(cluster, ns)
+    capability = capabilities.admin_access(cluster, ns, profile.device_class)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+    holder = Workload("admin-access", ["features/42-gpu-in-use.yaml"], expected_pods=1)
+    start = DeployedWorkload.start(cluster, ns, holder, profile, run_id.labels)
+    if start.never_started:
+        return start
+    deployed = start.deployed
+    held = Claim.read(cluster, ns, HOLDER_CLAIM)
+    devices = [published.lookup(r.driver, r.pool, r.device) for r in held.results]
+    uuids = sorted(d.attribute(profile.attributes["uuid"]) for d in devices if d is not None)
+    if not uuids:
+        return Start(deployed, f"claim {HOLDER_CLAIM} holds no published device: {held.summary()}")
+    both = Workload("admin-access", ["features/42-gpu-in-use.yaml", "features/43-admin-access-monitor.yaml"],
+                    expected_pods=2, selectors={MONITOR_CLAIM: [sel.uuid_in(profile.domain,
+                                                                            profile.attributes["uuid"], uuids)]})
+    monitor_docs = Workload("admin-access", ["features/43-admin-access-monitor.yaml"], 1,
+                            selectors=both.selectors).documents(profile)
+    deployed.workload = both
+    deployed.documents = deployed.documents + monitor_docs
+    try:
+        manifests.create(cluster, ns, monitor_docs, run_id.labels)
+    except AdmissionDenied as err:
+        return Start(deployed, err.msg)
+    except ApiException as err:
+        if err.status not in REJECTED_STATUSES:
+            raise
+        return Start(deployed, f"the API server rejected the monitor's objects: {err.status} {err.reason}")
+    try:
+        deployed.wait_running()
+    except waits.ControlPlaneStalled as err:
+        return Start(deployed, str(err), stalled=err.code)
+    except waits.WaitFailed as err:
+        return Start(deployed, str(err))
+    return Start(deployed)
+
+
+# --- the workloads: the walkthrough's three checks ---------------------------------------------
+
+@pytest.fixture(scope="class")
+def published_devices(cluster, profile):
+    from draconf.devices import PublishedDevices
+    published = PublishedDevices.read(cluster, profile.driver)
+    if not len(published):
+        pytest.fail(f"no devices of driver {profile.driver} are published in any ResourceSlice")
+    return published
+
+
+@pytest.fixture(scope="class", params=FEATURES)
+def started(request, cluster, profile, run_id, published_devices) -> Start:
+    if request.param == "extended-resource":
+        start = start_extended_resource(request, cluster, profile, run_id)
+    elif request.param == "prioritized-list":
+        start = start_prioritized_list(request, cluster, profile, run_id, published_devices)
+    else:
+        start = start_admin_access(request, cluster, profile, run_id, published_devices)
+    if start.stalled:
+        from draconf.pytest_plugin import trip_breaker
+        trip_breaker(request.config, start.stalled, start.failure)
+    return start
+
+
+class TestFeatureWorkload(test_workloads.TestWorkload):
+    """allocation, cdi-injection, cleanup (inherited); allocation also judges what the feature
+    itself promises about the claim the scheduler allocated."""
+
+    # Re-declared in order: pytest runs a subclass's own methods in their order of definition.
+    def test_allocation(self, request, started, published_devices, cluster, profile):
+        super().test_allocation(started, published_devices)
+        feature_allocation(request, started.deployed, published_devices, cluster, profile)
+
+    def test_cdi_injection(self, started, published_devices):
+        super().test_cdi_injection(started, published_devices)
+
+    def test_cleanup(self, started, published_devices, cluster, profile, run_id):
+        super().test_cleanup(started, published_devices, cluster, profile, run_id)
+
+
+def feature_allocation(request, deployed, published_devices, cluster, profile) -> None:
+    """The feature's own promise about the allocation (after the walkthrough's checks passed)."""
+    claims = deployed.claims()
+    if deployed.workload.name == "extended-resource":
+        (pod,) = deployed.pods()
+        claim = claims.get(pod.extended_claim_name or "")
+        assert claim is not None, (f"pod {pod.name} names no extended-resource claim: "
+                                   f"{json.dumps(pod.status.get('extendedResourceClaimStatus'))}")
+        problems = extended_claim_problems(pod, claim, profile.capabilities.extended_resource)
+        assert not problems, "the extended-resource claim is wrong: " + "; ".join(problems)
+        note(request, f"pod {pod.name} asked for {profile.capabilities.extended_resource}: 1 and got "
+                      f"{claim.summary()} (created by the scheduler)")
+    elif deployed.workload.name == "prioritized-list":
+        from draconf.devices import class_selectors
+        (claim,) = [c for c in claims.values() if c.is_generated]
+        subs = subrequests(deployed.documents)
+        class_cel = class_selectors(cluster, profile.device_class) or []
+        # The first alternative that some published device satisfies is the one to get.
+        want = next((s["name"] for s in subs if satisfiable(s, published_devices, class_cel)), None)
+        got = sorted({r.request for r in claim.results})
+        skipped = [s["name"] for s in subs[:[s["name"] for s in subs].index(want)]] if want else []
+        assert got == [f"gpu/{want}"], (
+            f"claim {claim.name} was allocated for {got}, expected gpu/{want}: no published device "
+            f"satisfies {skipped or 'no earlier alternative'}, so the scheduler must take the first "
+            "alternative it can satisfy")
+        note(request, f"firstAvailable fell back to gpu/{want}: {claim.summary()}")
+    else:
+        holder, monitor = claims[HOLDER_CLAIM], claims[MONITOR_CLAIM]
+        shared = {r.key for r in holder.results} & {r.key for r in monitor.results}
+        assert shared, (f"the admin-access claim {MONITOR_CLAIM} got {[r.key for r in monitor.results]}, "
+                        f"not the device {HOLDER_CLAIM} holds ({[r.key for r in holder.results]})")
+        not_admin = [str(r) for r in monitor.results if not r.admin_access]
+        assert not not_admin, f"allocation results of {MONITOR_CLAIM} lack adminAccess: true: {not_admin}"
+        note(request, f"{MONITOR_CLAIM} (adminAccess) shares {', '.join(sorted(shared))} with "
+                      f"{HOLDER_CLAIM}, which still holds it")
+
+
+@pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload="admin-access", check="unlabelled-namespace")
+def test_admin_access_refused_without_namespace_label(request, cluster, profile, run_id):
+    """The same monitoring claim in a namespace without the label: the API server refuses it."""
+    from draconf.pytest_plugin import make_namespace
+    ns = make_namespace(request, cluster, run_id, "admin-unlabelled")
+    doc = manifests.find(Workload("admin-access", ["features/43-admin-access-monitor.yaml"], 1)
+                         .documents(profile), "ResourceClaim")
+    doc["spec"]["devices"]["requests"][0]["exactly"].pop("selectors", None)
+    body = json.loads(json.dumps(doc))
+    body["metadata"]["labels"] = dict(run_id.labels)
+    try:
+        cluster.resource.create_namespaced_resource_claim(ns, body)
+    except ApiException as err:
+        message = capabilities._server_message(err)
+        assert err.status in (403, 422), f"expected the API server to refuse the claim, got {err.status}: {message}"
+        assert capabilities.ADMIN_ACCESS_LABEL in message, (
+            f"the claim was refused, but not for the missing {capabilities.ADMIN_ACCESS_LABEL} label: {message}")
+        note(request, f"an adminAccess claim in unlabelled namespace {ns} is refused: HTTP {err.status}: {message}")
+        return
+    kept = Claim.read(cluster, ns, doc["metadata"]["name"])
+    admin = [r.get("exactly", {}).get("adminAccess") for r in kept.requests]
+    if not any(admin):
+        pytest.skip("admin access (adminAccess) is not available on this cluster: the API server "
+                    "dropped `adminAccess` from the claim (its feature gate is off)")
+    pytest.fail(f"the API server admitted an adminAccess claim in namespace {ns}, which lacks the label "
+                f"{capabilities.ADMIN_ACCESS_LABEL}=true: any user who may create claims there can reach "
+                "GPUs other workloads hold", pytrace=False)
