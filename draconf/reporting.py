@@ -141,6 +141,23 @@ DIAGNOSES: dict[str, str] = {
         "LimitRange or a quota draconf did not create) refused the suite's objects; the message "
         "quotes the server naming the policy or webhook: exempt draconf's namespaces (label "
         "app.kubernetes.io/managed-by=draconf) or run where the policy does not apply.",
+    "feature-disabled":
+        "The API server accepted a DRA field (a prioritized list, an extended resource mapped by a "
+        "DeviceClass) that kube-scheduler does not act on: its feature gate is off there, e.g. a "
+        "scheduler older than the API server. Turn the gate on in kube-scheduler (and the "
+        "kubelets), keeping every control-plane component at one version.",
+    "admin-access-unsupported":
+        "A claim was allocated a GPU with adminAccess (shared with the claim already using it, "
+        "as monitoring agents and the GPU Operator's validator need), but the node's DRA driver "
+        "refuses to prepare it while another claim holds that GPU: the driver treats admin access "
+        "as exclusive. Upgrade the driver to a release that supports admin access.",
+    "admin-access-unrestricted":
+        "The API server admitted an adminAccess claim in a namespace the suite did not label "
+        "`resource.kubernetes.io/admin-access: \"true\"`: something (a mutating policy or webhook, "
+        "a namespace template) labels namespaces for admin access, so any user who may create "
+        "claims there can reach GPUs other workloads hold. Find it (`kubectl get "
+        "mutatingadmissionpolicies,mutatingwebhookconfigurations`) and restrict the label to "
+        "monitoring namespaces.",
     "timeout":
         "The check ran out of time without a definitive signal from the cluster, so it says "
         "nothing about conformance yet: read the events of the objects involved and rerun "

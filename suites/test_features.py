@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import capabilities, cel, manifests, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
+from draconf.reporting import diagnosis_prefix, record_diagnosis
 from draconf.workload import REJECTED_STATUSES, VERDICT_AFTER, DeployedWorkload, Start, Workload
 
 
@@ -62,6 +63,8 @@ test_workloads = _walkthrough_module()
 log = logging.getLogger("draconf")
 
 FEATURES = ["extended-resource", "prioritized-list", "admin-access"]
+#: How DeployedWorkload.verdict words a node's standing refusal to prepare a pod's claims.
+PREPARE_REFUSED = "the node cannot prepare the claims of pod"
 
 
 def note(request, text: str) -> None:
@@ -305,6 +308,10 @@ class TestFeatureWorkload(test_workloads.TestWorkload):
         feature_allocation(request, started.deployed, published_devices, cluster, profile)
 
     def test_cdi_injection(self, started, published_devices):
+        # A feature's claim the node's driver refuses to prepare is the feature failing on the
+        # node (e.g. a driver without admin-access support), not a workload that could not be judged.
+        if started.never_started and PREPARE_REFUSED in (started.failure or ""):
+            pytest.fail(f"the container never got its devices: {started.failure}", pytrace=False)
         super().test_cdi_injection(started, published_devices)
 
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
@@ -374,6 +381,13 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
     if not any(admin):
         pytest.skip("admin access (adminAccess) is not available on this cluster: the API server "
                     "dropped `adminAccess` from the claim (its feature gate is off)")
-    pytest.fail(f"the API server admitted an adminAccess claim in namespace {ns}, which lacks the label "
-                f"{capabilities.ADMIN_ACCESS_LABEL}=true: any user who may create claims there can reach "
-                "GPUs other workloads hold", pytrace=False)
+    labels = cluster.core.read_namespace(ns).metadata.labels or {}
+    record_diagnosis(request.node, "admin-access-unrestricted",
+                     {"namespace labels": json.dumps(labels, indent=2), "claim": json.dumps(kept.raw, indent=2,
+                                                                                             default=str)})
+    how = (f"the namespace carries {capabilities.ADMIN_ACCESS_LABEL}="
+           f"{labels[capabilities.ADMIN_ACCESS_LABEL]!r}, which the suite did not set"
+           if capabilities.ADMIN_ACCESS_LABEL in labels else "the namespace does not carry the label")
+    pytest.fail(diagnosis_prefix("admin-access-unrestricted") +
+                f"the API server admitted an adminAccess claim in namespace {ns} ({how}): any user who may "
+                "create claims there can reach GPUs other workloads hold", pytrace=False)

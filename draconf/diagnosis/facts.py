@@ -100,6 +100,8 @@ class ClaimFacts:
     reserved_for: list[str] = field(default_factory=list)
     reserved_for_uids: list[str] = field(default_factory=list)
     finalizers: list[str] = field(default_factory=list)
+    #: the allocated devices (driver/pool/device) given with adminAccess (shared with other claims)
+    admin_devices: list[str] = field(default_factory=list)
     deleting: bool = False
     #: seconds since deletion was asked (metadata.deletionTimestamp)
     deleting_for: float | None = None
@@ -249,6 +251,8 @@ class Facts:
     events: list[EventFacts] = field(default_factory=list)
     #: DeviceClass name -> its CEL selectors; None when the classes could not be read
     device_classes: dict[str, list[str]] | None = field(default_factory=dict)
+    #: extended resource -> the DeviceClass mapping it (``spec.extendedResourceName``)
+    extended_resources: dict[str, str] = field(default_factory=dict)
     #: ResourceSlices of the driver (with or without devices)
     slice_count: int = 0
     #: the driver's published devices
@@ -382,6 +386,8 @@ def _claim_facts(raw: dict) -> ClaimFacts:
         reserved_for=[r.get("name", "") for r in status.get("reservedFor") or []],
         reserved_for_uids=[r.get("uid", "") for r in status.get("reservedFor") or []],
         finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
+        admin_devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results
+                       if r.get("adminAccess")],
         deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
 
 
@@ -416,6 +422,9 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                 [s["cel"]["expression"] for s in (c.get("spec") or {}).get("selectors") or []
                  if (s.get("cel") or {}).get("expression")]
             for c in snap.device_classes}
+        facts.extended_resources = {
+            (c.get("spec") or {})["extendedResourceName"]: (c.get("metadata") or {}).get("name", "")
+            for c in snap.device_classes if (c.get("spec") or {}).get("extendedResourceName")}
     facts.admission_policies = admission_policy_facts(snap.admission_policies, snap.admission_bindings)
     facts.admission_webhooks = {
         w.get("name", ""): f"in {(c.get('metadata') or {}).get('name', '')}, failurePolicy "

@@ -371,6 +371,43 @@ def _rule_image_pull(facts: Facts, check, error_text):
     return None
 
 
+def _rule_feature_disabled(facts: Facts, check, error_text):
+    """The API server kept a DRA field that the scheduler does not act on: its feature gate is
+    off there (a scheduler behind the API server, or started with the gate off)."""
+    for pod in _pending_pods(facts):
+        message = pod.unschedulable or ""
+        if "feature is disabled" in message:
+            said = next(part.strip() for part in message.split(":") if "feature is disabled" in part)
+            return ("feature-disabled",
+                    f"Pod {pod.name} is never scheduled: the scheduler says \"{said}\" although the API "
+                    "server accepted the claim: turn the feature gate on in kube-scheduler (run every "
+                    "control-plane component at the same version and gates).")
+        for resource, device_class in facts.extended_resources.items():
+            if f"Insufficient {resource}" in message and "cannot allocate" not in message:
+                return ("feature-disabled",
+                        f"Pod {pod.name} asks for {resource}, which DeviceClass {device_class} maps "
+                        f"(extendedResourceName), but the scheduler reports \"Insufficient {resource}\" "
+                        "instead of allocating a device: DRAExtendedResource is off in kube-scheduler "
+                        "(turn it on there, and in the kubelets).")
+    return None
+
+
+def _rule_admin_access_unsupported(facts: Facts, check, error_text):
+    """The driver refuses to prepare a device allocated with adminAccess because another claim
+    holds it: it treats admin access as exclusive (KEP-5018 says such devices are shared)."""
+    for pod in _stuck_pods(facts):
+        failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
+        refused = [e for e in failed if "already allocated to different claim" in e.message]
+        admin = [d for c in facts.pod_claims(pod) for d in c.admin_devices]
+        if refused and admin:
+            return ("admin-access-unsupported",
+                    f"Pod {pod.name} cannot start on {pod.node}: its claim was allocated {', '.join(admin)} "
+                    f"with adminAccess, but the driver refuses to prepare it because another claim holds "
+                    f"it ({refused[-1].message[:300]}): the DRA driver does not support admin access; "
+                    "upgrade it to a release that does.")
+    return None
+
+
 def _rule_plugin_unhealthy(facts: Facts, check, error_text):
     for pod in _stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
@@ -665,7 +702,8 @@ def _rule_control_plane(facts: Facts, check, error_text):
 
 
 RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_control_plane,
-         _rule_missing_class, _rule_no_slices, _rule_attribute_missing,
-         _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_plugin_unhealthy, _rule_cdi,
+         _rule_missing_class, _rule_no_slices, _rule_attribute_missing, _rule_feature_disabled,
+         _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_admin_access_unsupported,
+         _rule_plugin_unhealthy, _rule_cdi,
          _rule_cleanup, _rule_quota, _rule_policy_conflict]
 

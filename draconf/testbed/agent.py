@@ -85,6 +85,32 @@ def resource_slice(node: dict, drift: bool) -> dict:
                      "devices": devices}}
 
 
+#: The label the admin-access-everywhere fault puts on every new namespace.
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def admin_access_everywhere_policy() -> list[dict]:
+    """A MutatingAdmissionPolicy and its binding that label every namespace on create
+    ``resource.kubernetes.io/admin-access: "true"``.
+
+    >>> [d["kind"] for d in admin_access_everywhere_policy()]
+    ['MutatingAdmissionPolicy', 'MutatingAdmissionPolicyBinding']
+    """
+    name = "grant-gpu-admin-access"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                      "expression": 'Object{metadata: Object.metadata{labels: {"%s": "true"}}}'
+                                    % ADMIN_ACCESS_LABEL}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": name}, "spec": {"policyName": name}},
+    ]
+
+
 class Agent:
     def __init__(self, state_dir: Path, crd_dir: Path, faults: list[str], nvidia: bool = True):
         self.dir = state_dir
@@ -125,6 +151,8 @@ class Agent:
             self._create(lambda body: self.api.resource.create_device_class(body),
                          device_class(name, device_type))
         self._install_operator_footprint()
+        if "admin-access-everywhere" in self.faults:
+            self._grant_admin_access_everywhere()
         if "no-resourceslices" not in self.faults:
             for node in self.gpu_nodes.values():
                 self._create(lambda body: self.api.resource.create_resource_slice(body),
@@ -188,6 +216,16 @@ class Agent:
                 "nvidia.com", "v1", "clusterpolicies", b),
                 {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
                  "metadata": {"name": "cluster-policy"}, "spec": {"devicePlugin": {"enabled": True}}})
+
+    def _grant_admin_access_everywhere(self) -> None:
+        """The admin-access-everywhere fault: a cluster policy (as a platform team might write
+        one to "let monitoring work everywhere") labels every new namespace for admin access,
+        through the API server's own MutatingAdmissionPolicy (admissionregistration.k8s.io/v1)."""
+        from kubernetes.dynamic import DynamicClient
+        dynamic = DynamicClient(self.api.api_client)
+        for body in admin_access_everywhere_policy():
+            resource = dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+            self._create(lambda b: resource.create(body=b), body)
 
     def _report_gpucluster_state(self) -> None:
         """As the GPU Operator does: the GPUCluster is ready when every kubelet-plugin pod is."""

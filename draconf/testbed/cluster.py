@@ -329,7 +329,8 @@ class Testbed:
             str(bindir / "kube-scheduler"),
             f"--kubeconfig={self.dir / 'kube-scheduler.kubeconfig'}",
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-            "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"], netns=netns)
+            "--kube-api-qps=200", "--kube-api-burst=400", "--v=1",
+            *faults_mod.scheduler_flags(faults)], netns=netns)
         kwok_yaml = self.dir / "kwok.yaml"
         kwok_yaml.write_text(kwok_config.render(pins.KUBERNETES_VERSION))
         root = self._kwok_sandbox(bindir)

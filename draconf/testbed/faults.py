@@ -33,7 +33,37 @@ FAULTS: dict[str, str] = {
         "the kubelet plugin pods crash-loop; claims are never prepared and pods stay Pending",
     "gpu-nodes-tainted":
         "GPU nodes carry a NoSchedule taint that ordinary GPU workloads do not tolerate",
+    "extended-resource-off":
+        "kube-scheduler runs with DRAExtendedResource off while the DeviceClass maps nvidia.com/gpu "
+        "(a scheduler behind the API server): `nvidia.com/gpu: 1` pods find no GPU",
+    "prioritized-list-off":
+        "kube-scheduler runs with DRAPrioritizedList off while the API server serves firstAvailable: "
+        "claims with alternatives are never allocated",
+    "admin-access-exclusive":
+        "the kubelet plugin treats adminAccess devices as exclusive (a driver without admin-access "
+        "support): a monitoring claim on a GPU in use is never prepared",
+    "admin-access-everywhere":
+        "a MutatingAdmissionPolicy labels every new namespace resource.kubernetes.io/admin-access=true, "
+        "so any namespace may claim GPUs other workloads hold",
 }
+
+#: Faults that turn one DRA feature gate off in kube-scheduler only: the API server keeps the
+#: field, the scheduler ignores it (as a scheduler older than the API server, or started with
+#: the gate off, does).
+SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
+                       "prioritized-list-off": "DRAPrioritizedList"}
+
+
+def scheduler_flags(faults) -> list[str]:
+    """kube-scheduler's ``--feature-gates`` for ``faults`` (none when no fault turns a gate off).
+
+    >>> scheduler_flags(["prioritized-list-off", "cdi-wrong-device"])
+    ['--feature-gates=DRAPrioritizedList=false']
+    >>> scheduler_flags([])
+    []
+    """
+    gates = sorted(SCHEDULER_GATES_OFF[f] for f in faults if f in SCHEDULER_GATES_OFF)
+    return [f"--feature-gates={','.join(g + '=false' for g in gates)}"] if gates else []
 
 #: The taint the gpu-nodes-tainted fault puts on every GPU node.
 GPU_NODE_TAINT = {"key": "dedicated", "value": "gpu-reserved", "effect": "NoSchedule"}

@@ -55,12 +55,21 @@ class Expectation:
     verdict_seconds: float = 45
 
 
+#: The feature workloads of suites/test_features.py (same three checks; admin-access adds
+#: unlabelled-namespace).
+FEATURE_WORKLOADS = ["extended-resource", "prioritized-list", "admin-access"]
+
+
 def _all(check: str) -> tuple[str, ...]:
     return tuple(f"{w}/{check}" for w in GPU_WORKLOADS)
 
 
+def _features(check: str = "*") -> tuple[str, ...]:
+    return tuple(f"{w}/{check}" for w in FEATURE_WORKLOADS)
+
+
 #: What the preflight gate holds back when a blocking check fails: no verdict, with the reason.
-GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*")
+GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*") + _features()
 
 
 EXPECTED: dict[str, Expectation] = {
@@ -81,13 +90,15 @@ EXPECTED: dict[str, Expectation] = {
         ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
     # The job's container has no nvidia-smi to run, so the job fails.
     "cdi-not-injected": Expectation(
-        _all("cdi-injection") + ("job/completion",),
-        {p: "cdi-not-injected" for p in _all("cdi-injection") + ("job/completion",)}),
+        _all("cdi-injection") + ("job/completion",) + _features("cdi-injection"),
+        {p: "cdi-not-injected" for p in _all("cdi-injection") + ("job/completion",)
+         + _features("cdi-injection")}),
     # two-gpu may land on a 2-GPU node: holding every GPU there, it cannot be given a wrong
     # one, so it is allowed to pass; every single-device workload must catch the fault.
     "cdi-wrong-device": Expectation(
-        tuple(p for p in _all("cdi-injection") if not p.startswith("two-gpu/")) + ("job/completion",),
-        {p: "cdi-wrong-device" for p in _all("cdi-injection") + ("job/completion",)},
+        tuple(p for p in _all("cdi-injection") if not p.startswith("two-gpu/")) + ("job/completion",)
+        + _features("cdi-injection"),
+        {p: "cdi-wrong-device" for p in _all("cdi-injection") + ("job/completion",) + _features("cdi-injection")},
         dragged=("two-gpu/cdi-injection",)),
     # On real nodes the driver keeps the devices of claims it never unprepared and refuses them to
     # later claims ("already allocated to different claim"): after the first workload, which
@@ -95,7 +106,8 @@ EXPECTED: dict[str, Expectation] = {
     # verdict).
     "claims-not-released": Expectation(
         ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
-        dragged=_all("cleanup") + _all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")),
+        dragged=_all("cleanup") + _all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")
+        + _features()),
     # The bed's DeviceClass maps nvidia.com/gpu, so the extended-resource quota must hold too.
     "quota-not-enforced": Expectation(
         ("quota/deviceclass-quota", "quota/claim-count", "quota/extended-resource-trap"),
@@ -105,8 +117,24 @@ EXPECTED: dict[str, Expectation] = {
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
-        dragged=("job/*", "quota/*", "failure-modes/*"),
+        dragged=("job/*", "quota/*", "failure-modes/*") + _features(),
         no_verdict=_all("cdi-injection") + _all("cleanup")),
+    # kube-scheduler with a DRA gate off: the feature's pod is never placed, with the
+    # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.
+    "extended-resource-off": Expectation(
+        ("extended-resource/allocation",), {"extended-resource/allocation": "feature-disabled"},
+        no_verdict=("extended-resource/cdi-injection", "extended-resource/cleanup")),
+    "prioritized-list-off": Expectation(
+        ("prioritized-list/allocation",), {"prioritized-list/allocation": "feature-disabled"},
+        no_verdict=("prioritized-list/cdi-injection", "prioritized-list/cleanup")),
+    # The monitor is allocated the held GPU (allocation passes: the scheduler did its part), but
+    # its node never prepares it: its container never sees it.
+    "admin-access-exclusive": Expectation(
+        ("admin-access/cdi-injection",), {"admin-access/cdi-injection": "admin-access-unsupported"},
+        no_verdict=("admin-access/cleanup",)),
+    "admin-access-everywhere": Expectation(
+        ("admin-access/unlabelled-namespace",),
+        {"admin-access/unlabelled-namespace": "admin-access-unrestricted"}),
 }
 
 

@@ -179,3 +179,48 @@ def test_plugin_unhealthy(start_fault_bed):
 def test_gpu_nodes_tainted(start_fault_bed):
     bed, api = start_fault_bed("gpu-nodes-tainted")
     assert "untolerated taint" in pending_reason(deploy(api))
+
+
+def test_extended_resource_off(start_fault_bed):
+    bed, api = start_fault_bed("extended-resource-off")
+    assert api.resource.read_device_class("gpu.nvidia.com").spec.extended_resource_name == "nvidia.com/gpu"
+    extres = Workload("extended-resource", ["features/40-extended-resource.yaml"], 1, extended_resources=True)
+    assert "Insufficient nvidia.com/gpu" in pending_reason(deploy(api, extres))
+
+
+def test_prioritized_list_off(start_fault_bed):
+    bed, api = start_fault_bed("prioritized-list-off")
+    prio = Workload("prioritized-list", ["features/41-prioritized-list.yaml"], 1)
+    assert "DRAPrioritizedList feature is disabled" in pending_reason(deploy(api, prio))
+
+
+def test_admin_access_exclusive(start_fault_bed):
+    if not REAL_NODES:
+        pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")
+    bed, api = start_fault_bed("admin-access-exclusive")
+    holder = deploy(api, Workload("admin-access", ["features/42-gpu-in-use.yaml"], 1))
+    api.core.patch_namespace(holder.namespace, {"metadata": {"labels": {agent.ADMIN_ACCESS_LABEL: "true"}}})
+    holder.wait_running()
+    (device,) = Claim.read(api, holder.namespace, "gpu-in-use").results
+    uuid = PublishedDevices.read(api, PROFILE.driver).lookup(device.driver, device.pool, device.device) \
+        .attribute(PROFILE.attributes["uuid"])
+    monitor = DeployedWorkload.deploy(api, holder.namespace, Workload(
+        "admin-monitor", ["features/43-admin-access-monitor.yaml"], 1,
+        selectors={"gpu-monitor": [selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [uuid])]}),
+        PROFILE)
+    events = waits.wait_until(
+        "the monitor's FailedPrepareDynamicResources event", monitor.events,
+        lambda events: any("FailedPrepareDynamicResources" in e and "already allocated to different claim" in e
+                           for e in events), timeout=30)
+    assert Claim.read(api, holder.namespace, "gpu-monitor").results[0].admin_access, events
+
+
+def test_admin_access_everywhere(start_fault_bed):
+    bed, api = start_fault_bed("admin-access-everywhere")
+    ns = namespaces.create(api, RUN, "unlabelled")
+    assert (api.core.read_namespace(ns).metadata.labels or {}).get(agent.ADMIN_ACCESS_LABEL) == "true"
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "monitor"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "gpu.nvidia.com", "adminAccess": True}}]}}}
+    created = api.resource.create_namespaced_resource_claim(ns, claim)
+    assert created.spec.devices.requests[0].exactly.admin_access

@@ -381,6 +381,39 @@ def test_a_device_still_prepared_for_an_unreleased_claim_is_claim_not_released()
     assert code == "claim-not-released" and "never unprepared" in reason
 
 
+def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported():
+    # Recorded on the bed under the admin-access-exclusive fault.
+    pod, claim = bound_not_running()
+    claim = dataclasses.replace(claim, admin_devices=list(claim.devices))
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
+                               "ResourceClaim gpu-monitor: unable to prepare claim c2: requested device "
+                               "gpu-0 is already allocated to different claim c1", name="gpu-pod")]
+    code, reason = classify(facts, "cdi-injection", "the container never got its devices")
+    assert code == "admin-access-unsupported" and "adminAccess" in reason
+
+
+def test_a_scheduler_with_the_prioritized_list_off_is_feature_disabled():
+    # Recorded on the bed under the prioritized-list-off fault.
+    pod, claim = pending(message="0/4 nodes are available: resource claim ns/gpu-pod-gpu-x, request gpu: "
+                                 "has subrequests, but the DRAPrioritizedList feature is disabled. no new "
+                                 "claims to deallocate")
+    code, reason = classify(with_workload(healthy(), pod, claim), "allocation", "allocation is wrong")
+    assert code == "feature-disabled" and "DRAPrioritizedList feature is disabled" in reason
+
+
+def test_insufficient_extended_resource_a_class_maps_is_feature_disabled():
+    # Recorded on the bed under the extended-resource-off fault: the pod has no claim at all.
+    pod = PodFacts("gpu-pod-extres", "ns", uid="p1", unschedulable="0/4 nodes are available: 4 "
+                   "Insufficient nvidia.com/gpu. no new claims to deallocate")
+    facts = dataclasses.replace(healthy(extended_resources={"nvidia.com/gpu": DRIVER}), pods=[pod])
+    code, reason = classify(facts, "allocation", "allocation is wrong")
+    assert code == "feature-disabled" and "DRAExtendedResource" in reason
+    # Without a class mapping it, it is a plain device-plugin shortage: not this code.
+    code, _ = classify(dataclasses.replace(healthy(), pods=[pod]), "allocation", "allocation is wrong")
+    assert code != "feature-disabled"
+
+
 def test_plugin_pod_crash_looping_on_the_node():
     pod, claim = bound_not_running()
     facts = with_workload(healthy(), pod, claim)
@@ -684,7 +717,8 @@ def test_every_code_is_reachable_and_known():
             "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
             "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
-            "scheduler-unavailable", "controller-manager-unavailable", "timeout"} == set(DIAGNOSES)
+            "scheduler-unavailable", "controller-manager-unavailable", "timeout",
+            "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 

@@ -377,7 +377,8 @@ def test_diagnosis_vocabulary_is_the_agreed_one():
         "selector-unmatched", "capacity-exhausted", "node-excluded", "plugin-unhealthy",
         "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
         "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
-        "scheduler-unavailable", "controller-manager-unavailable", "timeout"}
+        "scheduler-unavailable", "controller-manager-unavailable", "timeout",
+        "feature-disabled", "admin-access-unsupported", "admin-access-unrestricted"}
     assert all(meaning.strip() and "\n" not in meaning for meaning in DIAGNOSES.values())
 
 

@@ -18,7 +18,11 @@
 //     unprepare devices of claim <ns>/<name>:<uid>: device busy"); nothing is undone, so
 //     the kubelet keeps retrying;
 //   - crash: the process exits 1 at start with an NVML initialisation error (see
-//     SimulatedNVMLInitError; handled by the command).
+//     SimulatedNVMLInitError; handled by the command);
+//   - admin-access-exclusive: a device allocated with adminAccess is checked for overlap like
+//     any other (a driver without admin-access support), so a monitoring claim on a GPU that
+//     another prepared claim holds fails: "requested device gpu-N is already allocated to
+//     different claim <uid>".
 package plugin
 
 import (
@@ -80,11 +84,13 @@ const (
 	FaultUnprepareFails Fault = "unprepare-fails"
 	// FaultCrash exits at start with an NVML initialisation error.
 	FaultCrash Fault = "crash"
+	// FaultAdminAccessExclusive prepares adminAccess devices as exclusive ones.
+	FaultAdminAccessExclusive Fault = "admin-access-exclusive"
 )
 
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
-	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash}
+	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

@@ -389,6 +389,19 @@ func TestPrepareRejectsOverlap(t *testing.T) {
 	}
 }
 
+func TestAdminAccessExclusiveFault(t *testing.T) {
+	b := newBed(t, 2, FaultAdminAccessExclusive)
+	if _, err := b.state.Prepare(claim("a", "gpu-0")); err != nil {
+		t.Fatal(err)
+	}
+	admin := claim("c", "gpu-0")
+	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	_, err := b.state.Prepare(admin)
+	if err == nil || !strings.Contains(err.Error(), "requested device gpu-0 is already allocated to different claim a") {
+		t.Fatalf("admin access under the fault: %v", err)
+	}
+}
+
 func TestPrepareIgnoresOtherDriversAndPools(t *testing.T) {
 	b := newBed(t, 1)
 	c := claim("uid-1", "gpu-0")

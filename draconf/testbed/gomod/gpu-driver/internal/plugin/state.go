@@ -99,6 +99,9 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 		}
 		results = append(results, r)
 	}
+	if s.cfg.Faults.Has(FaultAdminAccessExclusive) {
+		results = withoutAdminAccess(results)
+	}
 	if err := validateNoOverlappingPreparedDevices(cp, claimUID, results); err != nil {
 		return nil, fmt.Errorf("unable to prepare claim %v: %w", claimUID, err)
 	}
@@ -230,6 +233,17 @@ func (s *DeviceState) Unprepare(ref kubeletplugin.NamespacedObject) ([]PreparedD
 		return nil, true, fmt.Errorf("error deleting claim from checkpoint: %w", err)
 	}
 	return pc.PreparedDevices, true, nil
+}
+
+// withoutAdminAccess is the admin-access-exclusive fault: the results as a driver that does
+// not know adminAccess sees them, exclusive like any other.
+func withoutAdminAccess(results []resourceapi.DeviceRequestAllocationResult) []resourceapi.DeviceRequestAllocationResult {
+	out := make([]resourceapi.DeviceRequestAllocationResult, len(results))
+	for i, r := range results {
+		r.AdminAccess = nil
+		out[i] = r
+	}
+	return out
 }
 
 // validateNoOverlappingPreparedDevices is upstream's check (device_state.go): a non-admin
