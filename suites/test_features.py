@@ -391,3 +391,66 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
     pytest.fail(diagnosis_prefix("admin-access-unrestricted") +
                 f"the API server admitted an adminAccess claim in namespace {ns} ({how}): any user who may "
                 "create claims there can reach GPUs other workloads hold", pytrace=False)
+
+
+@pytest.mark.conformance
+@pytest.mark.quota
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload="extended-resource", check="quota")
+def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, profile, run_id):
+    """44-extended-resource-quota.yaml (one GPU, both keys) then 40-extended-resource.yaml twice:
+    the first pod runs and is charged one GPU under each key, not two; the second is refused."""
+    from draconf.audit import deviceclass_key
+    from draconf.pytest_plugin import make_namespace
+    capability = capabilities.extended_resource(cluster, profile.device_class,
+                                                profile.capabilities.extended_resource)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+    resource = profile.capabilities.extended_resource
+    legacy, dra = f"requests.{resource}", deviceclass_key(profile.device_class)
+    ns = make_namespace(request, cluster, run_id, "extended-resource-quota")
+    quota = manifests.find(manifests.load("features/44-extended-resource-quota.yaml"), "ResourceQuota")
+    quota["spec"]["hard"] = {legacy: "1", dra: "1"}
+    manifests.create(cluster, ns, [quota], run_id.labels)
+    name = quota["metadata"]["name"]
+
+    def status():
+        return cluster.api_client.sanitize_for_serialization(
+            cluster.core.read_namespaced_resource_quota(name, ns)).get("status") or {}
+
+    waits.wait_until(f"the quota controller to fill in status.hard of {name}", status,
+                     lambda st: {legacy, dra} <= set(st.get("hard") or {}), timeout=30,
+                     describe=lambda st: json.dumps(st))
+    workload = Workload("extended-resource", ["features/40-extended-resource.yaml"], expected_pods=1,
+                        extended_resources=True)
+    start = ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
+    assert not start.never_started, (f"a {resource}: 1 pod did not run under a quota of one GPU "
+                                     f"({legacy}: 1, {dra}: 1): {start.failure}")
+    want = {legacy: "1", dra: "1"}
+    try:
+        used = waits.wait_until(f"quota {name} to charge the pod and its claim one GPU under each key",
+                                lambda: status().get("used") or {},
+                                lambda u: all(u.get(k) == v for k, v in want.items()), timeout=30,
+                                describe=lambda u: json.dumps(u))
+    except waits.WaitFailed as err:
+        raise AssertionError(f"quota {name} does not charge one {resource} pod as one GPU: {err}") from None
+    # A second pod like it: the same quota must refuse it at admission.
+    second = manifests.find(workload.documents(profile), "Pod")
+    second["metadata"]["name"] += "-2"
+    try:
+        manifests.create(cluster, ns, [second], run_id.labels)
+    except AdmissionDenied as err:
+        assert "exceeded quota" in err.msg and legacy in err.msg, (
+            f"the second {resource} pod was refused, but not by quota {name} on {legacy}: {err.msg}")
+        note(request, f"Kubernetes {cluster_version(cluster)}: a {resource}: 1 pod served through DRA is "
+                      f"charged {json.dumps({k: used.get(k) for k in want})} (pod and scheduler-made claim "
+                      f"counted once); a second is refused: {err.msg}")
+        return
+    record_diagnosis(request.node, "quota-not-enforced", {"ResourceQuota status": json.dumps(status(), indent=2)})
+    pytest.fail(diagnosis_prefix("quota-not-enforced") + f"ResourceQuota {name} ({legacy}: 1, already used "
+                f"by {start.deployed.pods()[0].name}) admitted a second {resource}: 1 pod: the API server "
+                "does not run ResourceQuota admission", pytrace=False)
+
+
+def cluster_version(api) -> str:
+    return api.version.get_code().git_version

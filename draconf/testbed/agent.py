@@ -85,6 +85,15 @@ def resource_slice(node: dict, drift: bool) -> dict:
                      "devices": devices}}
 
 
+#: The pod-level name of the scheduler's claim for a pod's extended resources.
+EXTENDED_CLAIM = "(extended resources)"
+
+
+def _extended(pod):
+    """``status.extendedResourceClaimStatus`` (DRAExtendedResource), or None."""
+    return pod.status.extended_resource_claim_status if pod.status else None
+
+
 #: The label the admin-access-everywhere fault puts on every new namespace.
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
@@ -261,7 +270,7 @@ class Agent:
         claims = {(c.metadata.namespace, c.metadata.name): c
                   for c in self.api.resource.list_resource_claim_for_all_namespaces().items}
         for pod in pods:
-            if (pod.spec.node_name in self.gpu_nodes and pod.spec.resource_claims
+            if (pod.spec.node_name in self.gpu_nodes and (pod.spec.resource_claims or _extended(pod))
                     and not pod.metadata.deletion_timestamp
                     and (pod.metadata.annotations or {}).get(PREPARED_ANNOTATION) != "true"):
                 self._maybe_prepare(pod, claims)
@@ -271,8 +280,12 @@ class Agent:
         """Pod claim name -> ResourceClaim, or None while any is missing or not yet reserved."""
         generated = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
         result = {}
-        for ref in pod.spec.resource_claims:
-            name = ref.resource_claim_name or generated.get(ref.name)
+        refs = [(ref.name, ref.resource_claim_name or generated.get(ref.name))
+                for ref in pod.spec.resource_claims or []]
+        if _extended(pod):
+            # The claim the scheduler made for the pod's extended resources (as the kubelet reads it).
+            refs.append((EXTENDED_CLAIM, _extended(pod).resource_claim_name))
+        for ref_name, name in refs:
             if name is None:
                 return None
             claim = claims.get((pod.metadata.namespace, name))
@@ -280,7 +293,7 @@ class Agent:
                 return None
             if not any(r.uid == pod.metadata.uid for r in claim.status.reserved_for or []):
                 return None
-            result[ref.name] = claim
+            result[ref_name] = claim
         return result
 
     def _maybe_prepare(self, pod, claims) -> None:
@@ -346,14 +359,21 @@ class Agent:
         execs = []
         for container in pod.spec.containers:
             devices: list[str] = []
-            for ref in (container.resources.claims if container.resources else None) or []:
-                claim = pod_claims.get(ref.name)
+            # (pod claim name, request or None) the container lists, and its extended resources'
+            # requests in the scheduler's claim.
+            wanted = [(ref.name, getattr(ref, "request", None))
+                      for ref in (container.resources.claims if container.resources else None) or []]
+            wanted += [(EXTENDED_CLAIM, m.request_name) for m in
+                       (_extended(pod).request_mappings if _extended(pod) else None) or []
+                       if m.container_name == container.name]
+            for ref_name, request in wanted:
+                claim = pod_claims.get(ref_name)
                 if claim is None:
                     continue
                 for result in claim.status.allocation.devices.results:
                     if result.driver != DRIVER or result.pool != node:
                         continue
-                    if getattr(ref, "request", None) and result.request.split("/")[0] != ref.request:
+                    if request and result.request.split("/")[0] != request:
                         continue
                     if result.device not in devices:
                         devices.append(result.device)

@@ -110,9 +110,10 @@ EXPECTED: dict[str, Expectation] = {
         + _features()),
     # The bed's DeviceClass maps nvidia.com/gpu, so the extended-resource quota must hold too.
     "quota-not-enforced": Expectation(
-        ("quota/deviceclass-quota", "quota/claim-count", "quota/extended-resource-trap"),
+        ("quota/deviceclass-quota", "quota/claim-count", "quota/extended-resource-trap",
+         "extended-resource/quota"),
         {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced",
-         "quota/extended-resource-trap": "quota-not-enforced"},
+         "quota/extended-resource-trap": "quota-not-enforced", "extended-resource/quota": "quota-not-enforced"},
         dragged=("quota/generated-claim",)),
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
     "gpu-nodes-tainted": Expectation(
@@ -123,6 +124,7 @@ EXPECTED: dict[str, Expectation] = {
     # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.
     "extended-resource-off": Expectation(
         ("extended-resource/allocation",), {"extended-resource/allocation": "feature-disabled"},
+        dragged=("extended-resource/quota",),
         no_verdict=("extended-resource/cdi-injection", "extended-resource/cleanup")),
     "prioritized-list-off": Expectation(
         ("prioritized-list/allocation",), {"prioritized-list/allocation": "feature-disabled"},
