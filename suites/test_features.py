@@ -178,12 +178,23 @@ class PrioritizedWorkload(Workload):
                 subs = request.get("firstAvailable") or []
                 for sub in subs:
                     sub["deviceClassName"] = profile.device_class
+                # The profile's attribute for the model: a selector reading an attribute the
+                # driver lacks is a CEL runtime error, which fails the claim instead of falling back.
+                subs[0]["selectors"] = [{"cel": {"expression": model_equals(profile, PREFERRED_MODEL)}}]
                 if len(subs) > 1 and self.fallback_model:
                     subs[-1]["selectors"] = [{"cel": {"expression": model_equals(profile, self.fallback_model)}}]
         return docs
 
 
+#: The first alternative of 41-prioritized-list.yaml (absent on the bed and most clusters).
+PREFERRED_MODEL = "NVIDIA B200"
+
+
 def model_equals(profile, product: str) -> str:
+    """>>> from draconf.profile import builtin
+    >>> model_equals(builtin("nvidia"), "NVIDIA B200")
+    "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"
+    """
     return f"device.attributes['{profile.domain}'].{profile.attributes['model']} == '{product}'"
 
 
