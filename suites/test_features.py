@@ -121,7 +121,7 @@ def start_extended_resource(request, cluster, profile, run_id) -> Start:
     return ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
 
 
-def extended_claim_problems(pod, claim: Claim, resource: str) -> list[str]:
+def extended_claim_problems(pod, claim: Claim, resource: str, device_class: str) -> list[str]:
     """What the scheduler's claim must say about the pod's request: one request per
     (container, resource) mapping, of the container's count, in the mapped class.
 
@@ -132,11 +132,13 @@ def extended_claim_problems(pod, claim: Claim, resource: str) -> list[str]:
     ...   "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}}})
     >>> claim = Claim({"spec": {"devices": {"requests": [{"name": "container-0-request-0",
     ...   "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}})
-    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu")
+    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu", "gpu.nvidia.com")
     []
     >>> claim.requests[0]["exactly"]["count"] = 2
-    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu")
+    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu", "gpu.nvidia.com")
     ['container w asks for nvidia.com/gpu=1, its request container-0-request-0 is for 2 device(s)']
+    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu", "mig.nvidia.com")[0]
+    'request container-0-request-0 is for DeviceClass gpu.nvidia.com, not mig.nvidia.com, which maps nvidia.com/gpu'
     """
     requests = {r["name"]: r.get("exactly") or {} for r in claim.requests}
     mappings = {(m.get("containerName"), m.get("resourceName")): m.get("requestName")
@@ -155,6 +157,9 @@ def extended_claim_problems(pod, claim: Claim, resource: str) -> list[str]:
             problems.append(f"request {name} mapped for container {container['name']} is not in "
                             f"claim {claim.name}")
             continue
+        if requests[name].get("deviceClassName") != device_class:
+            problems.append(f"request {name} is for DeviceClass {requests[name].get('deviceClassName')}, "
+                            f"not {device_class}, which maps {resource}")
         count = requests[name].get("count", 1)
         if str(count) != str(asked):
             problems.append(f"container {container['name']} asks for {resource}={asked}, its request "
@@ -337,7 +342,8 @@ def feature_allocation(request, deployed, published_devices, cluster, profile) -
         claim = claims.get(pod.extended_claim_name or "")
         assert claim is not None, (f"pod {pod.name} names no extended-resource claim: "
                                    f"{json.dumps(pod.status.get('extendedResourceClaimStatus'))}")
-        problems = extended_claim_problems(pod, claim, profile.capabilities.extended_resource)
+        problems = extended_claim_problems(pod, claim, profile.capabilities.extended_resource,
+                                           profile.device_class)
         assert not problems, "the extended-resource claim is wrong: " + "; ".join(problems)
         note(request, f"pod {pod.name} asked for {profile.capabilities.extended_resource}: 1 and got "
                       f"{claim.summary()} (created by the scheduler)")
