@@ -18,6 +18,7 @@ from kubernetes.utils import parse_quantity
 
 from draconf import cel
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
+from draconf.claims import Claim
 from draconf.devices import Device, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.pods import Pod, describe_pod
@@ -379,7 +380,7 @@ def _claim_facts(raw: dict) -> ClaimFacts:
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
     return ClaimFacts(
         name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
-        generated="resource.kubernetes.io/pod-claim-name" in (meta.get("annotations") or {}),
+        generated=Claim(raw).is_generated,
         owner_pod=owner.get("name") if owner else None, owner_pod_uid=owner.get("uid") if owner else None,
         allocated=bool(status.get("allocation")),
         devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results],

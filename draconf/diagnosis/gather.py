@@ -215,7 +215,8 @@ def _gather_containers(api, snap: Snapshot, command: tuple[str, ...]) -> None:
     asked = 0
     for raw in snap.pods:
         pod = Pod(raw)
-        if not pod.spec.get("resourceClaims") or pod.is_deleting:
+        # Claims it names, or the one the scheduler made for its extended resources.
+        if not (pod.spec.get("resourceClaims") or pod.extended_claim_name) or pod.is_deleting:
             continue
         finished = pod.phase in ("Succeeded", "Failed")
         if not (pod.is_running or finished):

@@ -788,6 +788,41 @@ def test_build_facts_from_raw_objects():
     assert facts.quotas[0].exceeded() == ["requests.cpu used 2 > hard 1"]
 
 
+def test_an_extended_resource_pod_seeing_another_gpu_is_cdi_wrong_device():
+    # As recorded under cdi-wrong-device: a `nvidia.com/gpu: 1` pod lists no claim; its claim is
+    # the scheduler's (status.extendedResourceClaimStatus), and the container saw another GPU.
+    snap = Snapshot(
+        namespace="ns",
+        pods=[{"metadata": {"name": "gpu-pod-extres", "namespace": "ns", "uid": "p1"},
+               "spec": {"nodeName": "n1", "containers": [{"name": "workload", "resources": {
+                   "limits": {"nvidia.com/gpu": "1"}}}]},
+               "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                          "extendedResourceClaimStatus": {
+                              "resourceClaimName": "gpu-pod-extres-extended-resources-x",
+                              "requestMappings": [{"containerName": "workload", "resourceName": "nvidia.com/gpu",
+                                                   "requestName": "container-0-request-0"}]}}}],
+        claims=[{"metadata": {"name": "gpu-pod-extres-extended-resources-x", "namespace": "ns",
+                              "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                              "ownerReferences": [{"kind": "Pod", "name": "gpu-pod-extres", "uid": "p1",
+                                                   "controller": True}]},
+                 "spec": {"devices": {"requests": [{"name": "container-0-request-0",
+                                                    "exactly": {"deviceClassName": DRIVER, "count": 1}}]}},
+                 "status": {"allocation": {"devices": {"results": [
+                     {"driver": DRIVER, "pool": "n1", "device": "gpu-0", "request": "container-0-request-0"}]}},
+                     "reservedFor": [{"resource": "pods", "name": "gpu-pod-extres", "uid": "p1"}]}}],
+        device_classes=[{"metadata": {"name": DRIVER}, "spec": {
+            "extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel": {"expression": CLASS_CEL}}]}}],
+        slices=[{"spec": {"driver": DRIVER, "nodeName": "n1", "pool": {"name": "n1"}, "devices": [
+            {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{i}"}}}
+            for i in range(2)]}}],
+        containers={"gpu-pod-extres/workload": {"stdout": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n",
+                                                "stderr": "", "exit_code": 0}})
+    facts = build_facts(snap, builtin("nvidia"))
+    assert facts.claims[0].generated and facts.extended_resources == {"nvidia.com/gpu": DRIVER}
+    code, reason = classify(facts, "cdi-injection", "CDI injection is wrong")
+    assert code == "cdi-wrong-device" and "GPU-1" in reason and "GPU-0" in reason
+
+
 # =============================================================================================
 # The pytest hook proposed for draconf/pytest_plugin.py, in an inner session (no cluster:
 # diagnose_item is replaced by a stub, so this checks the wiring and the message handling)
