@@ -286,17 +286,41 @@ def preflight(pytestconfig, cluster, profile):
 
 
 @pytest.fixture(scope="session")
-def preflight_gate(pytestconfig, preflight):
+def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_property):
     """No verdict for GPU workloads, with the reason, when the cluster failed a check they
-    depend on (they could only fail for that same reason, eighteen times over)."""
+    depend on (they could only fail for that same reason, eighteen times over).
+
+    A failure confined to some GPU nodes (their plugin down, no slices there) only takes those
+    nodes out: the value is the run's :class:`~draconf.nodescope.NodeScope`, which steers the
+    workloads to the nodes left; it is shown on the terminal and kept in the run info."""
+    from draconf.nodescope import NodeScope, scope_of
     if pytestconfig.getoption("--no-preflight-gate"):
-        return
+        return NodeScope()
+    from draconf.devices import PublishedDevices
     from draconf.errors import NoVerdict
     from draconf.preflight import blocking_failures
     blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
-    if blocking:
+    gpu_nodes = {n for r in blocking for n in r.nodes}
+    if gpu_nodes:
+        gpu_nodes |= set(PublishedDevices.read(cluster, profile.driver).devices_per_node())
+    scope, whole_cluster = scope_of(blocking, gpu_nodes)
+    if whole_cluster:
         raise NoVerdict("cluster not ready for DRA workloads (preflight): " + "; ".join(
-            f"{r.name} [{r.diagnosis}] {r.summary}" for r in blocking))
+            f"{r.name} [{r.diagnosis}] {r.summary}" for r in whole_cluster))
+    if scope.excluded:
+        _set_run_info(pytestconfig, nodes=scope.as_info())
+        record_testsuite_property("draconf.nodes", scope.describe())
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        if reporter:
+            reporter.write_line(scope.describe())
+    return scope
+
+
+@pytest.fixture(scope="session")
+def validated_nodes(preflight_gate):
+    """The GPU nodes the run validates (a :class:`~draconf.nodescope.NodeScope`): workloads
+    are written for their devices and kept off the nodes preflight left out."""
+    return preflight_gate
 
 
 def _set_run_info(config, **info) -> None:

@@ -58,6 +58,7 @@ import pytest
 from tabulate import tabulate
 
 from draconf.errors import NoVerdict
+from draconf.nodescope import scope_line
 
 #: Every diagnosis a test may record, with what it means for the cluster and where to look.
 #: The wording is for the operator reading a failed run, modelled on the NVIDIA DRA driver's
@@ -771,6 +772,9 @@ class ReportingPlugin:
             terminalreporter.line(interruption_line(self.interruption), red=True, bold=True)
         for line in lines:
             terminalreporter.line(line)
+        nodes = get_run_info(config).get("nodes")
+        if nodes:
+            terminalreporter.line(scope_line(nodes), yellow=True, bold=True)
         diagnosed = [r for r in self.rows.values() if r.get("reason") and r["outcome"] != "passed"]
         if diagnosed:
             terminalreporter.line("diagnoses:")

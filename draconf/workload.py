@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import cel, manifests, podsecurity, waits
+from draconf import cel, manifests, nodescope, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
 from draconf import selectors as sel
 from draconf.claims import Claim
@@ -98,9 +98,12 @@ class Workload:
     pod_selector: str | None = None
     #: run every pod on this node (kubernetes.io/hostname); None: the scheduler chooses
     node: str | None = None
+    #: keep every pod off these nodes: the GPU nodes preflight left out of the run
+    avoid_nodes: frozenset[str] = frozenset()
 
     def documents(self, profile: Profile) -> list[dict]:
-        """The manifests with the profile's class, image and tolerations and this run's selectors."""
+        """The manifests with the profile's class, image and tolerations and this run's selectors
+        and node scope."""
         docs = [doc for name in self.manifests for doc in manifests.load(name)]
         for doc in docs:
             spec = _claim_spec(doc)
@@ -120,6 +123,7 @@ class Workload:
                     _read_injection_with(container, profile.injection)
                 if self.node:
                     pod_spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = self.node
+                nodescope.avoiding(pod_spec, self.avoid_nodes)
         return docs
 
 

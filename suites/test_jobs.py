@@ -11,7 +11,7 @@ profile's own command), then expect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -45,11 +45,12 @@ def _condition(job, kind: str):
 
 
 @pytest.fixture(scope="module")
-def finished_job(request, cluster, profile, run_id) -> FinishedJob:
+def finished_job(request, cluster, profile, run_id, validated_nodes) -> FinishedJob:
     from draconf.pytest_plugin import make_namespace
     namespace = make_namespace(request, cluster, run_id, "job")
     try:
-        deployed = DeployedWorkload.deploy(cluster, namespace, JOB, profile, run_id.labels)
+        deployed = DeployedWorkload.deploy(cluster, namespace, replace(JOB, avoid_nodes=validated_nodes.avoid),
+                                           profile, run_id.labels)
     except AdmissionDenied as err:
         return FinishedJob(None, {}, err.msg)
     allocated: dict[str, Claim] = {}
