@@ -621,6 +621,19 @@ class DeployedWorkload:
                             "(the node never finished unpreparing them)")
             if pods:
                 return None
+            # Every consumer is gone.  The resourceclaim controller (kube-controller-manager)
+            # deletes generated claims and releases named ones within a second; none of it
+            # happening for stall_after seconds is the controller not acting, not the node.
+            untouched = sorted(c.name for c in current.values() if not c.is_deleting and (
+                c.is_generated or c.is_allocated or c.reserved_for_uids))
+            if not untouched:
+                stuck_since.pop("consumers-gone", None)
+            elif now - stuck_since.setdefault("consumers-gone", now) >= stall_after(self.profile):
+                raise self._stalled(
+                    "kube-controller-manager", "controller-manager-unavailable",
+                    f"claims {', '.join(untouched)} were neither deleted nor released "
+                    f"{stall_after(self.profile):.0f}s after their last consumer was gone: the "
+                    "resourceclaim controller did not act")
             for claim in current.values():
                 foreign = [f for f in claim.finalizers if not f.startswith("resource.kubernetes.io/")]
                 if claim.is_deleting and foreign and not claim.reserved_for_uids:
@@ -633,6 +646,8 @@ class DeployedWorkload:
         try:
             waits.wait_until(f"{self.workload.name}'s claims to be released", state, done,
                              timeout=timeout, describe=describe, interval=0.5, verdict=verdict)
+        except ControlPlaneStalled:
+            raise  # the run's breaker and diagnosis take it as it is
         except waits.WaitFailed as err:
             raise AssertionError(f"cleanup is incomplete: {err}") from None
         evidence = [f"released {c.summary()}" for c in held.values()]
