@@ -87,6 +87,25 @@ def cmd_testbed_env(args) -> int:
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 
 
+#: pytest-rerunfailures' exit status when --fail-on-flaky finds a flaky test; draconf's is 1.
+FLAKY_FAILS_THE_RUN = 7
+
+
+def _non_negative(text: str) -> int:
+    """argparse type: a count, 0 or more.
+
+    >>> _non_negative("2")
+    2
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, not {text!r}")
+    return value
+
+
 def cmd_run(args, pytest_args: list[str]) -> int:
     """Run the suite in-process with the reports switched on."""
     import pytest
@@ -108,11 +127,16 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         argv.append(f"--kube-context={args.kube_context}")
     if args.keep_on_failure:
         argv.append("--keep-on-failure")
+    if args.reruns:
+        argv.append(f"--reruns={args.reruns}")
     if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args):
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
+    if code == FLAKY_FAILS_THE_RUN:
+        print("draconf: flaky tests fail this run (--fail-on-flaky)", file=sys.stderr)
+        code = 1
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("draconf: error: no tests were selected; check the -k/-m arguments", file=sys.stderr)
         return 1
@@ -272,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")
+    p.add_argument("--reruns", type=_non_negative, default=0, metavar="N",
+                   help="run a failure that may not persist (diagnosed intermittent or timeout) up "
+                        "to N more times; one that then passes is reported flaky (default: 0; "
+                        "add --fail-on-flaky to fail the run on it)")
     p.add_argument("--save-baseline", metavar="FILE",
                    help="after the run, save the cluster's DRA state and the verdicts (upgrade gate)")
     p.add_argument("--compare", metavar="BASELINE",

@@ -76,6 +76,12 @@ def pytest_addoption(parser):
     reporting.pytest_addoption(parser)
 
 
+#: The failures ``--reruns`` runs again (pytest-rerunfailures' ``--only-rerun``, matched against
+#: "ExceptionType: message"): those diagnosed ``intermittent`` (a second reading showed the
+#: expected state) or ``timeout`` (no definitive signal).
+RERUN_ONLY = r"^[\w.]+: \[(intermittent|timeout)\] "
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "draconf(workload, check): a conformance check of one workload")
     config.addinivalue_line("markers", "conformance: part of the conformance suite")
@@ -93,6 +99,11 @@ def pytest_configure(config):
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
+    if getattr(config.option, "reruns", None) and not getattr(config.option, "only_rerun", None):
+        # pytest-rerunfailures: only failures that may not persist are run again.  A verdict
+        # read from the cluster (a scheduler message that stood, a failed preflight, a wrong
+        # device) is not a flake, and running it again would only hide it as one.
+        config.option.only_rerun = [RERUN_ONLY]
     from draconf import runinfo
     handed_over = runinfo.from_env()
     if handed_over:

@@ -96,6 +96,7 @@ def finished_job(request, cluster, profile, run_id, validated_nodes) -> Finished
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="job", check="completion")
+@pytest.mark.flaky(reruns=0)  # --reruns: the module's fixture ran the job once; a rerun re-reads it
 def test_gpu_job_completes_on_the_gpu_it_was_given(finished_job, cluster, profile):
     if finished_job.error:
         # A container without the claim's CDI devices has no nvidia-smi to start.

@@ -163,6 +163,9 @@ class TestWorkload:
         with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):
             attach_evidence("nvidia-smi -L", started.deployed.check_injection(published_devices))
 
+    # Never run again by --reruns: it deletes the consumers, so a second attempt would find
+    # nothing left to release instead of repeating the check.
+    @pytest.mark.flaky(reruns=0)
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
         if started.never_started:
             raise NoVerdict(started.no_verdict_cause)

@@ -122,7 +122,8 @@ def install_gpu_view(root: Path, nvml: dict, minors: list[int], nvidia_smi: Path
 #: Fault of the bed -> the plugin's --simulate-fault value acting at the same place on a real node.
 PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-devices",
                  "cdi-not-injected": "cdi-not-injected", "cdi-wrong-device": "cdi-wrong-device",
-                 "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash"}
+                 "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash",
+                 "exec-flaky": "nvml-flaky"}
 
 
 def plugin_rbac() -> list[dict]:

@@ -36,6 +36,9 @@ GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "
 #: Checks that need containers that really run and exit: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).
 REAL_NODES_ONLY = ("job/",)
+#: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
+#: catch on KWOK nodes.
+REAL_NODE_FAULTS = ("exec-flaky",)
 
 
 @dataclass(frozen=True)
@@ -47,12 +50,17 @@ class Expectation:
     ``no_verdict``: patterns that must give no verdict (the fault blocks them: they must not
     pass, and failing would blame the wrong check).
     ``verdict_seconds``: the longest a catching test may take (a definitive signal is quick).
+    ``flaky``: patterns that must fail, be run again and pass then (reported flaky), the failed
+    attempt diagnosed as ``diagnosis`` says; ``run_args``: what the run needs for that
+    (``--reruns``).
     """
     catch: tuple[str, ...]
     diagnosis: dict[str, str]
     dragged: tuple[str, ...] = ()
     no_verdict: tuple[str, ...] = ()
     verdict_seconds: float = 45
+    flaky: tuple[str, ...] = ()
+    run_args: tuple[str, ...] = ()
 
 
 def _all(check: str) -> tuple[str, ...]:
@@ -102,6 +110,12 @@ EXPECTED: dict[str, Expectation] = {
         {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced",
          "quota/extended-resource-trap": "quota-not-enforced"},
         dragged=("quota/generated-claim",)),
+    # The first nvidia-smi exec'd into each container fails NVML initialisation; the diagnosis,
+    # reading the containers again, finds them right (intermittent), and --reruns runs the
+    # check again, which passes: flaky, never plain passed, and --fail-on-flaky fails the run.
+    "exec-flaky": Expectation(
+        (), {p: "intermittent" for p in _all("cdi-injection")}, flaky=_all("cdi-injection"),
+        run_args=("--reruns", "1", "--fail-on-flaky")),
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
@@ -156,7 +170,7 @@ def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
         started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
-             "--reports", str(reports), *(extra_args or [])],
+             "--reports", str(reports), *(EXPECTED[fault].run_args if fault else ()), *(extra_args or [])],
             cwd=REPO, capture_output=True, text=True, timeout=1800)
         seconds = time.monotonic() - started
         api = connect(bed.kubeconfig)
@@ -223,6 +237,22 @@ def judge(result: RunResult) -> Verdict:
             if row.get("duration", 0) > expected.verdict_seconds:
                 problems.append(f"{row['id']}: verdict took {row['duration']:.0f}s "
                                 f"(bound {expected.verdict_seconds:.0f}s)")
+    for pattern in expected.flaky:
+        hits = [r for r in result.rows if fnmatch(_key(r), pattern)]
+        if not hits or any(r["outcome"] != "flaky" for r in hits):
+            problems.append(f"{pattern} was not reported flaky: "
+                            + "; ".join(f"{r['outcome']} {r.get('message')}" for r in hits))
+            continue
+        for row in hits:
+            first = (row.get("failed_attempts") or [{}])[0].get("diagnosis")
+            verdict.detected_by.append(_key(row))
+            verdict.diagnoses.append(first or "none")
+            want = expected.diagnosis.get(pattern)
+            if want and first != want:
+                problems.append(f"{row['id']}: its failed attempt was diagnosed {first}, expected {want}")
+    for row in result.rows:
+        if row["outcome"] == "flaky" and not any(fnmatch(_key(row), p) for p in expected.flaky):
+            problems.append(f"unexpected flaky: {row['id']}: {row.get('message')}")
     allowed = expected.catch + expected.dragged
     for (key, nodeid), row in failed.items():
         if not any(fnmatch(key, p) for p in allowed):

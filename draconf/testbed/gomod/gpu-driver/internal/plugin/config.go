@@ -18,7 +18,10 @@
 //     unprepare devices of claim <ns>/<name>:<uid>: device busy"); nothing is undone, so
 //     the kubelet keeps retrying;
 //   - crash: the process exits 1 at start with an NVML initialisation error (see
-//     SimulatedNVMLInitError; handled by the command).
+//     SimulatedNVMLInitError; handled by the command);
+//   - nvml-flaky: containers get NVIDIA_SIM_FLAKY=exec-once, so nvidia-smi fails NVML
+//     initialisation once per container, in the first process exec'd into it (see
+//     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults.
 package plugin
 
 import (
@@ -80,11 +83,16 @@ const (
 	FaultUnprepareFails Fault = "unprepare-fails"
 	// FaultCrash exits at start with an NVML initialisation error.
 	FaultCrash Fault = "crash"
+	// FaultNVMLFlaky makes nvidia-smi fail once per container, in its first exec.
+	FaultNVMLFlaky Fault = "nvml-flaky"
 )
+
+// FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
+const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
-	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash}
+	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultNVMLFlaky}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool
