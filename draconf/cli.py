@@ -210,9 +210,27 @@ def _prepare_target(args) -> None:
 
 
 def cmd_report(args) -> int:
+    from draconf import history
     from draconf.htmlreport import build_html_report
-    html = build_html_report(args.results, args.output)
+    history_file = None
+    if args.history:
+        summary_path = Path(args.summary)
+        if not summary_path.is_file():
+            raise DraconfError(f"{summary_path} does not exist: run `draconf run` first (or give --summary)")
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise DraconfError(f"{summary_path} is not JSON ({err.msg}); it is written by `draconf run`") from None
+        kept = history.append_run(Path(args.history), summary)
+        print(f"history: {Path(args.history) / history.RUNS_FILE} "
+              f"({'this run added' if kept else 'this run was already there'})")
+        history_file = Path(args.history) / history.ALLURE_HISTORY_FILE
+    html = build_html_report(args.results, args.output, history_file=history_file)
     print(f"report: {html}")
+    if args.history:
+        runs = history.load_runs(Path(args.history), last=args.last)
+        print(f"pass rate over the last {len(runs)} run(s) kept in {args.history}:")
+        print(history.render(history.pass_rates(runs)))
     return 0
 
 
@@ -318,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="build a single-file HTML report from the Allure results")
     p.add_argument("--results", default="reports/allure-results")
     p.add_argument("--output", default="reports/html")
+    p.add_argument("--history", metavar="DIR",
+                   help="keep this run in DIR (runs.jsonl, Allure's allure-history.jsonl): the report "
+                        "shows trends and per-test history, and the pass rate of the last runs is printed")
+    p.add_argument("--summary", default="reports/summary.json",
+                   help="the run's summary.json, kept in the history (default: %(default)s)")
+    p.add_argument("--last", type=_non_negative, default=10, metavar="N",
+                   help="pass rates over the last N runs kept (default: %(default)s; 0: all)")
     p.set_defaults(func=cmd_report)
 
     p = with_target(sub.add_parser("sweep", help="delete namespaces a killed draconf run left behind"),
