@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from draconf import baseline
+from draconf import baseline, gate_report
 from draconf.errors import DraconfError, TargetUnusable
 
 
@@ -147,8 +147,11 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         now = _snapshot(args, summary["tests"])
         if args.save_baseline:
             print(f"baseline: {baseline.save(args.save_baseline, now)}")
-        if before is not None and _print_changes(baseline.compare(before, now), args.compare):
-            code = code or 1
+        if before is not None:
+            changes = baseline.compare(before, now)
+            if _print_changes(changes, args.compare):
+                code = code or 1
+                gate_report.record(reports, [c for c in changes if c.regression], args.compare)
     if summary:
         # The last line of the output: what a CronJob's log or a CI step shows first.
         counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
