@@ -148,7 +148,7 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         if args.save_baseline:
             print(f"baseline: {baseline.save(args.save_baseline, now)}")
         if before is not None:
-            changes = baseline.compare(before, now)
+            changes = baseline.compare(before, now, **_gate_rules(args))
             if _print_changes(changes, args.compare):
                 code = code or 1
                 gate_report.record(reports, [c for c in changes if c.regression], args.compare)
@@ -175,11 +175,32 @@ def _print_changes(changes: list, against: str) -> int:
     return len(regressions)
 
 
+def _kinds(text: str) -> frozenset[str]:
+    """argparse type: comma-separated kinds of change (baseline.KINDS).
+
+    >>> sorted(_kinds("slower,memory"))
+    ['memory', 'slower']
+    """
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(kinds - set(baseline.KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kind of change {', '.join(unknown)}; "
+                                         f"choose from: {', '.join(baseline.KINDS)}")
+    return kinds
+
+
+def _gate_rules(args) -> dict:
+    """Which kinds of change count as regressions, and how much slower a verdict may get."""
+    counted = {kind: default and kind not in args.tolerate or kind in args.count
+               for kind, default in baseline.KINDS.items()}
+    return {"regressions": counted, "slower_factor": args.slower_factor}
+
+
 def cmd_compare(args) -> int:
     """Exit 0: no regression; 1: regressions; 2: bad input."""
     before = baseline.load(args.baseline)
     now = baseline.load(args.current) if args.current else _snapshot(args)
-    return 1 if _print_changes(baseline.compare(before, now), args.baseline) else 0
+    return 1 if _print_changes(baseline.compare(before, now, **_gate_rules(args)), args.baseline) else 0
 
 
 def _prepare_target(args) -> None:
@@ -310,6 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
                        default="default", help="which embedded test bed (default: %(default)s)")
         return p
 
+    def with_gate_rules(p):
+        kinds = ", ".join(f"{k}{'' if v else ' (not counted by default)'}" for k, v in baseline.KINDS.items())
+        p.add_argument("--tolerate", type=_kinds, default=frozenset(), metavar="KINDS",
+                       help=f"kinds of change not to count as regressions, comma-separated; kinds: {kinds}")
+        p.add_argument("--count", type=_kinds, default=frozenset(), metavar="KINDS",
+                       help="kinds of change to count as regressions beyond the default ones")
+        p.add_argument("--slower-factor", type=float, default=baseline.SLOWER_FACTOR, metavar="F",
+                       help="a passing verdict this many times (and 1 s) slower regresses (default: %(default)s)")
+        return p
+
     p = with_target(sub.add_parser(
         "run", help="run the conformance suite and write reports (extra args go to pytest)"))
     p.add_argument("--profile", default="nvidia",
@@ -325,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after the run, save the cluster's DRA state and the verdicts (upgrade gate)")
     p.add_argument("--compare", metavar="BASELINE",
                    help="after the run, compare with a saved baseline; regressions fail the run")
+    with_gate_rules(p)
     p.set_defaults(func=cmd_run, passthrough=True)
 
     p = with_target(sub.add_parser(
@@ -334,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("current", metavar="CURRENT", nargs="?",
                    help="a later baseline (default: the target cluster now, without verdicts)")
     p.add_argument("--profile", default="nvidia", help="driver profile (gives the driver)")
+    with_gate_rules(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="build a single-file HTML report from the Allure results")
