@@ -106,6 +106,29 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def selects_tests(arg: str) -> bool:
+    """True for a pytest argument naming tests: an existing file or directory, or a node id
+    (``suites/test_workloads.py::TestWorkload``), rather than an option or its value.
+
+    >>> selects_tests("suites/test_jobs.py"), selects_tests("suites/test_jobs.py::test_x")
+    (True, True)
+    >>> selects_tests("-k"), selects_tests("single-gpu")
+    (False, False)
+    """
+    if arg.startswith("-"):
+        return False
+    return Path(arg.split("::", 1)[0]).exists() or (SUITES_DIR.parent / arg.split("::", 1)[0]).exists()
+
+
+def _from_checkout(arg: str) -> str:
+    """A test path relative to the checkout (``suites/...``) made absolute, so it selects the
+    same tests from any directory."""
+    path, _, rest = arg.partition("::")
+    if Path(path).exists():
+        return arg
+    return str(SUITES_DIR.parent / path) + (f"::{rest}" if rest else "")
+
+
 def cmd_run(args, pytest_args: list[str]) -> int:
     """Run the suite in-process with the reports switched on."""
     import pytest
@@ -114,8 +137,13 @@ def cmd_run(args, pytest_args: list[str]) -> int:
                            "checkout installed with `pip install -e .`")
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
+    # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
+    pytest_args = [a for a in pytest_args if a != "--"]
+    # Test files or node ids select those tests, as with pytest; otherwise the whole suite.
+    pytest_args = [_from_checkout(a) if selects_tests(a) else a for a in pytest_args]
+    chosen = [a for a in pytest_args if selects_tests(a)]
     argv = [
-        str(SUITES_DIR), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
+        *([] if chosen else [str(SUITES_DIR)]), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
         f"--target={args.target}", f"--profile={args.profile}", f"--testbed-name={args.testbed_name}",
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",

@@ -179,16 +179,31 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Whatever a test could not delete (interrupted, crashed fixture), delete it now."""
+    """Whatever a test could not delete (interrupted, crashed fixture), delete it now; then wait,
+    once for the whole run, until every namespace it deleted is gone: nothing is left behind."""
     api = getattr(session.config, "draconf_api", None)
-    pending = namespaces.REGISTRY.pending()
-    if api is None or not pending:
+    if api is None:
         return
-    for name in pending:
+    for name in namespaces.REGISTRY.pending():
         try:
             namespaces.delete(api, name)
+            namespaces.REGISTRY.deleting(name)
         except Exception as err:  # best effort: report, never mask the run's own outcome
             log.warning("could not delete namespace %s: %s; run `draconf sweep`", name, err)
+    deleting = namespaces.REGISTRY.still_deleting()
+    if not deleting:
+        return
+    if session.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":
+        return  # its namespace controller finishes them when it acts again
+    try:
+        left = namespaces.wait_deleted(api, deleting, timeout=120)
+    except Exception as err:  # best effort, as above
+        left, why = deleting, f" ({err})"
+    else:
+        why = ""
+    if left:
+        log.warning("namespaces still terminating after the run%s: %s; run `draconf sweep`",
+                    why, ", ".join(left))
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -266,7 +281,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
             # would only add a timeout per test.
             namespaces.delete(api, name)
             return
-        namespaces.delete(api, name, wait=120)
+        # The next test needs this one's devices back, not its namespace gone: the session
+        # waits for every namespace of the run once, at its end.
+        namespaces.delete_releasing_devices(api, name, timeout=120)
 
     request.addfinalizer(finish)
     return name

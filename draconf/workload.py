@@ -305,7 +305,8 @@ class DeployedWorkload:
                 if now - first >= VERDICT_AFTER and not self._held_by_this_run(message):
                     return f"the scheduler cannot place pod {pod.name}: {message}"
             if pod.phase == "Failed":
-                return f"pod {pod.name} failed: {pod.summary()}"
+                ended = "; ".join(pod.end_reasons) or "no reason given"
+                return f"pod {pod.name} failed: {pod.summary()} ({ended})"
             if pod.image_pull_failures:
                 # A kubelet retries pulls with back-off; the same failure standing is a verdict.
                 first = self._unschedulable_since.setdefault((pod.uid, "image-pull"), now)
