@@ -9,7 +9,7 @@ and ``install``), but with the chart's own image, which kind's nodes pull from r
 The suite then runs with ``--profile example`` against the cluster's kubeconfig, and the
 cluster is deleted afterwards unless ``--keep-cluster``.
 
-On GPU hosts install NVIDIA's chart instead (README, "kind").  A missing ``kind`` or ``docker``
+On GPU hosts NVIDIA's chart is installed instead, by hand (README, "On a kind cluster").  A missing ``kind`` or ``docker``
 binary, or a Docker daemon that does not answer, is one line and exit 3 (the target cannot
 be used), before anything is created.
 
@@ -52,7 +52,8 @@ def cluster_config(workers: int = 1) -> dict:
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
-        # GA and on by default since 1.34; stated so an older node image fails loudly, not quietly.
+        # GA and on by default since 1.34; stated for clarity (an image without resource.k8s.io/v1
+        # is caught by preflight resource-api).
         "featureGates": {"DynamicResourceAllocation": True},
         "containerdConfigPatches": [CDI_PATCH],
         "nodes": [{"role": "control-plane"}] + [{"role": "worker"} for _ in range(workers)],
