@@ -1,6 +1,7 @@
 """The ``draconf`` command.
 
     draconf run [--target T] [--profile P] [pytest args]   run the conformance suite, write reports/
+    draconf run --target kind [--keep-cluster]   ... on a kind cluster with dra-example-driver
     draconf report                   single-file HTML report from reports/allure-results
     draconf sweep                    delete what a killed run left in the cluster
     draconf audit                    namespaces whose GPU quota DRA claims bypass (read-only)
@@ -130,6 +131,31 @@ def _from_checkout(arg: str) -> str:
 
 
 def cmd_run(args, pytest_args: list[str]) -> int:
+    """Run the suite; with ``--target kind`` on a kind cluster made (or kept) for the run."""
+    if args.target != "kind":
+        if args.keep_cluster or args.kind_image or args.kind_name != "draconf":
+            raise DraconfError("--keep-cluster, --kind-name and --kind-image go with --target kind")
+        args.profile = args.profile or "nvidia"
+        return _run_suite(args, pytest_args)
+    from draconf.testbed.cluster import state_root
+    from draconf.testbed.kind import DEFAULT_IMAGE, KindTarget
+    from draconf.profile import resolve
+    args.profile = args.profile or "example"
+    resolve(args.profile)  # bad input fails before a cluster is made, not minutes later
+    if args.compare:
+        baseline.load(args.compare)
+    target = KindTarget(args.kind_name, state_root().parent / "kind" / args.kind_name,
+                        image=args.kind_image or DEFAULT_IMAGE, keep=args.keep_cluster,
+                        log=lambda m: print(f"[draconf] {m}", flush=True))
+    try:
+        os.environ["KUBECONFIG"] = str(target.start())
+        args.target = "kubeconfig"
+        return _run_suite(args, pytest_args)
+    finally:
+        target.stop()
+
+
+def _run_suite(args, pytest_args: list[str]) -> int:
     """Run the suite in-process with the reports switched on."""
     import pytest
     if not SUITES_DIR.is_dir():
@@ -350,10 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def with_target(p, name_flag="--testbed-name"):
-        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster"], default="testbed",
+    def with_target(p, name_flag="--testbed-name", extra=()):
+        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster", *extra], default="testbed",
                        help="the embedded test bed (default), the cluster of $KUBECONFIG, or the "
-                            "cluster of the pod draconf runs in (its ServiceAccount)")
+                            "cluster of the pod draconf runs in (its ServiceAccount)"
+                            + ("; kind: a kind cluster made for the run (needs kind and Docker)" if extra else ""))
         p.add_argument("--kube-context", help="kubeconfig context (with --target kubeconfig)")
         p.add_argument(name_flag, dest="testbed_name" if name_flag != "--name" else "name",
                        default="default", help="which embedded test bed (default: %(default)s)")
@@ -370,9 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = with_target(sub.add_parser(
-        "run", help="run the conformance suite and write reports (extra args go to pytest)"))
-    p.add_argument("--profile", default="nvidia",
-                   help="driver profile: a built-in name (nvidia, example) or a YAML file")
+        "run", help="run the conformance suite and write reports (extra args go to pytest)"), extra=("kind",))
+    p.add_argument("--profile", default=None,
+                   help="driver profile: a built-in name (nvidia, example) or a YAML file "
+                        "(default: nvidia; example with --target kind)")
+    p.add_argument("--keep-cluster", action="store_true",
+                   help="--target kind: reuse the kind cluster if it exists and keep it afterwards")
+    p.add_argument("--kind-name", default="draconf", help="--target kind: the cluster's name (default: %(default)s)")
+    p.add_argument("--kind-image", default=None,
+                   help="--target kind: the node image (default: the example driver's, kindest/node:v1.34.0)")
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")

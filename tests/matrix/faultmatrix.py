@@ -28,7 +28,7 @@ from pathlib import Path
 
 from draconf import namespaces, waits
 from draconf.kube import connect
-from draconf.testbed import inventory
+from draconf.testbed import external_faults, inventory
 from draconf.testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,6 +124,36 @@ EXPECTED: dict[str, Expectation] = {
 }
 
 
+#: The faults an admin can produce from outside a driver this project did not write
+#: (dra-example-driver; ``draconf.testbed.external_faults``), and what each must show there.
+#: The same checks catch them as on the NVIDIA bed, except: the example driver maps no extended
+#: resource, so quota extended-resource-trap is skipped, not a catch; and with the plugin's pods
+#: gone no node hosts a plugin, so no node counts as a GPU node for kubelet-plugin either.
+EXPECTED_EXAMPLE: dict[str, Expectation] = {
+    "missing-deviceclass": EXPECTED["missing-deviceclass"],
+    "no-resourceslices": EXPECTED["no-resourceslices"],
+    "quota-not-enforced": Expectation(
+        ("quota/deviceclass-quota", "quota/claim-count"),
+        {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced"},
+        dragged=("quota/generated-claim",)),
+    "gpu-nodes-tainted": EXPECTED["gpu-nodes-tainted"],
+}
+
+#: The driver a bed runs -> the expectations of its faults.
+EXPECTATIONS = {"nvidia": EXPECTED, "example": EXPECTED_EXAMPLE}
+#: The profile ``draconf run`` is given for a bed of that driver.
+PROFILES = {"nvidia": "nvidia", "example": "example"}
+
+
+def matrix_driver() -> str:
+    """The driver the matrix runs against: DRACONF_MATRIX_DRIVER (``nvidia``, the default, or
+    ``example``)."""
+    driver = os.environ.get("DRACONF_MATRIX_DRIVER") or "nvidia"
+    if driver not in EXPECTATIONS:
+        raise ValueError(f"DRACONF_MATRIX_DRIVER must be one of {', '.join(EXPECTATIONS)}, not {driver!r}")
+    return driver
+
+
 @dataclass
 class RunResult:
     fault: str | None
@@ -134,6 +164,9 @@ class RunResult:
     output_tail: str = ""
     #: What the bed's GPU nodes were: "real" (the default fleet) or "kwok".
     node_kind: str = "real"
+    #: The driver the bed ran: "nvidia" (simulated, faults built in) or "example" (faults
+    #: made from outside it).
+    driver: str = "nvidia"
 
     def failed(self) -> list[dict]:
         return [r for r in self.rows if r["outcome"] in ("failed", "broken", "error")]
@@ -158,30 +191,45 @@ def _key(row: dict) -> str:
 
 
 def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
-                extra_args: list[str] | None = None) -> RunResult:
-    """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed."""
-    bed = Testbed.named(bed_name or f"matrix-{fault or 'healthy'}")
+                extra_args: list[str] | None = None, driver: str | None = None) -> RunResult:
+    """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed.
+
+    On the NVIDIA bed the fault is the bed's own (``up --fault``); on an example-driver bed it
+    is made from outside the driver once the healthy bed is up (``external_faults.apply``)."""
+    driver = driver or matrix_driver()
+    bed = Testbed.named(bed_name or f"matrix-{'' if driver == 'nvidia' else driver + '-'}{fault or 'healthy'}")
     bed.down(log=lambda *_: None)
     fleet = inventory.load()
     if os.environ.get("DRACONF_MATRIX_NODE_KIND"):
         fleet = inventory.with_node_kind(fleet, os.environ["DRACONF_MATRIX_NODE_KIND"])
-    bed.up(fleet, faults=[fault] if fault else [], log=lambda *_: None)
+    builtin = [fault] if fault and driver == "nvidia" else []
+    bed.up(fleet, faults=builtin, log=lambda *_: None, driver=driver)
     try:
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
-             "--reports", str(reports), *(EXPECTED[fault].run_args if fault else ()), *(extra_args or [])],
-            cwd=REPO, capture_output=True, text=True, timeout=1800)
-        seconds = time.monotonic() - started
-        api = connect(bed.kubeconfig)
-        leftovers = _wait_no_leftovers(api)
-        summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").exists() \
-            else {"tests": []}
-        return RunResult(fault, proc.returncode, seconds, summary["tests"], leftovers,
-                         "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]),
-                         node_kind=os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real")
+        if fault and driver != "nvidia":
+            external_faults.apply(bed, fault)
+        return run_suite(bed, fault, reports, extra_args, driver)
     finally:
         bed.down(log=lambda *_: None)
+
+
+def run_suite(bed: Testbed, fault: str | None, reports: Path, extra_args: list[str] | None = None,
+              driver: str = "nvidia") -> RunResult:
+    """Run ``draconf run`` (with the driver's profile) on a bed that is up, already broken by
+    ``fault`` or healthy; wait for the run's namespaces to go; read its summary."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
+         "--profile", PROFILES[driver], "--reports", str(reports),
+         *(EXPECTATIONS[driver][fault].run_args if fault else ()), *(extra_args or [])],
+        cwd=REPO, capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - started
+    api = connect(bed.kubeconfig)
+    leftovers = _wait_no_leftovers(api)
+    summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").exists() \
+        else {"tests": []}
+    return RunResult(fault, proc.returncode, seconds, summary["tests"], leftovers,
+                     "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]),
+                     node_kind=os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real", driver=driver)
 
 
 def _wait_no_leftovers(api, timeout: float = 90) -> list[str]:
@@ -218,7 +266,7 @@ def judge(result: RunResult) -> Verdict:
                             + "; ".join(f"{k[1]}: {r.get('message')}" for k, r in blocked.items()))
         verdict.ok = not problems
         return verdict
-    expected = EXPECTED[result.fault]
+    expected = EXPECTATIONS[result.driver][result.fault]
     if result.exit_code == 0:
         problems.append("the run passed: the fault went undetected")
     catch = tuple(p for p in expected.catch
