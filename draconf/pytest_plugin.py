@@ -13,9 +13,13 @@ point, so ``pytest suites/`` works from anywhere.  Options::
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -36,11 +40,28 @@ FAILED = pytest.StashKey[bool]()
 STALLED = pytest.StashKey[tuple[str, str]]()
 
 
+#: A file every pytest-xdist worker of one run shares (made by the controller, whose environment
+#: the workers inherit), so the breaker one worker trips holds for all of them.
+BREAKER_FILE_ENV = "DRACONF_BREAKER_FILE"
+
+
+def _shared_breaker() -> Path | None:
+    path = os.environ.get(BREAKER_FILE_ENV)
+    return Path(path) if path else None
+
+
 def trip_breaker(config, code: str, cause: str) -> None:
     """Record that the control plane is not acting (first cause wins) and say so once."""
     if STALLED in config.stash:
         return
     config.stash[STALLED] = (code, cause)
+    shared = _shared_breaker()
+    if shared is not None:
+        try:
+            with shared.open("x", encoding="utf-8") as out:  # the first worker's cause wins
+                json.dump([code, cause], out)
+        except FileExistsError:
+            pass
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line("")
@@ -51,6 +72,12 @@ def trip_breaker(config, code: str, cause: str) -> None:
 def breaker_cause(config) -> str | None:
     """The no-verdict cause for a check that needs the control plane, once the breaker tripped."""
     tripped = config.stash.get(STALLED, None)
+    shared = _shared_breaker()
+    if tripped is None and shared is not None and shared.is_file():
+        try:
+            tripped = config.stash[STALLED] = tuple(json.loads(shared.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            tripped = None  # being written: the next check reads it
     if tripped is None:
         return None
     code, cause = tripped
@@ -99,6 +126,13 @@ def pytest_configure(config):
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # The controller of a pytest-xdist run: one breaker file for every worker it starts.
+        handle, path = tempfile.mkstemp(prefix="draconf-breaker-", suffix=".json")
+        os.close(handle)
+        os.unlink(path)  # tripping creates it; its absence means closed
+        os.environ[BREAKER_FILE_ENV] = path
+        config.add_cleanup(lambda: (Path(path).unlink(missing_ok=True), os.environ.pop(BREAKER_FILE_ENV, None)))
     if getattr(config.option, "reruns", None) and not getattr(config.option, "only_rerun", None):
         # pytest-rerunfailures: only failures that may not persist are run again.  A verdict
         # read from the cluster (a scheduler message that stood, a failed preflight, a wrong
