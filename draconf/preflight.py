@@ -835,6 +835,13 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
                               f"{known}, no pod labelled {' or '.join(pod_selectors)}): "
                               "install the DRA driver, or check its release namespace",
                        "plugin-unhealthy", evidence)
+    if not gpu_nodes and not ready_pods:
+        # Nothing marks a GPU node and no plugin pod runs: "Ready on all 0 nodes" would be a
+        # pass without evidence.  A DaemonSet whose selector matches no node looks like this.
+        wanted = ", ".join(f"{d.namespace}/{d.name} (desired {d.desired})" for d in daemonsets) or "none"
+        return _result(False, f"no kubelet-plugin pod runs on any node (DaemonSets: {wanted}) and no node "
+                              "is labelled as a GPU node: check the DaemonSet's nodeSelector and "
+                              "affinity against the GPU nodes' labels", "plugin-unhealthy", evidence)
     not_ready = [p for p in pods if not p.ready]
     ready_nodes = {p.node for p in pods if p.ready}
     uncovered = [n for n in gpu_nodes if n not in ready_nodes]

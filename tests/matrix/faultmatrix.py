@@ -128,10 +128,13 @@ EXPECTED: dict[str, Expectation] = {
 #: (dra-example-driver; ``draconf.testbed.external_faults``), and what each must show there.
 #: The same checks catch them as on the NVIDIA bed, except: the example driver maps no extended
 #: resource, so quota extended-resource-trap is skipped, not a catch; and with the plugin's pods
-#: gone no node hosts a plugin, so no node counts as a GPU node for kubelet-plugin either.
+#: gone (a DaemonSet that matches no node) kubelet-plugin fails too: no plugin runs anywhere.
 EXPECTED_EXAMPLE: dict[str, Expectation] = {
     "missing-deviceclass": EXPECTED["missing-deviceclass"],
-    "no-resourceslices": EXPECTED["no-resourceslices"],
+    "no-resourceslices": Expectation(
+        ("preflight/resource-slices", "preflight/kubelet-plugin"),
+        {"preflight/resource-slices": "no-resourceslices", "preflight/kubelet-plugin": "plugin-unhealthy"},
+        no_verdict=GATED),
     "quota-not-enforced": Expectation(
         ("quota/deviceclass-quota", "quota/claim-count"),
         {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced"},

@@ -84,3 +84,9 @@ def test_attributes_missing_on_one_nodes_devices_name_it():
     devices = [Device("d", "a", "gpu-0", "a", {"d/uuid": "u0"}), Device("d", "b", "gpu-0", "b", {})]
     result = preflight.evaluate_attributes(devices, ["uuid"], None)
     assert result.nodes == ("b",) and "b/gpu-0" in result.summary
+
+
+def test_a_plugin_running_nowhere_is_no_pass_even_with_no_gpu_node_known():
+    ds = PluginDaemonSet("driver-ns", "example-kubelet-plugin", 0, 0, 0)
+    result = preflight.evaluate_kubelet_plugin([], [ds], [])
+    assert not result.ok and result.diagnosis == "plugin-unhealthy" and "desired 0" in result.summary
