@@ -140,19 +140,26 @@ def delete(api, name: str, wait: float = 0) -> None:
             raise
     REGISTRY.discard(name)
     if wait > 0:
-        try:
-            waits.wait_until(f"namespace {name} to be deleted", lambda: _exists(api, name),
-                             lambda exists: not exists, timeout=min(wait, RELEASE_STUCK_CLAIMS_AFTER),
-                             interval=0.25, describe=lambda exists: "still terminating" if exists else "gone")
-            return
-        except waits.WaitTimeout:
-            if wait <= RELEASE_STUCK_CLAIMS_AFTER:
-                raise
+        _waiting_out_stuck(api, [name], lambda seconds: waits.wait_until(
+            f"namespace {name} to be deleted", lambda: _exists(api, name), lambda exists: not exists,
+            timeout=seconds, interval=0.25, describe=lambda exists: "still terminating" if exists else "gone"),
+            wait)
+
+
+def _waiting_out_stuck(api, names: list[str], wait, timeout: float) -> None:
+    """``wait(seconds)`` (which raises WaitTimeout); once :data:`RELEASE_STUCK_CLAIMS_AFTER`
+    seconds have passed, the stuck pods and claims of ``names`` are released and it waits the
+    rest of ``timeout``."""
+    try:
+        wait(min(timeout, RELEASE_STUCK_CLAIMS_AFTER))
+        return
+    except waits.WaitTimeout:
+        if timeout <= RELEASE_STUCK_CLAIMS_AFTER:
+            raise
+    for name in names:
         force_delete_stuck_pods(api, name)
         release_stuck_claims(api, name)
-        waits.wait_until(f"namespace {name} to be deleted", lambda: _exists(api, name),
-                         lambda exists: not exists, timeout=wait - RELEASE_STUCK_CLAIMS_AFTER,
-                         interval=0.25, describe=lambda exists: "still terminating" if exists else "gone")
+    wait(timeout - RELEASE_STUCK_CLAIMS_AFTER)
 
 
 def delete_releasing_devices(api, name: str, timeout: float = 120) -> None:
@@ -176,20 +183,10 @@ def delete_releasing_devices(api, name: str, timeout: float = 120) -> None:
         return [c.metadata.name for c in claims
                 if c.status and (c.status.allocation or c.status.reserved_for)]
 
-    def wait(seconds: float) -> None:
-        waits.wait_until(f"the claims of namespace {name} to release their devices", holding,
-                         lambda held: not held, timeout=seconds, interval=0.25,
-                         describe=lambda held: f"still allocated: {', '.join(held)}")
-
-    try:
-        wait(min(timeout, RELEASE_STUCK_CLAIMS_AFTER))
-        return
-    except waits.WaitTimeout:
-        if timeout <= RELEASE_STUCK_CLAIMS_AFTER:
-            raise
-    force_delete_stuck_pods(api, name)
-    release_stuck_claims(api, name)
-    wait(timeout - RELEASE_STUCK_CLAIMS_AFTER)
+    _waiting_out_stuck(api, [name], lambda seconds: waits.wait_until(
+        f"the claims of namespace {name} to release their devices", holding, lambda held: not held,
+        timeout=seconds, interval=0.25, describe=lambda held: f"still allocated: {', '.join(held)}"),
+        timeout)
 
 
 def wait_deleted(api, names: list[str], timeout: float = 120, log_fn=log.info) -> list[str]:
@@ -198,21 +195,14 @@ def wait_deleted(api, names: list[str], timeout: float = 120, log_fn=log.info) -
     def remaining() -> list[str]:
         return [n for n in names if _exists(api, n)]
 
-    def wait(seconds: float) -> list[str]:
-        try:
-            waits.wait_until(f"{len(names)} namespace(s) of this run to be deleted", remaining,
-                             lambda left: not left, timeout=seconds, interval=0.5,
-                             describe=lambda left: f"still there: {', '.join(left)}", progress=log_fn)
-            return []
-        except waits.WaitTimeout:
-            return remaining()
-
-    left = wait(min(timeout, RELEASE_STUCK_CLAIMS_AFTER))
-    if left and timeout > RELEASE_STUCK_CLAIMS_AFTER:
-        for name in left:
-            force_delete_stuck_pods(api, name)
-            release_stuck_claims(api, name)
-        left = wait(timeout - RELEASE_STUCK_CLAIMS_AFTER)
+    try:
+        _waiting_out_stuck(api, names, lambda seconds: waits.wait_until(
+            f"{len(names)} namespace(s) of this run to be deleted", remaining, lambda left: not left,
+            timeout=seconds, interval=0.5, describe=lambda left: f"still there: {', '.join(left)}",
+            progress=log_fn), timeout)
+        left = []
+    except waits.WaitTimeout:
+        left = remaining()
     REGISTRY.gone(set(names) - set(left))
     return left
 
