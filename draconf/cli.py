@@ -1,6 +1,7 @@
 """The ``draconf`` command.
 
     draconf run [--target T] [--profile P] [pytest args]   run the conformance suite, write reports/
+    draconf run --target kind [--keep-cluster]   ... on a kind cluster with dra-example-driver
     draconf report                   single-file HTML report from reports/allure-results
     draconf sweep                    delete what a killed run left in the cluster
     draconf audit                    namespaces whose GPU quota DRA claims bypass (read-only)
@@ -19,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from draconf import baseline
+from draconf import baseline, gate_report
 from draconf.errors import DraconfError, TargetUnusable
 
 
@@ -87,7 +88,74 @@ def cmd_testbed_env(args) -> int:
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 
 
+#: pytest-rerunfailures' exit status when --fail-on-flaky finds a flaky test; draconf's is 1.
+FLAKY_FAILS_THE_RUN = 7
+
+
+def _non_negative(text: str) -> int:
+    """argparse type: a count, 0 or more.
+
+    >>> _non_negative("2")
+    2
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, not {text!r}")
+    return value
+
+
+def selects_tests(arg: str) -> bool:
+    """True for a pytest argument naming tests: an existing file or directory, or a node id
+    (``suites/test_workloads.py::TestWorkload``), rather than an option or its value.
+
+    >>> selects_tests("suites/test_jobs.py"), selects_tests("suites/test_jobs.py::test_x")
+    (True, True)
+    >>> selects_tests("-k"), selects_tests("single-gpu")
+    (False, False)
+    """
+    if arg.startswith("-"):
+        return False
+    return Path(arg.split("::", 1)[0]).exists() or (SUITES_DIR.parent / arg.split("::", 1)[0]).exists()
+
+
+def _from_checkout(arg: str) -> str:
+    """A test path relative to the checkout (``suites/...``) made absolute, so it selects the
+    same tests from any directory."""
+    path, _, rest = arg.partition("::")
+    if Path(path).exists():
+        return arg
+    return str(SUITES_DIR.parent / path) + (f"::{rest}" if rest else "")
+
+
 def cmd_run(args, pytest_args: list[str]) -> int:
+    """Run the suite; with ``--target kind`` on a kind cluster made (or kept) for the run."""
+    if args.target != "kind":
+        if args.keep_cluster or args.kind_image or args.kind_name != "draconf":
+            raise DraconfError("--keep-cluster, --kind-name and --kind-image go with --target kind")
+        args.profile = args.profile or "nvidia"
+        return _run_suite(args, pytest_args)
+    from draconf.testbed.cluster import state_root
+    from draconf.testbed.kind import DEFAULT_IMAGE, KindTarget
+    from draconf.profile import resolve
+    args.profile = args.profile or "example"
+    resolve(args.profile)  # bad input fails before a cluster is made, not minutes later
+    if args.compare:
+        baseline.load(args.compare)
+    target = KindTarget(args.kind_name, state_root().parent / "kind" / args.kind_name,
+                        image=args.kind_image or DEFAULT_IMAGE, keep=args.keep_cluster,
+                        log=lambda m: print(f"[draconf] {m}", flush=True))
+    try:
+        os.environ["KUBECONFIG"] = str(target.start())
+        args.target = "kubeconfig"
+        return _run_suite(args, pytest_args)
+    finally:
+        target.stop()
+
+
+def _run_suite(args, pytest_args: list[str]) -> int:
     """Run the suite in-process with the reports switched on."""
     import pytest
     if not SUITES_DIR.is_dir():
@@ -95,8 +163,13 @@ def cmd_run(args, pytest_args: list[str]) -> int:
                            "checkout installed with `pip install -e .`")
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
+    # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
+    pytest_args = [a for a in pytest_args if a != "--"]
+    # Test files or node ids select those tests, as with pytest; otherwise the whole suite.
+    pytest_args = [_from_checkout(a) if selects_tests(a) else a for a in pytest_args]
+    chosen = [a for a in pytest_args if selects_tests(a)]
     argv = [
-        str(SUITES_DIR), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
+        *([] if chosen else [str(SUITES_DIR)]), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
         f"--target={args.target}", f"--profile={args.profile}", f"--testbed-name={args.testbed_name}",
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",
@@ -108,11 +181,16 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         argv.append(f"--kube-context={args.kube_context}")
     if args.keep_on_failure:
         argv.append("--keep-on-failure")
+    if args.reruns:
+        argv.append(f"--reruns={args.reruns}")
     if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args):
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
+    if code == FLAKY_FAILS_THE_RUN:
+        print("draconf: flaky tests fail this run (--fail-on-flaky)", file=sys.stderr)
+        code = 1
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("draconf: error: no tests were selected; check the -k/-m arguments", file=sys.stderr)
         return 1
@@ -123,8 +201,11 @@ def cmd_run(args, pytest_args: list[str]) -> int:
         now = _snapshot(args, summary["tests"])
         if args.save_baseline:
             print(f"baseline: {baseline.save(args.save_baseline, now)}")
-        if before is not None and _print_changes(baseline.compare(before, now), args.compare):
-            code = code or 1
+        if before is not None:
+            changes = baseline.compare(before, now, **_gate_rules(args))
+            if _print_changes(changes, args.compare):
+                code = code or 1
+                gate_report.record(reports, [c for c in changes if c.regression], args.compare)
     if summary:
         # The last line of the output: what a CronJob's log or a CI step shows first.
         counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
@@ -148,11 +229,32 @@ def _print_changes(changes: list, against: str) -> int:
     return len(regressions)
 
 
+def _kinds(text: str) -> frozenset[str]:
+    """argparse type: comma-separated kinds of change (baseline.KINDS).
+
+    >>> sorted(_kinds("slower,memory"))
+    ['memory', 'slower']
+    """
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(kinds - set(baseline.KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kind of change {', '.join(unknown)}; "
+                                         f"choose from: {', '.join(baseline.KINDS)}")
+    return kinds
+
+
+def _gate_rules(args) -> dict:
+    """Which kinds of change count as regressions, and how much slower a verdict may get."""
+    counted = {kind: default and kind not in args.tolerate or kind in args.count
+               for kind, default in baseline.KINDS.items()}
+    return {"regressions": counted, "slower_factor": args.slower_factor}
+
+
 def cmd_compare(args) -> int:
     """Exit 0: no regression; 1: regressions; 2: bad input."""
     before = baseline.load(args.baseline)
     now = baseline.load(args.current) if args.current else _snapshot(args)
-    return 1 if _print_changes(baseline.compare(before, now), args.baseline) else 0
+    return 1 if _print_changes(baseline.compare(before, now, **_gate_rules(args)), args.baseline) else 0
 
 
 def _prepare_target(args) -> None:
@@ -186,9 +288,27 @@ def _prepare_target(args) -> None:
 
 
 def cmd_report(args) -> int:
+    from draconf import history
     from draconf.htmlreport import build_html_report
-    html = build_html_report(args.results, args.output)
+    history_file = None
+    if args.history:
+        summary_path = Path(args.summary)
+        if not summary_path.is_file():
+            raise DraconfError(f"{summary_path} does not exist: run `draconf run` first (or give --summary)")
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise DraconfError(f"{summary_path} is not JSON ({err.msg}); it is written by `draconf run`") from None
+        kept = history.append_run(Path(args.history), summary)
+        print(f"history: {Path(args.history) / history.RUNS_FILE} "
+              f"({'this run added' if kept else 'this run was already there'})")
+        history_file = Path(args.history) / history.ALLURE_HISTORY_FILE
+    html = build_html_report(args.results, args.output, history_file=history_file)
     print(f"report: {html}")
+    if args.history:
+        runs = history.load_runs(Path(args.history), last=args.last)
+        print(f"pass rate over the last {len(runs)} run(s) kept in {args.history}:")
+        print(history.render(history.pass_rates(runs)))
     return 0
 
 
@@ -256,26 +376,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def with_target(p, name_flag="--testbed-name"):
-        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster"], default="testbed",
+    def with_target(p, name_flag="--testbed-name", extra=()):
+        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster", *extra], default="testbed",
                        help="the embedded test bed (default), the cluster of $KUBECONFIG, or the "
-                            "cluster of the pod draconf runs in (its ServiceAccount)")
+                            "cluster of the pod draconf runs in (its ServiceAccount)"
+                            + ("; kind: a kind cluster made for the run (needs kind and Docker)" if extra else ""))
         p.add_argument("--kube-context", help="kubeconfig context (with --target kubeconfig)")
         p.add_argument(name_flag, dest="testbed_name" if name_flag != "--name" else "name",
                        default="default", help="which embedded test bed (default: %(default)s)")
         return p
 
+    def with_gate_rules(p):
+        kinds = ", ".join(f"{k}{'' if v else ' (not counted by default)'}" for k, v in baseline.KINDS.items())
+        p.add_argument("--tolerate", type=_kinds, default=frozenset(), metavar="KINDS",
+                       help=f"kinds of change not to count as regressions, comma-separated; kinds: {kinds}")
+        p.add_argument("--count", type=_kinds, default=frozenset(), metavar="KINDS",
+                       help="kinds of change to count as regressions beyond the default ones")
+        p.add_argument("--slower-factor", type=float, default=baseline.SLOWER_FACTOR, metavar="F",
+                       help="a passing verdict this many times (and 1 s) slower regresses (default: %(default)s)")
+        return p
+
     p = with_target(sub.add_parser(
-        "run", help="run the conformance suite and write reports (extra args go to pytest)"))
-    p.add_argument("--profile", default="nvidia",
-                   help="driver profile: a built-in name (nvidia, example) or a YAML file")
+        "run", help="run the conformance suite and write reports (extra args go to pytest)"), extra=("kind",))
+    p.add_argument("--profile", default=None,
+                   help="driver profile: a built-in name (nvidia, example) or a YAML file "
+                        "(default: nvidia; example with --target kind)")
+    p.add_argument("--keep-cluster", action="store_true",
+                   help="--target kind: reuse the kind cluster if it exists and keep it afterwards")
+    p.add_argument("--kind-name", default="draconf", help="--target kind: the cluster's name (default: %(default)s)")
+    p.add_argument("--kind-image", default=None,
+                   help="--target kind: the node image (default: the example driver's, kindest/node:v1.34.0)")
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")
+    p.add_argument("--reruns", type=_non_negative, default=0, metavar="N",
+                   help="run a failure that may not persist (diagnosed intermittent or timeout) up "
+                        "to N more times; one that then passes is reported flaky (default: 0; "
+                        "add --fail-on-flaky to fail the run on it)")
     p.add_argument("--save-baseline", metavar="FILE",
                    help="after the run, save the cluster's DRA state and the verdicts (upgrade gate)")
     p.add_argument("--compare", metavar="BASELINE",
                    help="after the run, compare with a saved baseline; regressions fail the run")
+    with_gate_rules(p)
     p.set_defaults(func=cmd_run, passthrough=True)
 
     p = with_target(sub.add_parser(
@@ -285,11 +427,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("current", metavar="CURRENT", nargs="?",
                    help="a later baseline (default: the target cluster now, without verdicts)")
     p.add_argument("--profile", default="nvidia", help="driver profile (gives the driver)")
+    with_gate_rules(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="build a single-file HTML report from the Allure results")
     p.add_argument("--results", default="reports/allure-results")
     p.add_argument("--output", default="reports/html")
+    p.add_argument("--history", metavar="DIR",
+                   help="keep this run in DIR (runs.jsonl, Allure's allure-history.jsonl): the report "
+                        "shows trends and per-test history, and the pass rate of the last runs is printed")
+    p.add_argument("--summary", default="reports/summary.json",
+                   help="the run's summary.json, kept in the history (default: %(default)s)")
+    p.add_argument("--last", type=_non_negative, default=10, metavar="N",
+                   help="pass rates over the last N runs kept (default: %(default)s; 0: all)")
     p.set_defaults(func=cmd_report)
 
     p = with_target(sub.add_parser("sweep", help="delete namespaces a killed draconf run left behind"),

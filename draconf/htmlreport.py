@@ -22,7 +22,8 @@ ALLURE_NPM_PACKAGE = "allure@3"
 
 
 def build_html_report(results_dir: str | os.PathLike, output_dir: str | os.PathLike,
-                      log: Callable[[str], None] = print) -> Path:
+                      log: Callable[[str], None] = print,
+                      history_file: str | os.PathLike | None = None) -> Path:
     """Turn an Allure results dir into one self-contained HTML file; returns its path.
 
     Uses the npm package ``allure`` (version 3, Node only), installed on first use under
@@ -31,6 +32,9 @@ def build_html_report(results_dir: str | os.PathLike, output_dir: str | os.PathL
 
         html = build_html_report("reports/allure-results", "reports/html")
         # -> reports/html/index.html
+
+    With ``history_file`` (Allure 3's JSONL history), this run is appended to it and the
+    report shows the runs before it: trends and each test's history.
 
     Raises DraconfError when node or npm is missing, the results dir holds no results, or
     Allure fails.
@@ -41,7 +45,10 @@ def build_html_report(results_dir: str | os.PathLike, output_dir: str | os.PathL
     output_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="draconf-allure-") as workdir:
         config_path = Path(workdir) / "allurerc.json"
-        config_path.write_text(json.dumps(allure_config()), encoding="utf-8")
+        config = allure_config()
+        if history_file is not None:
+            config.update(historyPath=str(Path(history_file).resolve()), appendHistory=True)
+        config_path.write_text(json.dumps(config), encoding="utf-8")
         command = [str(allure_cli), "generate", str(results_dir),
                    "--output", str(output_dir), "--config", str(config_path)]
         log(f"building HTML report from {results_dir}")

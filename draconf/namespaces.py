@@ -59,6 +59,7 @@ class NamespaceRegistry:
 
     def __init__(self):
         self._names: set[str] = set()
+        self._deleting: set[str] = set()
         self._lock = threading.Lock()
 
     def add(self, name: str) -> None:
@@ -72,6 +73,20 @@ class NamespaceRegistry:
     def pending(self) -> list[str]:
         with self._lock:
             return sorted(self._names)
+
+    def deleting(self, name: str) -> None:
+        """``name`` was deleted without waiting for it to go: the session waits once, at its end."""
+        with self._lock:
+            self._names.discard(name)
+            self._deleting.add(name)
+
+    def still_deleting(self) -> list[str]:
+        with self._lock:
+            return sorted(self._deleting)
+
+    def gone(self, names) -> None:
+        with self._lock:
+            self._deleting.difference_update(names)
 
 
 REGISTRY = NamespaceRegistry()
@@ -125,19 +140,71 @@ def delete(api, name: str, wait: float = 0) -> None:
             raise
     REGISTRY.discard(name)
     if wait > 0:
-        try:
-            waits.wait_until(f"namespace {name} to be deleted", lambda: _exists(api, name),
-                             lambda exists: not exists, timeout=min(wait, RELEASE_STUCK_CLAIMS_AFTER),
-                             interval=0.25, describe=lambda exists: "still terminating" if exists else "gone")
-            return
-        except waits.WaitTimeout:
-            if wait <= RELEASE_STUCK_CLAIMS_AFTER:
-                raise
+        _waiting_out_stuck(api, [name], lambda seconds: waits.wait_until(
+            f"namespace {name} to be deleted", lambda: _exists(api, name), lambda exists: not exists,
+            timeout=seconds, interval=0.25, describe=lambda exists: "still terminating" if exists else "gone"),
+            wait)
+
+
+def _waiting_out_stuck(api, names: list[str], wait, timeout: float) -> None:
+    """``wait(seconds)`` (which raises WaitTimeout); once :data:`RELEASE_STUCK_CLAIMS_AFTER`
+    seconds have passed, the stuck pods and claims of ``names`` are released and it waits the
+    rest of ``timeout``."""
+    try:
+        wait(min(timeout, RELEASE_STUCK_CLAIMS_AFTER))
+        return
+    except waits.WaitTimeout:
+        if timeout <= RELEASE_STUCK_CLAIMS_AFTER:
+            raise
+    for name in names:
         force_delete_stuck_pods(api, name)
         release_stuck_claims(api, name)
-        waits.wait_until(f"namespace {name} to be deleted", lambda: _exists(api, name),
-                         lambda exists: not exists, timeout=wait - RELEASE_STUCK_CLAIMS_AFTER,
-                         interval=0.25, describe=lambda exists: "still terminating" if exists else "gone")
+    wait(timeout - RELEASE_STUCK_CLAIMS_AFTER)
+
+
+def delete_releasing_devices(api, name: str, timeout: float = 120) -> None:
+    """Delete a namespace and wait only until its claims hold no device (its pods gone, the
+    generated claims deleted, named ones deallocated): what the next test needs.  The
+    namespace itself goes in the background (the namespace controller waits about 5 s before
+    it acts); :func:`wait_deleted` waits for all of them once, at the end of the session.
+
+    Claims a node never finishes unpreparing are released after
+    :data:`RELEASE_STUCK_CLAIMS_AFTER` seconds, as :func:`delete` does."""
+    delete(api, name)
+    REGISTRY.deleting(name)
+
+    def holding() -> list[str]:
+        try:
+            claims = api.resource.list_namespaced_resource_claim(name).items
+        except ApiException as err:
+            if err.status == 404:
+                return []
+            raise
+        return [c.metadata.name for c in claims
+                if c.status and (c.status.allocation or c.status.reserved_for)]
+
+    _waiting_out_stuck(api, [name], lambda seconds: waits.wait_until(
+        f"the claims of namespace {name} to release their devices", holding, lambda held: not held,
+        timeout=seconds, interval=0.25, describe=lambda held: f"still allocated: {', '.join(held)}"),
+        timeout)
+
+
+def wait_deleted(api, names: list[str], timeout: float = 120, log_fn=log.info) -> list[str]:
+    """Wait until ``names`` (namespaces being deleted) are gone, releasing stuck pods and claims
+    after :data:`RELEASE_STUCK_CLAIMS_AFTER` seconds; returns those still there at ``timeout``."""
+    def remaining() -> list[str]:
+        return [n for n in names if _exists(api, n)]
+
+    try:
+        _waiting_out_stuck(api, names, lambda seconds: waits.wait_until(
+            f"{len(names)} namespace(s) of this run to be deleted", remaining, lambda left: not left,
+            timeout=seconds, interval=0.5, describe=lambda left: f"still there: {', '.join(left)}",
+            progress=log_fn), timeout)
+        left = []
+    except waits.WaitTimeout:
+        left = remaining()
+    REGISTRY.gone(set(names) - set(left))
+    return left
 
 
 #: Seconds a namespace of ours may stay Terminating before we release claims a driver holds.

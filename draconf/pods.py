@@ -139,6 +139,26 @@ class Pod:
         return reasons
 
     @property
+    def end_reasons(self) -> list[str]:
+        """Why a pod ended: the kubelet's reason and message for the pod (an admission
+        rejection, an eviction) and each container's terminated state.
+
+        >>> Pod({"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+        ...      "message": "Allocate failed", "containerStatuses": [{"name": "c", "state": {"terminated": {
+        ...      "exitCode": 128, "reason": "StartError", "message": "no such device"}}}]}}).end_reasons
+        ['UnexpectedAdmissionError: Allocate failed', 'c: exit 128 StartError: no such device']
+        """
+        reasons = []
+        if self.status.get("reason") or self.status.get("message"):
+            reasons.append(": ".join(x for x in (self.status.get("reason"), self.status.get("message")) if x))
+        for cs in (self.status.get("initContainerStatuses") or []) + (self.status.get("containerStatuses") or []):
+            ended = (cs.get("state") or {}).get("terminated")
+            if ended:
+                detail = ": ".join(x for x in (ended.get("reason"), (ended.get("message") or "").strip()[:300]) if x)
+                reasons.append(f"{cs.get('name')}: exit {ended.get('exitCode')}" + (f" {detail}" if detail else ""))
+        return reasons
+
+    @property
     def seconds_past_grace_period(self) -> float | None:
         """For a pod being deleted: seconds since its grace period ended (negative before); else None.
 

@@ -94,6 +94,9 @@ class CheckResult:
     #: the API server could not be used at all: unreachable, untrusted TLS certificate or
     #: credentials rejected (implies ``inconclusive``); run_all() stops asking after one.
     unreachable: bool = False
+    #: the GPU nodes a failure is confined to (its plugin down there, no slices, devices
+    #: lacking attributes); empty: it concerns the whole cluster.  See :mod:`draconf.nodescope`.
+    nodes: tuple[str, ...] = ()
 
     @property
     def blocking(self) -> bool:
@@ -265,10 +268,11 @@ SEVERITY: dict[str, str] = {}
 
 
 def _result(ok: bool, summary: str, diagnosis: str | None = None,
-            evidence: Mapping[str, str] | None = None, applicable: bool = True) -> CheckResult:
+            evidence: Mapping[str, str] | None = None, applicable: bool = True,
+            nodes: Iterable[str] = ()) -> CheckResult:
     # name and severity are filled in by @check.
     return CheckResult("", ok, BLOCKING, summary, None if ok else diagnosis, dict(evidence or {}),
-                       applicable=applicable)
+                       applicable=applicable, nodes=() if ok else tuple(sorted(set(nodes))))
 
 
 #: kubectl's layout: left-aligned columns three spaces apart, no rules.
@@ -670,7 +674,7 @@ def evaluate_resource_slices(gpu_nodes: Iterable[str], slices: Iterable[SliceInf
         return _result(False, f"{len(without)} of {len(gpu_nodes)} GPU node(s) publish no "
                               f"devices of driver {driver}: {_names(without)}; check the kubelet "
                               "plugin pod and GPU driver on those nodes", "no-resourceslices",
-                       evidence)
+                       evidence, nodes=without)
     nodes = sorted(devices_by_node)
     return _result(True, f"{total} device(s) of driver {driver} published by {len(nodes)} "
                          f"node(s); every GPU node has a pool", evidence=evidence)
@@ -725,12 +729,16 @@ def evaluate_attributes(devices: Iterable[Device], required: Iterable[str],
                 for what, devs in lacking.items()}
     wanted = ", ".join(required + ([f"capacity {memory_capacity}"] if memory_capacity else []))
     if lacking:
-        parts = [f"{what} is missing on {len(devs)} of {len(devices)} device(s)"
+        parts = [f"{what} is missing on {len(devs)} of {len(devices)} device(s) "
+                 f"({_names(sorted({str(d) for d in devs}), limit=3)})"
                  for what, devs in lacking.items()]
+        lacking_devices = [d for devs in lacking.values() for d in devs]
+        # Confined to the nodes of those devices, unless one of them belongs to no node.
+        nodes = () if any(d.node is None for d in lacking_devices) else {d.node for d in lacking_devices}
         return _result(False, "; ".join(parts) + ". Selectors using it will leave pods Pending "
                               "(CEL runtime error: no such key); check the driver version and "
                               "the attribute names in `kubectl get resourceslice -o yaml`",
-                       "attribute-missing", evidence)
+                       "attribute-missing", evidence, nodes=nodes)
     return _result(True, f"all {len(devices)} device(s) publish {wanted}")
 
 
@@ -827,6 +835,13 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
                               f"{known}, no pod labelled {' or '.join(pod_selectors)}): "
                               "install the DRA driver, or check its release namespace",
                        "plugin-unhealthy", evidence)
+    if not gpu_nodes and not ready_pods:
+        # Nothing marks a GPU node and no plugin pod runs: "Ready on all 0 nodes" would be a
+        # pass without evidence.  A DaemonSet whose selector matches no node looks like this.
+        wanted = ", ".join(f"{d.namespace}/{d.name} (desired {d.desired})" for d in daemonsets) or "none"
+        return _result(False, f"no kubelet-plugin pod runs on any node (DaemonSets: {wanted}) and no node "
+                              "is labelled as a GPU node: check the DaemonSet's nodeSelector and "
+                              "affinity against the GPU nodes' labels", "plugin-unhealthy", evidence)
     not_ready = [p for p in pods if not p.ready]
     ready_nodes = {p.node for p in pods if p.ready}
     uncovered = [n for n in gpu_nodes if n not in ready_nodes]
@@ -849,7 +864,9 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
             logs = "kubectl logs <kubelet-plugin pod>"
         return _result(False, "; ".join(parts) + ". Claims on those nodes cannot be prepared: "
                               f"check the plugin's logs (`{logs} --all-containers --tail=200`) "
-                              "and the node's GPU driver", "plugin-unhealthy", evidence)
+                              "and the node's GPU driver", "plugin-unhealthy", evidence,
+                       nodes=() if any(p.node is None for p in not_ready)
+                       else set(uncovered) | {p.node for p in not_ready})
     return _result(True, f"kubelet plugin Ready on all {len(gpu_nodes)} GPU node(s)"
                          + (f" ({', '.join(d.namespace + '/' + d.name for d in daemonsets)})"
                             if daemonsets else ""), evidence=evidence)

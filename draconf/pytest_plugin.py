@@ -13,9 +13,13 @@ point, so ``pytest suites/`` works from anywhere.  Options::
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -36,11 +40,28 @@ FAILED = pytest.StashKey[bool]()
 STALLED = pytest.StashKey[tuple[str, str]]()
 
 
+#: A file every pytest-xdist worker of one run shares (made by the controller, whose environment
+#: the workers inherit), so the breaker one worker trips holds for all of them.
+BREAKER_FILE_ENV = "DRACONF_BREAKER_FILE"
+
+
+def _shared_breaker() -> Path | None:
+    path = os.environ.get(BREAKER_FILE_ENV)
+    return Path(path) if path else None
+
+
 def trip_breaker(config, code: str, cause: str) -> None:
     """Record that the control plane is not acting (first cause wins) and say so once."""
     if STALLED in config.stash:
         return
     config.stash[STALLED] = (code, cause)
+    shared = _shared_breaker()
+    if shared is not None:
+        try:
+            with shared.open("x", encoding="utf-8") as out:  # the first worker's cause wins
+                json.dump([code, cause], out)
+        except FileExistsError:
+            pass
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line("")
@@ -51,6 +72,12 @@ def trip_breaker(config, code: str, cause: str) -> None:
 def breaker_cause(config) -> str | None:
     """The no-verdict cause for a check that needs the control plane, once the breaker tripped."""
     tripped = config.stash.get(STALLED, None)
+    shared = _shared_breaker()
+    if tripped is None and shared is not None and shared.is_file():
+        try:
+            tripped = config.stash[STALLED] = tuple(json.loads(shared.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            tripped = None  # being written: the next check reads it
     if tripped is None:
         return None
     code, cause = tripped
@@ -76,6 +103,12 @@ def pytest_addoption(parser):
     reporting.pytest_addoption(parser)
 
 
+#: The failures ``--reruns`` runs again (pytest-rerunfailures' ``--only-rerun``, matched against
+#: "ExceptionType: message"): those diagnosed ``intermittent`` (a second reading showed the
+#: expected state) or ``timeout`` (no definitive signal).
+RERUN_ONLY = r"^[\w.]+: \[(intermittent|timeout)\] "
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "draconf(workload, check): a conformance check of one workload")
     config.addinivalue_line("markers", "conformance: part of the conformance suite")
@@ -93,6 +126,18 @@ def pytest_configure(config):
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # The controller of a pytest-xdist run: one breaker file for every worker it starts.
+        handle, path = tempfile.mkstemp(prefix="draconf-breaker-", suffix=".json")
+        os.close(handle)
+        os.unlink(path)  # tripping creates it; its absence means closed
+        os.environ[BREAKER_FILE_ENV] = path
+        config.add_cleanup(lambda: (Path(path).unlink(missing_ok=True), os.environ.pop(BREAKER_FILE_ENV, None)))
+    if getattr(config.option, "reruns", None) and not getattr(config.option, "only_rerun", None):
+        # pytest-rerunfailures: only failures that may not persist are run again.  A verdict
+        # read from the cluster (a scheduler message that stood, a failed preflight, a wrong
+        # device) is not a flake, and running it again would only hide it as one.
+        config.option.only_rerun = [RERUN_ONLY]
     from draconf import runinfo
     handed_over = runinfo.from_env()
     if handed_over:
@@ -168,16 +213,31 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Whatever a test could not delete (interrupted, crashed fixture), delete it now."""
+    """Whatever a test could not delete (interrupted, crashed fixture), delete it now; then wait,
+    once for the whole run, until every namespace it deleted is gone: nothing is left behind."""
     api = getattr(session.config, "draconf_api", None)
-    pending = namespaces.REGISTRY.pending()
-    if api is None or not pending:
+    if api is None:
         return
-    for name in pending:
+    for name in namespaces.REGISTRY.pending():
         try:
             namespaces.delete(api, name)
+            namespaces.REGISTRY.deleting(name)
         except Exception as err:  # best effort: report, never mask the run's own outcome
             log.warning("could not delete namespace %s: %s; run `draconf sweep`", name, err)
+    deleting = namespaces.REGISTRY.still_deleting()
+    if not deleting:
+        return
+    if session.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":
+        return  # its namespace controller finishes them when it acts again
+    try:
+        left = namespaces.wait_deleted(api, deleting, timeout=120)
+    except Exception as err:  # best effort, as above
+        left, why = deleting, f" ({err})"
+    else:
+        why = ""
+    if left:
+        log.warning("namespaces still terminating after the run%s: %s; run `draconf sweep`",
+                    why, ", ".join(left))
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -255,7 +315,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
             # would only add a timeout per test.
             namespaces.delete(api, name)
             return
-        namespaces.delete(api, name, wait=120)
+        # The next test needs this one's devices back, not its namespace gone: the session
+        # waits for every namespace of the run once, at its end.
+        namespaces.delete_releasing_devices(api, name, timeout=120)
 
     request.addfinalizer(finish)
     return name
@@ -286,17 +348,41 @@ def preflight(pytestconfig, cluster, profile):
 
 
 @pytest.fixture(scope="session")
-def preflight_gate(pytestconfig, preflight):
+def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_property):
     """No verdict for GPU workloads, with the reason, when the cluster failed a check they
-    depend on (they could only fail for that same reason, eighteen times over)."""
+    depend on (they could only fail for that same reason, eighteen times over).
+
+    A failure confined to some GPU nodes (their plugin down, no slices there) only takes those
+    nodes out: the value is the run's :class:`~draconf.nodescope.NodeScope`, which steers the
+    workloads to the nodes left; it is shown on the terminal and kept in the run info."""
+    from draconf.nodescope import NodeScope, scope_of
     if pytestconfig.getoption("--no-preflight-gate"):
-        return
+        return NodeScope()
+    from draconf.devices import PublishedDevices
     from draconf.errors import NoVerdict
     from draconf.preflight import blocking_failures
     blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
-    if blocking:
+    gpu_nodes = {n for r in blocking for n in r.nodes}
+    if gpu_nodes:
+        gpu_nodes |= set(PublishedDevices.read(cluster, profile.driver).devices_per_node())
+    scope, whole_cluster = scope_of(blocking, gpu_nodes)
+    if whole_cluster:
         raise NoVerdict("cluster not ready for DRA workloads (preflight): " + "; ".join(
-            f"{r.name} [{r.diagnosis}] {r.summary}" for r in blocking))
+            f"{r.name} [{r.diagnosis}] {r.summary}" for r in whole_cluster))
+    if scope.excluded:
+        _set_run_info(pytestconfig, nodes=scope.as_info())
+        record_testsuite_property("draconf.nodes", scope.describe())
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        if reporter:
+            reporter.write_line(scope.describe())
+    return scope
+
+
+@pytest.fixture(scope="session")
+def validated_nodes(preflight_gate):
+    """The GPU nodes the run validates (a :class:`~draconf.nodescope.NodeScope`): workloads
+    are written for their devices and kept off the nodes preflight left out."""
+    return preflight_gate
 
 
 def _set_run_info(config, **info) -> None:

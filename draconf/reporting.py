@@ -58,6 +58,7 @@ import pytest
 from tabulate import tabulate
 
 from draconf.errors import NoVerdict
+from draconf.nodescope import scope_line
 
 #: Every diagnosis a test may record, with what it means for the cluster and where to look.
 #: The wording is for the operator reading a failed run, modelled on the NVIDIA DRA driver's
@@ -158,6 +159,10 @@ DIAGNOSES: dict[str, str] = {
         "claims there can reach GPUs other workloads hold. Find it (`kubectl get "
         "mutatingadmissionpolicies,mutatingwebhookconfigurations`) and restrict the label to "
         "monitoring namespaces.",
+    "intermittent":
+        "The check failed, but the same reading repeated by the diagnosis moments later showed "
+        "the expected state: the failure did not persist. Rerun with --reruns to tell a flake "
+        "from a fault; a test that passes on a rerun is reported flaky.",
     "timeout":
         "The check ran out of time without a definitive signal from the cluster, so it says "
         "nothing about conformance yet: read the events of the objects involved and rerun "
@@ -173,12 +178,12 @@ RUN_INFO_KEY = pytest.StashKey[dict]()
 
 #: Outcomes from best to worst; a matrix cell shows the worst of its tests. ``failed`` is
 #: worst because it is the one definitive "does not conform"; the others mean "no verdict".
-OUTCOMES = ("passed", "skipped", "not-run", "no-verdict", "error", "broken", "failed")
-OUTCOME_LABELS = {"passed": "PASS", "skipped": "SKIP", "not-run": "NOT RUN", "no-verdict": "NO VERDICT",
+OUTCOMES = ("passed", "flaky", "skipped", "not-run", "no-verdict", "error", "broken", "failed")
+OUTCOME_LABELS = {"passed": "PASS", "flaky": "FLAKY", "skipped": "SKIP", "not-run": "NOT RUN", "no-verdict": "NO VERDICT",
                   "error": "ERROR", "broken": "BROKEN", "failed": "FAIL"}
 #: The directory whose tests make a session a conformance run (one that writes reports).
 SUITE_DIR = "suites"
-_OUTCOME_COLOURS = {"passed": {"green": True}, "skipped": {"yellow": True},
+_OUTCOME_COLOURS = {"passed": {"green": True}, "flaky": {"yellow": True, "bold": True}, "skipped": {"yellow": True},
                     "not-run": {"yellow": True, "bold": True},
                     "no-verdict": {"yellow": True, "bold": True},
                     "error": {"red": True}, "broken": {"purple": True},
@@ -371,6 +376,25 @@ def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duratio
         row["message"] = phase.get("message")
 
 
+def mark_reruns(row: dict[str, Any], failed_attempts: list[Mapping[str, Any]]) -> None:
+    """A test that failed and was run again: a pass is **flaky**, never plain passed; any
+    outcome keeps its earlier failures.
+
+    >>> row = new_row("t.py::test", {"outcome": "passed"})
+    >>> mark_reruns(row, [{"message": "[intermittent] sees no GPU", "diagnosis": "intermittent"}])
+    >>> row["outcome"], row["reruns"], row["failed_attempts"][0]["diagnosis"]
+    ('flaky', 1, 'intermittent')
+    """
+    row["reruns"] = len(failed_attempts)
+    row["failed_attempts"] = list(failed_attempts)
+    if row["outcome"] == "passed":
+        row["outcome"] = "flaky"
+        first = failed_attempts[0]
+        row["message"] = (f"passed on attempt {len(failed_attempts) + 1}; attempt 1 failed: "
+                          f"{first.get('message') or '(no message)'}")
+        row["diagnosis"], row["reason"] = first.get("diagnosis"), None
+
+
 def worst_outcome(outcomes: Iterable[str]) -> str:
     """The worst of ``outcomes`` by :data:`OUTCOMES` order.
 
@@ -384,7 +408,7 @@ def count_outcomes(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """``{"passed": n, "failed": n, ...}`` with every outcome present, zero or not."""
     counts = Counter(row["outcome"] for row in rows)
     return {outcome: counts.get(outcome, 0)
-            for outcome in ("passed", "failed", "broken", "no-verdict", "skipped", "error")}
+            for outcome in ("passed", "flaky", "failed", "broken", "no-verdict", "skipped", "error")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,6 +650,8 @@ class ReportingPlugin:
         #: The test between logstart and logfinish: the one an interrupt stopped.
         self.running: str | None = None
         self.interruption: dict[str, Any] | None = None
+        #: nodeid -> the attempts of a test that failed and were run again (pytest-rerunfailures)
+        self.failed_attempts: dict[str, list[dict[str, Any]]] = {}
         config.addinivalue_line(
             "markers", "draconf(workload=None, check=None): what a draconf test exercises, "
                        "for the summary matrix")
@@ -650,6 +676,11 @@ class ReportingPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
+        # Each attempt is diagnosed afresh: a rerun (pytest-rerunfailures) that passes must not
+        # carry the code of the attempt that failed.
+        for key in (DIAGNOSIS_KEY, REASON_KEY):
+            if key in item.stash:
+                del item.stash[key]
         return (yield from self._with_prefixed_failure(item))
 
     @pytest.hookimpl(wrapper=True)
@@ -706,16 +737,28 @@ class ReportingPlugin:
             "diagnosis": item.stash.get(DIAGNOSIS_KEY, None),
             "reason": item.stash.get(REASON_KEY, None),
         }
+        attempt = getattr(item, "execution_count", 1)  # pytest-rerunfailures counts attempts
+        if report.when == "call" and report.passed and attempt > 1:
+            item.user_properties.append(("draconf.flaky", f"passed on attempt {attempt} after "
+                                                          f"{attempt - 1} failed"))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         phase = getattr(report, "draconf_phase", None) or {
             # A process without this plugin made the report: classify with what we have.
             "outcome": phase_outcome(report, None), "message": phase_message(report, None)}
+        if report.outcome == "rerun":
+            # pytest-rerunfailures: this attempt failed and the test runs again.  Keep what
+            # failed; the next attempt's setup starts the row afresh.
+            self.failed_attempts.setdefault(report.nodeid, []).append(
+                {"message": phase.get("message"), "diagnosis": phase.get("diagnosis")})
+            return
         if report.when == "setup" or report.nodeid not in self.rows:
-            # A new setup starts the row afresh, so a rerun replaces the earlier attempt.
             self.rows[report.nodeid] = new_row(report.nodeid, phase)
-        fold_phase(self.rows[report.nodeid], report.when, phase, report.duration)
+        row = self.rows[report.nodeid]
+        fold_phase(row, report.when, phase, report.duration)
+        if report.when == "teardown" and report.nodeid in self.failed_attempts:
+            mark_reruns(row, self.failed_attempts[report.nodeid])
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -788,6 +831,14 @@ class ReportingPlugin:
             terminalreporter.line(interruption_line(self.interruption), red=True, bold=True)
         for line in lines:
             terminalreporter.line(line)
+        nodes = get_run_info(config).get("nodes")
+        if nodes:
+            terminalreporter.line(scope_line(nodes), yellow=True, bold=True)
+        flaky = [r for r in self.rows.values() if r["outcome"] == "flaky"]
+        if flaky:
+            terminalreporter.line("flaky (failed, then passed when run again):", yellow=True, bold=True)
+            for row in flaky:
+                terminalreporter.line(f"  {row['id']}: {row['message']}")
         diagnosed = [r for r in self.rows.values() if r.get("reason") and r["outcome"] != "passed"]
         if diagnosed:
             terminalreporter.line("diagnoses:")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import cel, manifests, podsecurity, waits
+from draconf import cel, manifests, nodescope, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
 from draconf import selectors as sel
 from draconf.claims import EXTENDED_RESOURCE_CLAIM_ANNOTATION, Claim
@@ -101,9 +101,12 @@ class Workload:
     #: the pods ask for devices as extended resources (``nvidia.com/gpu: 1``), served through
     #: the claim the scheduler creates (``status.extendedResourceClaimStatus``)
     extended_resources: bool = False
+    #: keep every pod off these nodes: the GPU nodes preflight left out of the run
+    avoid_nodes: frozenset[str] = frozenset()
 
     def documents(self, profile: Profile) -> list[dict]:
-        """The manifests with the profile's class, image and tolerations and this run's selectors."""
+        """The manifests with the profile's class, image and tolerations and this run's selectors
+        and node scope."""
         docs = [doc for name in self.manifests for doc in manifests.load(name)]
         for doc in docs:
             spec = _claim_spec(doc)
@@ -123,6 +126,7 @@ class Workload:
                     _read_injection_with(container, profile.injection)
                 if self.node:
                     pod_spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = self.node
+                nodescope.avoiding(pod_spec, self.avoid_nodes)
         return docs
 
 
@@ -304,7 +308,8 @@ class DeployedWorkload:
                 if now - first >= VERDICT_AFTER and not self._held_by_this_run(message):
                     return f"the scheduler cannot place pod {pod.name}: {message}"
             if pod.phase == "Failed":
-                return f"pod {pod.name} failed: {pod.summary()}"
+                ended = "; ".join(pod.end_reasons) or "no reason given"
+                return f"pod {pod.name} failed: {pod.summary()} ({ended})"
             if pod.image_pull_failures:
                 # A kubelet retries pulls with back-off; the same failure standing is a verdict.
                 first = self._unschedulable_since.setdefault((pod.uid, "image-pull"), now)
@@ -631,6 +636,19 @@ class DeployedWorkload:
                             "(the node never finished unpreparing them)")
             if pods:
                 return None
+            # Every consumer is gone.  The resourceclaim controller (kube-controller-manager)
+            # deletes generated claims and releases named ones within a second; none of it
+            # happening for stall_after seconds is the controller not acting, not the node.
+            untouched = sorted(c.name for c in current.values() if not c.is_deleting and (
+                c.is_generated or c.is_allocated or c.reserved_for_uids))
+            if not untouched:
+                stuck_since.pop("consumers-gone", None)
+            elif now - stuck_since.setdefault("consumers-gone", now) >= stall_after(self.profile):
+                raise self._stalled(
+                    "kube-controller-manager", "controller-manager-unavailable",
+                    f"claims {', '.join(untouched)} were neither deleted nor released "
+                    f"{stall_after(self.profile):.0f}s after their last consumer was gone: the "
+                    "resourceclaim controller did not act")
             for claim in current.values():
                 foreign = [f for f in claim.finalizers if not f.startswith("resource.kubernetes.io/")]
                 if claim.is_deleting and foreign and not claim.reserved_for_uids:
@@ -643,6 +661,8 @@ class DeployedWorkload:
         try:
             waits.wait_until(f"{self.workload.name}'s claims to be released", state, done,
                              timeout=timeout, describe=describe, interval=0.5, verdict=verdict)
+        except ControlPlaneStalled:
+            raise  # the run's breaker and diagnosis take it as it is
         except waits.WaitFailed as err:
             raise AssertionError(f"cleanup is incomplete: {err}") from None
         evidence = [f"released {c.summary()}" for c in held.values()]

@@ -171,14 +171,15 @@ def diagnose_start_failure(request, message: str) -> None:
 
 @pytest.mark.failure_modes
 @pytest.mark.draconf(workload="failure-modes", check="missing-deviceclass")
-def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, run_id):
+def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, run_id, validated_nodes):
     """A claim naming an absent DeviceClass: Pending with ``device class … does not exist``."""
     api = cluster
     existing = {c.metadata.name for c in api.resource.list_device_class().items}
     missing = "no-such-class.nvidia.com"
     while missing in existing:
         missing = f"x{run_id}-{missing}"
-    workload = Workload("missing-deviceclass", ["30-missing-deviceclass.yaml"], expected_pods=1)
+    workload = Workload("missing-deviceclass", ["30-missing-deviceclass.yaml"], expected_pods=1,
+                        avoid_nodes=validated_nodes.avoid)
     docs = workload.documents(profile)
     template = manifests.find(docs, "ResourceClaimTemplate")
     request_name = template["spec"]["spec"]["devices"]["requests"][0]["name"]
@@ -212,10 +213,10 @@ def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, r
 
 @pytest.mark.failure_modes
 @pytest.mark.draconf(workload="failure-modes", check="selector-unmatched")
-def test_unmatched_selector_is_reported(request, cluster, namespace, profile, run_id):
+def test_unmatched_selector_is_reported(request, cluster, namespace, profile, run_id, validated_nodes):
     """A selector matching no published device: Pending with ``cannot allocate all claims``."""
     api = cluster
-    published = PublishedDevices.read(api, profile.driver)
+    published = validated_nodes.devices(PublishedDevices.read(api, profile.driver))
     sizes = {d.memory(profile.memory_capacity) for d in published}
     size = parse_quantity("64Gi")  # the seed's example; moved if some device has exactly that
     while size in sizes:
@@ -230,7 +231,7 @@ def test_unmatched_selector_is_reported(request, cluster, namespace, profile, ru
     request.node.user_properties.append(("selector", summary))
 
     workload = Workload("selector-unmatched", ["31-unmatched-selector.yaml"], expected_pods=1,
-                        selectors={"exact-64gi-gpu": [rule]})
+                        selectors={"exact-64gi-gpu": [rule]}, avoid_nodes=validated_nodes.avoid)
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
     pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
     try:
@@ -247,11 +248,12 @@ def test_unmatched_selector_is_reported(request, cluster, namespace, profile, ru
 
 @pytest.mark.failure_modes
 @pytest.mark.draconf(workload="failure-modes", check="capacity-exhausted")
-def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, profile, run_id):
+def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, profile, run_id,
+                                               validated_nodes):
     """All free GPUs of one model held: one more waits with ``cannot allocate all claims`` and
     runs once a holder is deleted."""
     api = cluster
-    published = PublishedDevices.read(api, profile.driver)
+    published = validated_nodes.devices(PublishedDevices.read(api, profile.driver))
     if not len(published):
         record_diagnosis(request.node, "no-resourceslices")
         pytest.fail(diagnosis_prefix("no-resourceslices")
@@ -283,7 +285,8 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
              rule, len(matching), len(free), ", ".join(str(d) for d in free))
 
     selectors = {"one-model-gpu": [rule]}
-    docs = Workload("capacity", ["32-capacity-exhausted.yaml"], 0, selectors).documents(profile)
+    docs = Workload("capacity", ["32-capacity-exhausted.yaml"], 0, selectors,
+                    avoid_nodes=validated_nodes.avoid).documents(profile)
     template = manifests.find(docs, "ResourceClaimTemplate")
     proto, extra_doc = manifests.find(docs, "Pod", "gpu-holder-0"), manifests.find(docs, "Pod", "gpu-extra")
     holder_docs = []

@@ -102,7 +102,7 @@ class ExtendedResourceWorkload(DeployedWorkload):
         return None
 
 
-def start_extended_resource(request, cluster, profile, run_id) -> Start:
+def start_extended_resource(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
     from draconf.pytest_plugin import make_namespace
     capability = capabilities.extended_resource(cluster, profile.device_class,
                                                 profile.capabilities.extended_resource)
@@ -117,7 +117,7 @@ def start_extended_resource(request, cluster, profile, run_id) -> Start:
                     "pods asking for it are not served through DRA there")
     ns = make_namespace(request, cluster, run_id, "extended-resource")
     workload = Workload("extended-resource", ["features/40-extended-resource.yaml"], expected_pods=1,
-                        extended_resources=True)
+                        extended_resources=True, avoid_nodes=avoid)
     return ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
 
 
@@ -214,7 +214,7 @@ def satisfiable(sub: dict, published, class_cel: list[str]) -> list:
     return [d for d in published if cel.evaluate_all(class_cel + own, d).matched]
 
 
-def start_prioritized_list(request, cluster, profile, run_id, published) -> Start:
+def start_prioritized_list(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
     from draconf.devices import class_selectors
     from draconf.pytest_plugin import make_namespace
     if not profile.has("model"):
@@ -225,7 +225,7 @@ def start_prioritized_list(request, cluster, profile, run_id, published) -> Star
     if not capability.available:
         pytest.skip(capability.skip_reason)
     workload = PrioritizedWorkload("prioritized-list", ["features/41-prioritized-list.yaml"],
-                                   expected_pods=1, fallback_model=fallback)
+                                   expected_pods=1, fallback_model=fallback, avoid_nodes=avoid)
     class_cel = class_selectors(cluster, profile.device_class) or []
     first = subrequests(workload.documents(profile))[0]
     if satisfiable(first, published, class_cel):
@@ -245,7 +245,7 @@ def label_for_admin_access(api, namespace: str) -> None:
     api.core.patch_namespace(namespace, {"metadata": {"labels": {capabilities.ADMIN_ACCESS_LABEL: "true"}}})
 
 
-def start_admin_access(request, cluster, profile, run_id, published) -> Start:
+def start_admin_access(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
     """The GPU in use first (42), then the monitor (43) selecting that GPU by its UUID; the
     workload is both, so the three checks judge both pods and both claims."""
     from draconf import selectors as sel
@@ -255,7 +255,7 @@ def start_admin_access(request, cluster, profile, run_id, published) -> Start:
     capability = capabilities.admin_access(cluster, ns, profile.device_class)
     if not capability.available:
         pytest.skip(capability.skip_reason)
-    holder = Workload("admin-access", ["features/42-gpu-in-use.yaml"], expected_pods=1)
+    holder = Workload("admin-access", ["features/42-gpu-in-use.yaml"], expected_pods=1, avoid_nodes=avoid)
     start = DeployedWorkload.start(cluster, ns, holder, profile, run_id.labels)
     if start.never_started:
         return start
@@ -267,9 +267,10 @@ def start_admin_access(request, cluster, profile, run_id, published) -> Start:
         return Start(deployed, f"claim {HOLDER_CLAIM} holds no published device: {held.summary()}")
     both = Workload("admin-access", ["features/42-gpu-in-use.yaml", "features/43-admin-access-monitor.yaml"],
                     expected_pods=2, selectors={MONITOR_CLAIM: [sel.uuid_in(profile.domain,
-                                                                            profile.attributes["uuid"], uuids)]})
+                                                                            profile.attributes["uuid"], uuids)]},
+                    avoid_nodes=avoid)
     monitor_docs = Workload("admin-access", ["features/43-admin-access-monitor.yaml"], 1,
-                            selectors=both.selectors).documents(profile)
+                            selectors=both.selectors, avoid_nodes=avoid).documents(profile)
     deployed.workload = both
     deployed.documents = deployed.documents + monitor_docs
     try:
@@ -301,13 +302,15 @@ def published_devices(cluster, profile):
 
 
 @pytest.fixture(scope="class", params=FEATURES)
-def started(request, cluster, profile, run_id, published_devices) -> Start:
+def started(request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
+    """The feature workload started on the GPU nodes the run validates (kept off the others)."""
+    avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
     if request.param == "extended-resource":
-        start = start_extended_resource(request, cluster, profile, run_id)
+        start = start_extended_resource(request, cluster, profile, run_id, avoid)
     elif request.param == "prioritized-list":
-        start = start_prioritized_list(request, cluster, profile, run_id, published_devices)
+        start = start_prioritized_list(request, cluster, profile, run_id, published, avoid)
     else:
-        start = start_admin_access(request, cluster, profile, run_id, published_devices)
+        start = start_admin_access(request, cluster, profile, run_id, published, avoid)
     if start.stalled:
         from draconf.pytest_plugin import trip_breaker
         trip_breaker(request.config, start.stalled, start.failure)
@@ -330,6 +333,7 @@ class TestFeatureWorkload(test_workloads.TestWorkload):
             pytest.fail(f"the container never got its devices: {started.failure}", pytrace=False)
         super().test_cdi_injection(started, published_devices)
 
+    @pytest.mark.flaky(reruns=0)  # as the inherited one: a rerun would find nothing to release
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
         super().test_cleanup(started, published_devices, cluster, profile, run_id)
 
@@ -414,7 +418,7 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
 @pytest.mark.quota
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="extended-resource", check="quota")
-def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, profile, run_id):
+def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, profile, run_id, validated_nodes):
     """44-extended-resource-quota.yaml (one GPU, both keys) then 40-extended-resource.yaml twice:
     the first pod runs and is charged one GPU under each key, not two; the second is refused."""
     from draconf.audit import deviceclass_key
@@ -439,7 +443,7 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
                      lambda st: {legacy, dra} <= set(st.get("hard") or {}), timeout=30,
                      describe=lambda st: json.dumps(st))
     workload = Workload("extended-resource", ["features/40-extended-resource.yaml"], expected_pods=1,
-                        extended_resources=True)
+                        extended_resources=True, avoid_nodes=validated_nodes.avoid)
     start = ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
     assert not start.never_started, (f"a {resource}: 1 pod did not run under a quota of one GPU "
                                      f"({legacy}: 1, {dra}: 1): {start.failure}")

@@ -11,7 +11,7 @@ profile's own command), then expect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -45,11 +45,12 @@ def _condition(job, kind: str):
 
 
 @pytest.fixture(scope="module")
-def finished_job(request, cluster, profile, run_id) -> FinishedJob:
+def finished_job(request, cluster, profile, run_id, validated_nodes) -> FinishedJob:
     from draconf.pytest_plugin import make_namespace
     namespace = make_namespace(request, cluster, run_id, "job")
     try:
-        deployed = DeployedWorkload.deploy(cluster, namespace, JOB, profile, run_id.labels)
+        deployed = DeployedWorkload.deploy(cluster, namespace, replace(JOB, avoid_nodes=validated_nodes.avoid),
+                                           profile, run_id.labels)
     except AdmissionDenied as err:
         return FinishedJob(None, {}, err.msg)
     allocated: dict[str, Claim] = {}
@@ -95,6 +96,7 @@ def finished_job(request, cluster, profile, run_id) -> FinishedJob:
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="job", check="completion")
+@pytest.mark.flaky(reruns=0)  # --reruns: the module's fixture ran the job once; a rerun re-reads it
 def test_gpu_job_completes_on_the_gpu_it_was_given(finished_job, cluster, profile):
     if finished_job.error:
         # A container without the claim's CDI devices has no nvidia-smi to start.

@@ -254,7 +254,7 @@ def test_deviceclass_quota_rejects_claim_beyond_limit(request, cluster, namespac
 @pytest.mark.quota
 @pytest.mark.draconf(workload="quota", check="generated-claim")
 def test_deviceclass_quota_holds_generated_claim_until_room(request, cluster, namespace, profile,
-                                                            run_id):
+                                                            run_id, validated_nodes):
     """A templated claim beyond the quota keeps its pod Pending with the controller's event;
     deleting the claim that uses the quota lets the pod get its claim and run."""
     api = cluster
@@ -268,7 +268,8 @@ def test_deviceclass_quota_holds_generated_claim_until_room(request, cluster, na
         pytest.fail(f"the first ResourceClaim was rejected although {key} allows 1: "
                     f"HTTP {err.status} {api_message(err)}", pytrace=False)
 
-    workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1)
+    workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1,
+                        avoid_nodes=validated_nodes.avoid)
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
     pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
     expect_claim_creation_blocked(request, api, namespace, deployed, pod_name, quota_name, key, profile,
@@ -303,7 +304,8 @@ def test_claim_count_quota_rejects_second_claim(request, cluster, namespace, pro
 
 @pytest.mark.quota
 @pytest.mark.draconf(workload="quota", check="extended-resource-trap")
-def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, profile, run_id):
+def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, profile, run_id,
+                                                validated_nodes):
     """What ``requests.nvidia.com/gpu: 0`` does to a pod that gets its GPU through a claim.
 
     It depends on the DeviceClass.  When the class maps the extended resource
@@ -324,7 +326,8 @@ def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, pro
     quota_name = quota["metadata"]["name"]
     (cap_key, cap_value), = quota["spec"]["hard"].items()
     mapped = api.resource.read_device_class(profile.device_class).spec.extended_resource_name
-    workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1)
+    workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1,
+                        avoid_nodes=validated_nodes.avoid)
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
     if mapped and cap_key == f"requests.{mapped}":
         pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]

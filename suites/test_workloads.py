@@ -20,6 +20,8 @@ when nothing was allocated.  The start outcome travels as the ``started`` fixtur
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import allure
 import pytest
 
@@ -105,12 +107,15 @@ def build_workload(name: str, published, profile) -> Workload:
 
 
 @pytest.fixture(scope="class", params=WORKLOADS)
-def started(request, cluster, profile, run_id, published_devices) -> Start:
+def started(request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
     """The workload applied in its own namespace and waited for: a :class:`Start`, whose
-    ``failure`` (the cluster's reason the workload never started) each check judges by."""
+    ``failure`` (the cluster's reason the workload never started) each check judges by.
+
+    It is written for the devices of the GPU nodes the run validates and kept off the others."""
     from draconf.pytest_plugin import make_namespace
     try:
-        workload = build_workload(request.param, published_devices, profile)
+        workload = replace(build_workload(request.param, validated_nodes.devices(published_devices), profile),
+                           avoid_nodes=validated_nodes.avoid)
     except NotBuildable as err:
         return Start(None, str(err))
     ns = make_namespace(request, cluster, run_id, request.param)
@@ -158,6 +163,9 @@ class TestWorkload:
         with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):
             attach_evidence("nvidia-smi -L", started.deployed.check_injection(published_devices))
 
+    # Never run again by --reruns: it deletes the consumers, so a second attempt would find
+    # nothing left to release instead of repeating the check.
+    @pytest.mark.flaky(reruns=0)
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
         if started.never_started:
             raise NoVerdict(started.no_verdict_cause)

@@ -32,6 +32,7 @@ permission-denied    the server answered one of the suite's requests 403 Forbidd
 admission-denied     the server refused an object (or a controller's pod/claim, per its events)
                      by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
                      not create; named from the server's answer, with the policy read if readable
+intermittent         cdi-injection failed, but every container shows its GPUs when read again
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
 
@@ -585,6 +586,26 @@ def _rule_policy_conflict(facts: Facts, check, error_text):
     return None
 
 
+def _rule_intermittent(facts: Facts, check, error_text):
+    """The injection check saw a container without its GPUs, but the diagnosis, reading every
+    container again moments later, found each showing exactly the devices allocated to it:
+    the failure did not persist (an exec or NVML initialisation that failed once).  Only for
+    what the containers show: that is the observation the diagnosis repeats.  Last before
+    ``timeout``: any rule that finds a lasting cause wins."""
+    if check != "cdi-injection" or not facts.containers:
+        return None
+    with_claims = [c for c in facts.containers if c.claims]
+    if not with_claims or not all(c.answered and c.expected and c.seen == c.expected for c in with_claims):
+        return None
+    if any(c.seen for c in facts.containers if not c.claims):
+        return None
+    shown = "; ".join(f"{c.pod}/{c.container} sees {c.seen}" for c in with_claims)[:400]
+    return ("intermittent",
+            f"Read again right after the failure, every container shows exactly its allocated GPUs "
+            f"({shown}): the failure did not persist. Run with `--reruns N` to tell a flake from a "
+            "fault (a flaky test is reported FLAKY), and watch the node's GPU driver and runtime logs.")
+
+
 def _timeout(facts: Facts, check, error_text):
     state = [p.summary() for p in facts.pods] or ["no pods"]
     state += [c.summary() for c in facts.claims]
@@ -705,5 +726,5 @@ RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_contr
          _rule_missing_class, _rule_no_slices, _rule_attribute_missing, _rule_feature_disabled,
          _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_admin_access_unsupported,
          _rule_plugin_unhealthy, _rule_cdi,
-         _rule_cleanup, _rule_quota, _rule_policy_conflict]
+         _rule_cleanup, _rule_quota, _rule_policy_conflict, _rule_intermittent]
 

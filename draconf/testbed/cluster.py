@@ -55,6 +55,20 @@ KWOK_TOOLS = "/kwok-node"
 NODE_STOP_GRACE = 30
 
 
+def admission_flags(enforce_quota: bool) -> list[str]:
+    """kube-apiserver's admission flags: ResourceQuota enforced, or off (the bed fault
+    ``quota-not-enforced``; a cluster whose admin left it out).
+
+    >>> admission_flags(True)
+    ['--enable-admission-plugins=NodeRestriction,ResourceQuota']
+    >>> admission_flags(False)
+    ['--enable-admission-plugins=NodeRestriction', '--disable-admission-plugins=ResourceQuota']
+    """
+    if enforce_quota:
+        return ["--enable-admission-plugins=NodeRestriction,ResourceQuota"]
+    return ["--enable-admission-plugins=NodeRestriction", "--disable-admission-plugins=ResourceQuota"]
+
+
 def state_root() -> Path:
     base = os.environ.get("DRACONF_STATE_DIR") or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "draconf")
@@ -287,11 +301,6 @@ class Testbed:
             self._wait_http(f"http://127.0.0.1:{ports['etcd-client']}/health", "etcd", deadline)
 
         log("starting kube-apiserver")
-        admission_on = ["NodeRestriction", "ResourceQuota"]
-        admission_off = []
-        if "quota-not-enforced" in faults:
-            admission_on.remove("ResourceQuota")
-            admission_off.append("ResourceQuota")
         address = ["--bind-address=0.0.0.0", f"--advertise-address={network.Layout.apiserver_ip}",
                    f"--kubelet-client-certificate={pki.kubelet_client_cert}",
                    f"--kubelet-client-key={pki.kubelet_client_key}",
@@ -308,8 +317,7 @@ class Testbed:
             f"--service-account-signing-key-file={pki.sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            f"--enable-admission-plugins={','.join(admission_on)}",
-            *([f"--disable-admission-plugins={','.join(admission_off)}"] if admission_off else []),
+            *admission_flags(enforce_quota="quota-not-enforced" not in faults),
             "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
             "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
             "--profiling=false", "--v=1"], netns=netns)
@@ -532,6 +540,26 @@ class Testbed:
             time.sleep(0.2)
         raise DraconfError(f"{name} did not become ready at {url} (last answer: {last}); "
                            f"see {self._log_path(name)}")
+
+    def restart_apiserver(self, enforce_quota: bool, timeout: float = 60) -> None:
+        """Restart kube-apiserver with the ResourceQuota admission plugin on or off, as an admin
+        who edits its flags does (on kubeadm: the static pod manifest, which the kubelet then
+        restarts).  Every other flag is the running process's own; the rest of the bed keeps
+        running and reconnects.  The bed's recorded faults follow (``quota-not-enforced``)."""
+        state = self.state()
+        if not self.is_up:
+            raise DraconfError(f"test bed {self.name!r} is not up")
+        procs = state["processes"]
+        argv = Path(f"/proc/{procs['kube-apiserver']['pid']}/cmdline").read_bytes().decode().split("\0")[:-1]
+        argv = [a for a in argv if not a.startswith(("--enable-admission-plugins=", "--disable-admission-plugins="))]
+        self._terminate(["kube-apiserver"], procs, grace=3)
+        self._spawn(state, "kube-apiserver", argv + admission_flags(enforce_quota),
+                    netns=state["network"][0] if state.get("network") else None)
+        faults = set(state.get("faults", [])) - {"quota-not-enforced"}
+        state["faults"] = sorted(faults | (set() if enforce_quota else {"quota-not-enforced"}))
+        self._save(state)
+        self._wait_http(f"{state['server']}/readyz", "kube-apiserver", time.monotonic() + timeout,
+                        pki=pki_mod.Pki(self.dir / "pki"))
 
     # --- down --------------------------------------------------------------------------------
     def down(self, log=print) -> bool:

@@ -44,19 +44,26 @@ REAL_NODES_ONLY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecut
     "nodeSelectorTerms": [{"matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["kwok"]}]}]}}}
 
 
-def helm_args(chart: str | Path, image: str, kube_version: str, api_versions: list[str]) -> list[str]:
+def helm_args(chart: str | Path, image: str | None, kube_version: str, api_versions: list[str]) -> list[str]:
     """``helm template`` arguments: the chart's defaults, but the image the bed built.
 
     ``--kube-version`` and ``--api-versions`` pass what the bed's API server reports, so the
     chart renders (and checks its ``kubeVersion``) as it would when installed against it.
+    ``image`` None keeps the chart's own image and pull policy (a kind cluster pulls it from
+    registry.k8s.io).
+
+    >>> helm_args("/chart", None, "v1.34.0", [])[-4:]
+    ['--kube-version', 'v1.34.0', '--set-json', 'kubeletPlugin.affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["kwok"]}]}]}}}']
     """
-    repository, tag = image.rsplit(":", 1)
     args = ["template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", kube_version]
     for version in api_versions:
         args += ["--api-versions", version]
+    affinity = ["--set-json", f"kubeletPlugin.affinity={json.dumps(REAL_NODES_ONLY)}"]
+    if image is None:
+        return args + affinity
+    repository, tag = image.rsplit(":", 1)
     return args + ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-                   "--set", "image.pullPolicy=Never",
-                   "--set-json", f"kubeletPlugin.affinity={json.dumps(REAL_NODES_ONLY)}"]
+                   "--set", "image.pullPolicy=Never", *affinity]
 
 
 def cluster_facts(api) -> tuple[str, list[str]]:
@@ -65,7 +72,7 @@ def cluster_facts(api) -> tuple[str, list[str]]:
     return api.version.get_code().git_version, ["v1"] + [v.group_version for g in groups for v in g.versions]
 
 
-def render(helm: Path, chart: Path, image: str, kube_version: str, api_versions: list[str]) -> list[dict]:
+def render(helm: Path, chart: Path, image: str | None, kube_version: str, api_versions: list[str]) -> list[dict]:
     """The chart's objects, rendered by helm; a chart helm refuses is a clear error."""
     proc = subprocess.run([str(helm), *helm_args(chart, image, kube_version, api_versions)],
                           capture_output=True, text=True, env={"HOME": "/nonexistent", "PATH": ""})

@@ -31,6 +31,9 @@ FAULTS: dict[str, str] = {
         "a device-plugin ClusterPolicy exists beside the GPUCluster",
     "plugin-unhealthy":
         "the kubelet plugin pods crash-loop; claims are never prepared and pods stay Pending",
+    "exec-flaky":
+        "the first nvidia-smi exec'd into each container fails NVML initialisation, later ones work "
+        "(a flake: --reruns reports it flaky)",
     "gpu-nodes-tainted":
         "GPU nodes carry a NoSchedule taint that ordinary GPU workloads do not tolerate",
     "extended-resource-off":

@@ -123,7 +123,8 @@ def install_gpu_view(root: Path, nvml: dict, minors: list[int], nvidia_smi: Path
 PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-devices",
                  "cdi-not-injected": "cdi-not-injected", "cdi-wrong-device": "cdi-wrong-device",
                  "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash",
-                 "admin-access-exclusive": "admin-access-exclusive"}
+                 "admin-access-exclusive": "admin-access-exclusive",
+                 "exec-flaky": "nvml-flaky"}
 
 
 def plugin_rbac() -> list[dict]:

@@ -112,6 +112,15 @@ def create(directory: Path, extra_server_ips: tuple[str, ...] = (),
     return pki
 
 
+def serving_pair(directory: Path, name: str, hosts: tuple[str, ...]) -> tuple[Path, Path, Path]:
+    """A CA of its own and a server certificate for ``hosts`` signed by it, for a server the
+    API server calls (an admission webhook in a bed test): (ca.crt, <name>.crt, <name>.key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _Ca.create(directory, f"{name}-ca")
+    ca.issue(name, _name(name), hosts, ExtendedKeyUsageOID.SERVER_AUTH)
+    return directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key"
+
+
 def _name(common_name: str, organization: str | None = None) -> x509.Name:
     """``/O=organization/CN=common_name``, in that order (as the Kubernetes docs write it)."""
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []

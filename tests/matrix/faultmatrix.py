@@ -28,7 +28,7 @@ from pathlib import Path
 
 from draconf import namespaces, waits
 from draconf.kube import connect
-from draconf.testbed import inventory
+from draconf.testbed import external_faults, inventory
 from draconf.testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +36,9 @@ GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "
 #: Checks that need containers that really run and exit: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).
 REAL_NODES_ONLY = ("job/",)
+#: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
+#: catch on KWOK nodes.
+REAL_NODE_FAULTS = ("exec-flaky",)
 
 
 @dataclass(frozen=True)
@@ -47,12 +50,17 @@ class Expectation:
     ``no_verdict``: patterns that must give no verdict (the fault blocks them: they must not
     pass, and failing would blame the wrong check).
     ``verdict_seconds``: the longest a catching test may take (a definitive signal is quick).
+    ``flaky``: patterns that must fail, be run again and pass then (reported flaky), the failed
+    attempt diagnosed as ``diagnosis`` says; ``run_args``: what the run needs for that
+    (``--reruns``).
     """
     catch: tuple[str, ...]
     diagnosis: dict[str, str]
     dragged: tuple[str, ...] = ()
     no_verdict: tuple[str, ...] = ()
     verdict_seconds: float = 45
+    flaky: tuple[str, ...] = ()
+    run_args: tuple[str, ...] = ()
 
 
 #: The feature workloads of suites/test_features.py (same three checks; admin-access adds
@@ -115,6 +123,12 @@ EXPECTED: dict[str, Expectation] = {
         {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced",
          "quota/extended-resource-trap": "quota-not-enforced", "extended-resource/quota": "quota-not-enforced"},
         dragged=("quota/generated-claim",)),
+    # The first nvidia-smi exec'd into each container fails NVML initialisation; the diagnosis,
+    # reading the containers again, finds them right (intermittent), and --reruns runs the
+    # check again, which passes: flaky, never plain passed, and --fail-on-flaky fails the run.
+    "exec-flaky": Expectation(
+        (), {p: "intermittent" for p in _all("cdi-injection")}, flaky=_all("cdi-injection"),
+        run_args=("--reruns", "1", "--fail-on-flaky")),
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
@@ -140,6 +154,39 @@ EXPECTED: dict[str, Expectation] = {
 }
 
 
+#: The faults an admin can produce from outside a driver this project did not write
+#: (dra-example-driver; ``draconf.testbed.external_faults``), and what each must show there.
+#: The same checks catch them as on the NVIDIA bed, except: the example driver maps no extended
+#: resource, so quota extended-resource-trap is skipped, not a catch; and with the plugin's pods
+#: gone (a DaemonSet that matches no node) kubelet-plugin fails too: no plugin runs anywhere.
+EXPECTED_EXAMPLE: dict[str, Expectation] = {
+    "missing-deviceclass": EXPECTED["missing-deviceclass"],
+    "no-resourceslices": Expectation(
+        ("preflight/resource-slices", "preflight/kubelet-plugin"),
+        {"preflight/resource-slices": "no-resourceslices", "preflight/kubelet-plugin": "plugin-unhealthy"},
+        no_verdict=GATED),
+    "quota-not-enforced": Expectation(
+        ("quota/deviceclass-quota", "quota/claim-count"),
+        {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced"},
+        dragged=("quota/generated-claim",)),
+    "gpu-nodes-tainted": EXPECTED["gpu-nodes-tainted"],
+}
+
+#: The driver a bed runs -> the expectations of its faults.
+EXPECTATIONS = {"nvidia": EXPECTED, "example": EXPECTED_EXAMPLE}
+#: The profile ``draconf run`` is given for a bed of that driver.
+PROFILES = {"nvidia": "nvidia", "example": "example"}
+
+
+def matrix_driver() -> str:
+    """The driver the matrix runs against: DRACONF_MATRIX_DRIVER (``nvidia``, the default, or
+    ``example``)."""
+    driver = os.environ.get("DRACONF_MATRIX_DRIVER") or "nvidia"
+    if driver not in EXPECTATIONS:
+        raise ValueError(f"DRACONF_MATRIX_DRIVER must be one of {', '.join(EXPECTATIONS)}, not {driver!r}")
+    return driver
+
+
 @dataclass
 class RunResult:
     fault: str | None
@@ -150,6 +197,9 @@ class RunResult:
     output_tail: str = ""
     #: What the bed's GPU nodes were: "real" (the default fleet) or "kwok".
     node_kind: str = "real"
+    #: The driver the bed ran: "nvidia" (simulated, faults built in) or "example" (faults
+    #: made from outside it).
+    driver: str = "nvidia"
 
     def failed(self) -> list[dict]:
         return [r for r in self.rows if r["outcome"] in ("failed", "broken", "error")]
@@ -174,30 +224,45 @@ def _key(row: dict) -> str:
 
 
 def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
-                extra_args: list[str] | None = None) -> RunResult:
-    """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed."""
-    bed = Testbed.named(bed_name or f"matrix-{fault or 'healthy'}")
+                extra_args: list[str] | None = None, driver: str | None = None) -> RunResult:
+    """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed.
+
+    On the NVIDIA bed the fault is the bed's own (``up --fault``); on an example-driver bed it
+    is made from outside the driver once the healthy bed is up (``external_faults.apply``)."""
+    driver = driver or matrix_driver()
+    bed = Testbed.named(bed_name or f"matrix-{'' if driver == 'nvidia' else driver + '-'}{fault or 'healthy'}")
     bed.down(log=lambda *_: None)
     fleet = inventory.load()
     if os.environ.get("DRACONF_MATRIX_NODE_KIND"):
         fleet = inventory.with_node_kind(fleet, os.environ["DRACONF_MATRIX_NODE_KIND"])
-    bed.up(fleet, faults=[fault] if fault else [], log=lambda *_: None)
+    builtin = [fault] if fault and driver == "nvidia" else []
+    bed.up(fleet, faults=builtin, log=lambda *_: None, driver=driver)
     try:
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
-             "--reports", str(reports), *(extra_args or [])],
-            cwd=REPO, capture_output=True, text=True, timeout=1800)
-        seconds = time.monotonic() - started
-        api = connect(bed.kubeconfig)
-        leftovers = _wait_no_leftovers(api)
-        summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").exists() \
-            else {"tests": []}
-        return RunResult(fault, proc.returncode, seconds, summary["tests"], leftovers,
-                         "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]),
-                         node_kind=os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real")
+        if fault and driver != "nvidia":
+            external_faults.apply(bed, fault)
+        return run_suite(bed, fault, reports, extra_args, driver)
     finally:
         bed.down(log=lambda *_: None)
+
+
+def run_suite(bed: Testbed, fault: str | None, reports: Path, extra_args: list[str] | None = None,
+              driver: str = "nvidia") -> RunResult:
+    """Run ``draconf run`` (with the driver's profile) on a bed that is up, already broken by
+    ``fault`` or healthy; wait for the run's namespaces to go; read its summary."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
+         "--profile", PROFILES[driver], "--reports", str(reports),
+         *(EXPECTATIONS[driver][fault].run_args if fault else ()), *(extra_args or [])],
+        cwd=REPO, capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - started
+    api = connect(bed.kubeconfig)
+    leftovers = _wait_no_leftovers(api)
+    summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").exists() \
+        else {"tests": []}
+    return RunResult(fault, proc.returncode, seconds, summary["tests"], leftovers,
+                     "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]),
+                     node_kind=os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real", driver=driver)
 
 
 def _wait_no_leftovers(api, timeout: float = 90) -> list[str]:
@@ -234,7 +299,7 @@ def judge(result: RunResult) -> Verdict:
                             + "; ".join(f"{k[1]}: {r.get('message')}" for k, r in blocked.items()))
         verdict.ok = not problems
         return verdict
-    expected = EXPECTED[result.fault]
+    expected = EXPECTATIONS[result.driver][result.fault]
     if result.exit_code == 0:
         problems.append("the run passed: the fault went undetected")
     catch = tuple(p for p in expected.catch
@@ -253,6 +318,22 @@ def judge(result: RunResult) -> Verdict:
             if row.get("duration", 0) > expected.verdict_seconds:
                 problems.append(f"{row['id']}: verdict took {row['duration']:.0f}s "
                                 f"(bound {expected.verdict_seconds:.0f}s)")
+    for pattern in expected.flaky:
+        hits = [r for r in result.rows if fnmatch(_key(r), pattern)]
+        if not hits or any(r["outcome"] != "flaky" for r in hits):
+            problems.append(f"{pattern} was not reported flaky: "
+                            + "; ".join(f"{r['outcome']} {r.get('message')}" for r in hits))
+            continue
+        for row in hits:
+            first = (row.get("failed_attempts") or [{}])[0].get("diagnosis")
+            verdict.detected_by.append(_key(row))
+            verdict.diagnoses.append(first or "none")
+            want = expected.diagnosis.get(pattern)
+            if want and first != want:
+                problems.append(f"{row['id']}: its failed attempt was diagnosed {first}, expected {want}")
+    for row in result.rows:
+        if row["outcome"] == "flaky" and not any(fnmatch(_key(row), p) for p in expected.flaky):
+            problems.append(f"unexpected flaky: {row['id']}: {row.get('message')}")
     allowed = expected.catch + expected.dragged
     for (key, nodeid), row in failed.items():
         if not any(fnmatch(key, p) for p in allowed):

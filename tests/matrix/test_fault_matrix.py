@@ -11,7 +11,10 @@ fault), ``subset`` (one fault per kind of check, for a quicker local run) or a
 comma-separated list of fault names.  DRACONF_MATRIX_HEALTHY sets how many healthy runs
 follow (default 3; CI runs 1, beside the suite's own run on the default bed), and
 DRACONF_MATRIX_NODE_KIND=kwok runs the matrix on KWOK nodes instead of the default fleet's
-real ones.
+real ones.  DRACONF_MATRIX_DRIVER=example runs the faults that can be made from outside a
+driver (``draconf.testbed.external_faults``) against beds running dra-example-driver instead:
+each row starts a healthy example bed, breaks it as an admin would, and runs the suite with
+``--profile example``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import os
 
 import pytest
 
-from tests.matrix.faultmatrix import EXPECTED, judge, run_against
+from tests.matrix.faultmatrix import EXPECTATIONS, REAL_NODE_FAULTS, judge, matrix_driver, run_against
+from draconf.testbed.external_faults import EXTERNAL
 from draconf.testbed.faults import FAULTS
 
 #: One fault per detecting check family: preflight, allocation, injection, cleanup, quota.
@@ -28,21 +32,29 @@ SUBSET = ["missing-deviceclass", "gpu-nodes-tainted", "cdi-wrong-device", "claim
           "quota-not-enforced"]
 
 
+#: The driver -> the faults its beds can be given.
+FAULTS_OF = {"nvidia": list(FAULTS), "example": list(EXTERNAL)}
+
+
 def selected_faults() -> list[str]:
+    available = FAULTS_OF[matrix_driver()]
     choice = os.environ.get("DRACONF_MATRIX", "full")
     if choice == "full":
-        return list(FAULTS)
+        return available
     if choice == "subset":
-        return SUBSET
+        return [f for f in SUBSET if f in available]
     return [f.strip() for f in choice.split(",") if f.strip()]
 
 
-def test_every_fault_has_an_expectation():
-    assert set(EXPECTED) == set(FAULTS)
+@pytest.mark.parametrize("driver", sorted(FAULTS_OF))
+def test_every_fault_has_an_expectation(driver):
+    assert set(EXPECTATIONS[driver]) == set(FAULTS_OF[driver])
 
 
 @pytest.mark.parametrize("fault", selected_faults())
 def test_fault_is_detected_with_the_right_diagnosis(fault, tmp_path):
+    if fault in REAL_NODE_FAULTS and os.environ.get("DRACONF_MATRIX_NODE_KIND", "real") != "real":
+        pytest.skip(f"{fault} acts in the real nodes' runtime; KWOK nodes have none")
     result = run_against(fault, tmp_path / "reports")
     verdict = judge(result)
     assert verdict.ok, f"{fault}: " + "; ".join(verdict.problems)

@@ -4,6 +4,8 @@ named, fast, in every channel, with no traceback and nothing left behind.
 - a ValidatingAdmissionPolicy + Binding denying pods (or ResourceClaims) in draconf's
   namespaces (label ``app.kubernetes.io/managed-by=draconf``): every check that creates them
   fails in seconds with ``admission-denied`` naming the policy;
+- a validating admission webhook (a server of the test's own, like a cluster's Gatekeeper or
+  Kyverno) refusing pods there: the same, naming the webhook and quoting its message;
 - the DeviceClass's selector patched to select nothing: preflight's ``device-class-selectors``
   row names the class, its expression and "0 of N published devices".
 Each restores the bed afterwards.
@@ -11,13 +13,16 @@ Each restores the bed afterwards.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -117,4 +122,63 @@ def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api,
     assert gated and all(r["outcome"] == "no-verdict" and "selects 0 of 8" in (r.get("message") or "")
                          for r in gated), gated
     assert seconds < 60, f"preflight with a class selecting nothing took {seconds:.0f}s"
+    assert not leftovers(api)
+
+
+@contextmanager
+def refusing_webhook(bed, tmp_path: Path, message: str):
+    """A validating webhook server refusing everything, started in the bed's control-plane
+    network namespace (where the API server reaches it on 127.0.0.1), stopped afterwards."""
+    from draconf.testbed import network, pki
+    ca, cert, key = pki.serving_pair(tmp_path / "webhook-pki", "refusing-webhook", ("127.0.0.1",))
+    control_plane = bed.state()["network"][0]
+    with socket.socket() as probe:  # a free port; the namespace has its own, but any will do
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(network.in_netns(control_plane, [
+        sys.executable, str(Path(__file__).with_name("webhook_server.py")), str(port), str(cert), str(key),
+        message]), stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "serving"
+        yield f"https://127.0.0.1:{port}/validate", base64.b64encode(ca.read_bytes()).decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_a_webhook_denying_the_suites_pods_is_admission_denied_naming_it(healthy_bed, api, tmp_path):
+    hook = "gpu-policy.selftest.draconf.io"
+    message = "GPU pods must carry a cost-center label (self-test)"
+    with refusing_webhook(healthy_bed, tmp_path, message) as (url, ca_bundle):
+        configuration = [{
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "draconf-selftest-refusing-webhook"},
+            "webhooks": [{"name": hook, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                          "failurePolicy": "Fail", "timeoutSeconds": 5,
+                          "clientConfig": {"url": url, "caBundle": ca_bundle},
+                          "namespaceSelector": {"matchLabels": MANAGED},
+                          "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                     "resources": ["pods"]}]}]}]
+        kubectl.apply(api, configuration)
+        try:
+            time.sleep(2)  # the webhook informer, as for the policy above
+            proc, seconds = run(healthy_bed, tmp_path, "-k", "single-gpu or deployment")
+        finally:
+            kubectl.delete(api, configuration)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "ForbiddenException" not in out
+    rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    denied = [r for r in rows if r["outcome"] == "failed"]
+    # single-gpu's pod is refused at its create; the Deployment's, in its ReplicaSet's
+    # FailedCreate event: both are the webhook's verdict, named, with its message.
+    assert {r["workload"] for r in denied} == {"single-gpu", "deployment"}, rows
+    for row in denied:
+        assert row["diagnosis"] == "admission-denied", row
+        assert f'admission webhook "{hook}"' in row["reason"] and message in row["reason"], row
+    assert all(r["duration"] < 20 for r in denied), [(r["id"], r["duration"]) for r in denied]
+    assert f'admission webhook "{hook}"' in out
+    junit = (tmp_path / "junit.xml").read_text()
+    assert hook in junit
+    assert seconds < 90, f"the denied run took {seconds:.0f}s"
     assert not leftovers(api)

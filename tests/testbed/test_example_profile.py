@@ -98,31 +98,3 @@ def test_the_injection_check_reads_what_the_drivers_cdi_spec_injected(example_dr
         assert evidence == [e for e in evidence if f"expected {injected}; sees {injected}" in e], evidence
     finally:
         namespaces.delete(api, ns, wait=60)
-
-
-def test_a_missing_deviceclass_is_caught_on_the_example_driver(example_driver_bed, api, tmp_path):
-    """An external fault: the chart's DeviceClass deleted.  Preflight device-class fails with
-    missing-deviceclass and the checks that depend on it give no verdict naming it."""
-    from draconf.testbed import example_driver
-    saved = api.api_client.sanitize_for_serialization(api.resource.read_device_class(example_driver.DEVICE_CLASS))
-    api.resource.delete_device_class(example_driver.DEVICE_CLASS)
-    try:
-        reports = tmp_path / "reports"
-        result = subprocess.run(
-            [sys.executable, "-m", "draconf.cli", "run", "--profile", "example", "--testbed-name",
-             example_driver_bed.name, "--reports", str(reports)],
-            cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
-        rows = {(t["workload"], t["check"]): t for t in
-                json.loads((reports / "summary.json").read_text())["tests"]}
-        assert result.returncode != 0
-        device_class = rows[("preflight", "device-class")]
-        assert (device_class["outcome"], device_class["diagnosis"]) == ("failed", "missing-deviceclass")
-        failed = [k for k, t in rows.items() if t["outcome"] == "failed"]
-        assert failed == [("preflight", "device-class")], failed
-        for key in [("single-gpu", "allocation"), ("two-gpu", "cdi-injection"), ("job", "completion")]:
-            assert rows[key]["outcome"] == "no-verdict" and "missing-deviceclass" in rows[key]["message"]
-    finally:
-        meta = saved["metadata"]
-        saved["metadata"] = {"name": meta["name"], "labels": meta.get("labels"),
-                             "annotations": meta.get("annotations")}
-        api.resource.create_device_class(saved)

@@ -87,6 +87,19 @@ def test_cdi_wrong_device(start_fault_bed):
     assert seen[0] in PublishedDevices.read(api, "gpu.nvidia.com").by_uuid("uuid")
 
 
+@pytest.mark.skipif(not REAL_NODES, reason="the flake is the real nodes' nvidia-smi under CDI")
+def test_exec_flaky(start_fault_bed):
+    bed, api = start_fault_bed("exec-flaky")
+    deployed = deploy(api)
+    (pod,) = deployed.wait_running(timeout=30)
+    first, second = (exec_in_container(api, pod.namespace, pod.name, "workload", ["nvidia-smi", "-L"])
+                     for _ in range(2))
+    assert first.exit_code == 255 and "Failed to initialize NVML: Unknown Error" in first.stdout, first.describe()
+    (result,) = Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).results
+    allocated = PublishedDevices.read(api, "gpu.nvidia.com").lookup(result.driver, result.pool, result.device)
+    assert second.succeeded and parse_nvidia_smi_uuids(second.stdout) == [allocated.attribute("uuid")]
+
+
 def test_claims_not_released(start_fault_bed):
     bed, api = start_fault_bed("claims-not-released")
     deployed = deploy(api)

@@ -21,6 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from draconf.devices import PublishedDevices
+from draconf.profile import builtin, for_target
+from draconf.waits import ControlPlaneStalled
+from draconf.workload import DeployedWorkload, Workload, stall_after
+
 from .test_cli import draconf
 
 #: The issue's bound for a whole run against a stopped scheduler.
@@ -90,3 +95,22 @@ def test_stopped_component_ends_the_run_fast_and_is_named(healthy_bed, api, tmp_
     assert first in out and all(t["outcome"] == "no-verdict" for t in workload if t["workload"] != first)
     assert all(t["outcome"] in ("failed", "error", "no-verdict") for t in workload if t["workload"] == first)
     assert not leftover
+
+
+def test_claims_a_stopped_controller_manager_leaves_behind_are_its_verdict(healthy_bed, api, ns):
+    """The controller-manager stops after the workload ran: its pods go (the kubelet needs no
+    controller for that), but nothing deletes their generated claims.  The cleanup check names
+    the controller within about stall_after seconds instead of timing out as claim-not-released."""
+    profile = for_target(builtin("nvidia"), "testbed")
+    start = DeployedWorkload.start(api, ns, Workload("single-gpu", ["01-single-gpu.yaml"], 1), profile)
+    assert not start.never_started, start.failure
+    published = PublishedDevices.read(api, profile.driver)
+    with stopped(healthy_bed, "kube-controller-manager"):
+        began = time.monotonic()
+        with pytest.raises(ControlPlaneStalled) as caught:
+            start.deployed.check_cleanup(published, probe=lambda devices: [])
+        took = time.monotonic() - began
+    sys.stderr.write(f"cleanup under a stopped controller-manager: verdict in {took:.0f}s\n")
+    assert caught.value.code == "controller-manager-unavailable"
+    assert "resourceclaim controller did not act" in str(caught.value)
+    assert took < stall_after(profile) + 15

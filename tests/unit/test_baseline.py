@@ -78,3 +78,26 @@ def test_a_file_that_is_not_a_baseline_is_a_clear_error(tmp_path):
     path.write_text("{")
     with pytest.raises(DraconfError, match="not JSON"):
         baseline.load(path)
+
+
+def _compare_cli(tmp_path, after, *options):
+    import json
+    import subprocess
+    import sys
+    (tmp_path / "before.json").write_text(json.dumps(BEFORE))
+    (tmp_path / "after.json").write_text(json.dumps(after))
+    return subprocess.run([sys.executable, "-m", "draconf.cli", "compare", str(tmp_path / "before.json"),
+                           str(tmp_path / "after.json"), *options], capture_output=True, text=True)
+
+
+def test_which_kinds_count_is_the_users_choice(tmp_path):
+    after = copy.deepcopy(BEFORE)
+    after["driver"]["versions"] = ["580.105.8"]
+    after["tests"]["t::alloc"]["duration"] = 5.0
+    assert _compare_cli(tmp_path, after).returncode == 1  # 2.5x slower: counted by default
+    assert _compare_cli(tmp_path, after, "--tolerate", "slower").returncode == 0
+    assert _compare_cli(tmp_path, after, "--slower-factor", "3").returncode == 0
+    counted = _compare_cli(tmp_path, after, "--tolerate", "slower", "--count", "driver")
+    assert counted.returncode == 1 and "REGRESSION driver: versions" in counted.stdout
+    bad = _compare_cli(tmp_path, after, "--tolerate", "speed")
+    assert bad.returncode == 2 and "unknown kind of change speed" in bad.stderr

@@ -482,12 +482,27 @@ def test_cdi_codes_come_from_what_the_container_saw_not_from_the_message():
     pod, claim = running()
     facts = with_workload(healthy(), pod, claim)
     facts.containers = [saw(["GPU-gpu-h100-0-0"])]
-    # The check's message claims a wrong device, the container shows the right one: no CDI code.
+    # The check's message claims a wrong device, the container shows the right one: no CDI
+    # code; what the check saw did not persist.
     message = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
-    assert classify(facts, "cdi-injection", message)[0] == "timeout"
+    assert classify(facts, "cdi-injection", message)[0] == "intermittent"
     # ...and a container that saw another GPU is caught whatever the check was.
     facts.containers = [saw(["GPU-gpu-h100-0-1"])]
     assert classify(facts, "allocation", UNRELATED)[0] == "cdi-wrong-device"
+
+
+def test_a_failure_that_a_second_reading_does_not_show_is_intermittent_only_for_injection():
+    pod, claim = running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.containers = [saw(["GPU-gpu-h100-0-0"])]
+    code, sentence = classify(facts, "cdi-injection", "sees no GPU: nvidia-smi -L exit 255: "
+                                                      "Failed to initialize NVML: Unknown Error")
+    assert code == "intermittent" and "--reruns" in sentence and "GPU-gpu-h100-0-0" in sentence
+    # Other checks do not repeat what the containers show: nothing definitive there.
+    assert classify(facts, "allocation", UNRELATED)[0] == "timeout"
+    # A container still without its GPU is a lasting failure, not a flake.
+    facts.containers = [saw([])]
+    assert classify(facts, "cdi-injection", UNRELATED)[0] == "cdi-not-injected"
 
 
 def test_an_exec_without_an_answer_is_no_cdi_evidence():
@@ -717,7 +732,7 @@ def test_every_code_is_reachable_and_known():
             "node-excluded", "capacity-exhausted", "selector-unmatched", "plugin-unhealthy",
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
             "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
-            "scheduler-unavailable", "controller-manager-unavailable", "timeout",
+            "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")

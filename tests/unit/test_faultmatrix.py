@@ -1,5 +1,7 @@
 """tests/matrix/faultmatrix.judge over recorded rows: a no-verdict row is never a pass or a catch."""
 
+import pytest
+
 from tests.matrix.faultmatrix import EXPECTED, GPU_WORKLOADS, RunResult, judge
 
 
@@ -68,3 +70,32 @@ def test_a_healthy_run_with_a_no_verdict_row_is_not_clean():
 def test_every_expectation_names_disjoint_catches_and_blocked_checks():
     for fault, expected in EXPECTED.items():
         assert not set(expected.catch) & set(expected.no_verdict), fault
+
+
+def test_quota_off_on_the_example_driver_is_caught_without_the_extended_resource_check():
+    """dra-example-driver maps no extended resource: its trap check is skipped, not a catch."""
+    rows = [row("quota", "deviceclass-quota", "failed", "quota-not-enforced"),
+            row("quota", "claim-count", "failed", "quota-not-enforced"),
+            row("quota", "generated-claim", "failed", "quota-not-enforced"),
+            row("quota", "extended-resource-trap", "skipped")]
+    assert judge(RunResult("quota-not-enforced", 1, 60, rows, [], driver="example")).ok
+    # the NVIDIA bed maps nvidia.com/gpu: there the same rows miss a catch
+    nvidia = judge(RunResult("quota-not-enforced", 1, 60, rows, []))
+    assert "quota/extended-resource-trap did not fail" in nvidia.problems
+
+
+def test_every_example_fault_is_one_made_from_outside_the_driver():
+    from draconf.testbed.external_faults import EXTERNAL
+    from tests.matrix.faultmatrix import EXPECTED_EXAMPLE
+    assert set(EXPECTED_EXAMPLE) == set(EXTERNAL) <= set(EXPECTED)
+
+
+def test_the_matrix_driver_is_named_or_refused(monkeypatch):
+    from tests.matrix.faultmatrix import matrix_driver
+    monkeypatch.delenv("DRACONF_MATRIX_DRIVER", raising=False)
+    assert matrix_driver() == "nvidia"
+    monkeypatch.setenv("DRACONF_MATRIX_DRIVER", "example")
+    assert matrix_driver() == "example"
+    monkeypatch.setenv("DRACONF_MATRIX_DRIVER", "amd")
+    with pytest.raises(ValueError, match="must be one of nvidia, example"):
+        matrix_driver()

@@ -153,7 +153,7 @@ def test_summary_run_info_and_totals(inner):
     assert run["inventory"] == ["gpu-node-a", "gpu-node-b"]
     assert run["exit_status"] == 1
     assert datetime.fromisoformat(run["started"]) <= datetime.fromisoformat(run["finished"])
-    assert summary["totals"] == {"passed": 4, "failed": 2, "broken": 1, "no-verdict": 0,
+    assert summary["totals"] == {"passed": 4, "flaky": 0, "failed": 2, "broken": 1, "no-verdict": 0,
                                  "skipped": 1, "error": 1}
 
 
@@ -377,7 +377,7 @@ def test_diagnosis_vocabulary_is_the_agreed_one():
         "selector-unmatched", "capacity-exhausted", "node-excluded", "plugin-unhealthy",
         "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
         "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
-        "scheduler-unavailable", "controller-manager-unavailable", "timeout",
+        "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
         "feature-disabled", "admin-access-unsupported", "admin-access-unrestricted"}
     assert all(meaning.strip() and "\n" not in meaning for meaning in DIAGNOSES.values())
 

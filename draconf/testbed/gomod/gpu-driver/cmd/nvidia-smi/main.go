@@ -36,6 +36,15 @@
 // A view without usr/bin/nvidia-smi is a container that got no nvidia-smi mounted: the
 // command is missing there, so it answers as the runtime does for a missing executable
 // (message on stderr, exit status 127).
+//
+// # The nvml-flaky fault
+//
+// With NVIDIA_SIM_FLAKY=exec-once in its environment (the plugin's CDI spec adds it under
+// that fault), the first nvidia-smi exec'd into a container (`kubectl exec`: its parent is
+// outside the container's PID namespace, so getppid is 0, and it is not the container's
+// PID 1) fails as NVML does when initialisation fails, "Failed to initialize NVML: Unknown
+// Error", exit 255, and leaves a marker in the container's temporary directory; every later
+// call works.  The container's own processes are never failed, so a Job still completes.
 package main
 
 import (
@@ -59,5 +68,26 @@ func main() {
 			`"nvidia-smi": executable file not found in $PATH: unknown`)
 		os.Exit(ExitNotFound)
 	}
+	if flakesNow(os.Getenv("NVIDIA_SIM_FLAKY"), os.Getppid(), os.Getpid(), os.TempDir()) {
+		fmt.Fprintln(os.Stdout, "Failed to initialize NVML: Unknown Error")
+		os.Exit(ExitNVMLInitFailed)
+	}
 	os.Exit(smi.Run(os.Args[1:], os.Stdout, os.Stderr, smi.Default()))
+}
+
+// ExitNVMLInitFailed is nvidia-smi's status when NVML cannot be initialised.
+const ExitNVMLInitFailed = 255
+
+// flakesNow is true for the first exec'd call in a container under the nvml-flaky fault: it
+// creates the marker in tmp, so only one call ever gets true.
+func flakesNow(mode string, ppid, pid int, tmp string) bool {
+	if mode != "exec-once" || ppid != 0 || pid == 1 {
+		return false
+	}
+	f, err := os.OpenFile(filepath.Join(tmp, ".nvidia-sim-nvml-flaked"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }

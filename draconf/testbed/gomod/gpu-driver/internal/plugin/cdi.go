@@ -45,6 +45,8 @@ type CDIHandler struct {
 	hostDriverRoot      string
 	containerDriverRoot string
 	nvidiaSMIRelPath    string
+	// extraEnv is added to every claim's container environment (the nvml-flaky fault's).
+	extraEnv []string
 }
 
 // NewCDIHandler creates the handler; nvidiaSMIPath is nvidia-smi as found in the container
@@ -62,6 +64,13 @@ func NewCDIHandler(cdiRoot, hostDriverRoot, containerDriverRoot, nvidiaSMIPath s
 		containerDriverRoot: containerDriverRoot,
 		nvidiaSMIRelPath:    rel,
 	}, nil
+}
+
+// simulate applies the faults that change what containers are given.
+func (h *CDIHandler) simulate(faults Faults) {
+	if faults.Has(FaultNVMLFlaky) {
+		h.extraEnv = append(h.extraEnv, FlakyEnv)
+	}
 }
 
 // SpecName is the transient spec name of a claim (cdiapi.GenerateTransientSpecName), without
@@ -143,7 +152,7 @@ func (h *CDIHandler) commonEdits(uuids []string) (*cdispec.ContainerEdits, error
 		return nil, err
 	}
 	edits := &cdispec.ContainerEdits{
-		Env:         []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ",")},
+		Env:         append([]string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ",")}, h.extraEnv...),
 		DeviceNodes: []*cdispec.DeviceNode{ctl},
 	}
 	for _, name := range optionalControlNodes {

@@ -22,7 +22,10 @@
 //   - admin-access-exclusive: a device allocated with adminAccess is checked for overlap like
 //     any other (a driver without admin-access support), so a monitoring claim on a GPU that
 //     another prepared claim holds fails: "requested device gpu-N is already allocated to
-//     different claim <uid>".
+//     different claim <uid>";
+//   - nvml-flaky: containers get NVIDIA_SIM_FLAKY=exec-once, so nvidia-smi fails NVML
+//     initialisation once per container, in the first process exec'd into it (see
+//     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults.
 package plugin
 
 import (
@@ -86,11 +89,17 @@ const (
 	FaultCrash Fault = "crash"
 	// FaultAdminAccessExclusive prepares adminAccess devices as exclusive ones.
 	FaultAdminAccessExclusive Fault = "admin-access-exclusive"
+	// FaultNVMLFlaky makes nvidia-smi fail once per container, in its first exec.
+	FaultNVMLFlaky Fault = "nvml-flaky"
 )
+
+// FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
+const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
-	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive}
+	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
+	FaultNVMLFlaky}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

@@ -78,6 +78,7 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	if err != nil {
 		return nil, fmt.Errorf("unable to create CDI handler: %w", err)
 	}
+	cdi.simulate(cfg.Faults)
 	state, err := NewDeviceState(cfg, lib, cdi)
 	if err != nil {
 		return nil, err

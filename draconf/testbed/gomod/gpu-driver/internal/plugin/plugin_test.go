@@ -108,6 +108,7 @@ func reopen(t *testing.T, cfg *Config) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cdi.simulate(cfg.Faults)
 	state, err := NewDeviceState(cfg, lib, cdi)
 	if err != nil {
 		t.Fatal(err)
@@ -431,6 +432,17 @@ func TestFaultCDINotInjected(t *testing.T) {
 	}
 	if _, _, err := b.state.Unprepare(ref("uid-1")); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestFaultNVMLFlaky(t *testing.T) {
+	b := newBed(t, 2, FaultNVMLFlaky)
+	if _, err := b.state.Prepare(claim("uid-1", "gpu-0")); err != nil {
+		t.Fatal(err)
+	}
+	env := readSpec(t, b, "uid-1").ContainerEdits.Env
+	if !reflect.DeepEqual(env, []string{"NVIDIA_VISIBLE_DEVICES=" + testUUIDs[0], FlakyEnv}) {
+		t.Errorf("env: %v", env)
 	}
 }
 
