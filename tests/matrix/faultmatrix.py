@@ -39,6 +39,10 @@ REAL_NODES_ONLY = ("job/",)
 #: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
 REAL_NODE_FAULTS = ("exec-flaky",)
+#: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
+#: cannot catch it, and a whole run per row would cost CI minutes it does not have.
+WALKTHROUGH = "test_preflight or TestWorkload"
+FEATURES_ONLY = ("-k", "test_preflight or test_features")
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ EXPECTED: dict[str, Expectation] = {
     # check again, which passes: flaky, never plain passed, and --fail-on-flaky fails the run.
     "exec-flaky": Expectation(
         (), {p: "intermittent" for p in _all("cdi-injection")}, flaky=_all("cdi-injection"),
-        run_args=("--reruns", "1", "--fail-on-flaky")),
+        run_args=("--reruns", "1", "--fail-on-flaky", "-k", WALKTHROUGH)),
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
@@ -139,18 +143,18 @@ EXPECTED: dict[str, Expectation] = {
     "extended-resource-off": Expectation(
         ("extended-resource/allocation",), {"extended-resource/allocation": "feature-disabled"},
         dragged=("extended-resource/quota",),
-        no_verdict=("extended-resource/cdi-injection", "extended-resource/cleanup")),
+        no_verdict=("extended-resource/cdi-injection", "extended-resource/cleanup"), run_args=FEATURES_ONLY),
     "prioritized-list-off": Expectation(
         ("prioritized-list/allocation",), {"prioritized-list/allocation": "feature-disabled"},
-        no_verdict=("prioritized-list/cdi-injection", "prioritized-list/cleanup")),
+        no_verdict=("prioritized-list/cdi-injection", "prioritized-list/cleanup"), run_args=FEATURES_ONLY),
     # The monitor is allocated the held GPU (allocation passes: the scheduler did its part), but
     # its node never prepares it: its container never sees it.
     "admin-access-exclusive": Expectation(
         ("admin-access/cdi-injection",), {"admin-access/cdi-injection": "admin-access-unsupported"},
-        no_verdict=("admin-access/cleanup",)),
+        no_verdict=("admin-access/cleanup",), run_args=FEATURES_ONLY),
     "admin-access-everywhere": Expectation(
         ("admin-access/unlabelled-namespace",),
-        {"admin-access/unlabelled-namespace": "admin-access-unrestricted"}),
+        {"admin-access/unlabelled-namespace": "admin-access-unrestricted"}, run_args=FEATURES_ONLY),
 }
 
 
