@@ -48,6 +48,7 @@ no-verdict  the check raised :class:`draconf.errors.NoVerdict` (in setup or call
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from datetime import datetime, timezone
@@ -239,6 +240,16 @@ def record_diagnosis(node: pytest.Item, code: str,
         for name, text in (evidence or {}).items():
             allure.attach(text if isinstance(text, str) else str(text), name=name,
                           attachment_type=allure.attachment_type.TEXT)
+
+
+def note(item: pytest.Item, text: str) -> None:
+    """What a passing test found worth telling (a Kubernetes property it measured, the fallback
+    a claim took): in the log, as a ``draconf-note`` JUnit property and as the Allure description."""
+    logging.getLogger("draconf").warning(text)
+    item.user_properties.append(("draconf-note", text))
+    if _allure_is_recording(item.config):
+        import allure
+        allure.dynamic.description(text)
 
 
 def set_run_info(config: pytest.Config, **info: Any) -> None:

@@ -35,3 +35,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.allure_label(check, label_type="story"))
             # A workload's checks share one deployment: keep them on one xdist worker.
             item.add_marker(pytest.mark.xdist_group(workload))
+
+
+@pytest.fixture(scope="class")
+def published_devices(cluster, profile):
+    """Every device of the profile's driver as published when a workload class starts; none
+    at all fails the workload (preflight names the cause)."""
+    from draconf.devices import PublishedDevices
+    published = PublishedDevices.read(cluster, profile.driver)
+    if not len(published):
+        pytest.fail(f"no devices of driver {profile.driver} are published in any ResourceSlice")
+    return published

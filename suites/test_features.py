@@ -37,7 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import capabilities, cel, manifests, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
-from draconf.reporting import diagnosis_prefix, record_diagnosis
+from draconf.reporting import diagnosis_prefix, note, record_diagnosis
 from draconf.workload import REJECTED_STATUSES, VERDICT_AFTER, DeployedWorkload, Start, Workload
 
 
@@ -65,17 +65,6 @@ log = logging.getLogger("draconf")
 FEATURES = ["extended-resource", "prioritized-list", "admin-access"]
 #: How DeployedWorkload.verdict words a node's standing refusal to prepare a pod's claims.
 PREPARE_REFUSED = "the node cannot prepare the claims of pod"
-
-
-def note(request, text: str) -> None:
-    """Text that belongs in the report of a passing test (log, junit property, Allure)."""
-    log.warning(text)
-    request.node.user_properties.append(("draconf-note", text))
-    try:
-        import allure
-        allure.dynamic.description(text)
-    except ImportError:
-        pass
 
 
 # --- extended resources ------------------------------------------------------------------------
@@ -292,15 +281,6 @@ def start_admin_access(request, cluster, profile, run_id, published, avoid=froze
 
 # --- the workloads: the walkthrough's three checks ---------------------------------------------
 
-@pytest.fixture(scope="class")
-def published_devices(cluster, profile):
-    from draconf.devices import PublishedDevices
-    published = PublishedDevices.read(cluster, profile.driver)
-    if not len(published):
-        pytest.fail(f"no devices of driver {profile.driver} are published in any ResourceSlice")
-    return published
-
-
 @pytest.fixture(scope="class", params=FEATURES)
 def started(request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
     """The feature workload started on the GPU nodes the run validates (kept off the others)."""
@@ -349,7 +329,7 @@ def feature_allocation(request, deployed, published_devices, cluster, profile) -
         problems = extended_claim_problems(pod, claim, profile.capabilities.extended_resource,
                                            profile.device_class)
         assert not problems, "the extended-resource claim is wrong: " + "; ".join(problems)
-        note(request, f"pod {pod.name} asked for {profile.capabilities.extended_resource}: 1 and got "
+        note(request.node, f"pod {pod.name} asked for {profile.capabilities.extended_resource}: 1 and got "
                       f"{claim.summary()} (created by the scheduler)")
     elif deployed.workload.name == "prioritized-list":
         from draconf.devices import class_selectors
@@ -364,7 +344,7 @@ def feature_allocation(request, deployed, published_devices, cluster, profile) -
             f"claim {claim.name} was allocated for {got}, expected gpu/{want}: no published device "
             f"satisfies {skipped or 'no earlier alternative'}, so the scheduler must take the first "
             "alternative it can satisfy")
-        note(request, f"firstAvailable fell back to gpu/{want}: {claim.summary()}")
+        note(request.node, f"firstAvailable fell back to gpu/{want}: {claim.summary()}")
     else:
         holder, monitor = claims[HOLDER_CLAIM], claims[MONITOR_CLAIM]
         shared = {r.key for r in holder.results} & {r.key for r in monitor.results}
@@ -372,7 +352,7 @@ def feature_allocation(request, deployed, published_devices, cluster, profile) -
                         f"not the device {HOLDER_CLAIM} holds ({[r.key for r in holder.results]})")
         not_admin = [str(r) for r in monitor.results if not r.admin_access]
         assert not not_admin, f"allocation results of {MONITOR_CLAIM} lack adminAccess: true: {not_admin}"
-        note(request, f"{MONITOR_CLAIM} (adminAccess) shares {', '.join(sorted(shared))} with "
+        note(request.node, f"{MONITOR_CLAIM} (adminAccess) shares {', '.join(sorted(shared))} with "
                       f"{HOLDER_CLAIM}, which still holds it")
 
 
@@ -395,7 +375,7 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
         assert err.status in (403, 422), f"expected the API server to refuse the claim, got {err.status}: {message}"
         assert capabilities.ADMIN_ACCESS_LABEL in message, (
             f"the claim was refused, but not for the missing {capabilities.ADMIN_ACCESS_LABEL} label: {message}")
-        note(request, f"an adminAccess claim in unlabelled namespace {ns} is refused: HTTP {err.status}: {message}")
+        note(request.node, f"an adminAccess claim in unlabelled namespace {ns} is refused: HTTP {err.status}: {message}")
         return
     kept = Claim.read(cluster, ns, doc["metadata"]["name"])
     admin = [r.get("exactly", {}).get("adminAccess") for r in kept.requests]
@@ -463,7 +443,7 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
     except AdmissionDenied as err:
         assert "exceeded quota" in err.msg and legacy in err.msg, (
             f"the second {resource} pod was refused, but not by quota {name} on {legacy}: {err.msg}")
-        note(request, f"Kubernetes {cluster_version(cluster)}: a {resource}: 1 pod served through DRA is "
+        note(request.node, f"Kubernetes {cluster_version(cluster)}: a {resource}: 1 pod served through DRA is "
                       f"charged {json.dumps({k: used.get(k) for k in want})} (pod and scheduler-made claim "
                       f"counted once); a second is refused: {err.msg}")
         return

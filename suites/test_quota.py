@@ -35,7 +35,7 @@ from draconf.audit import deviceclass_key
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import Pod
-from draconf.reporting import diagnosis_prefix, record_diagnosis
+from draconf.reporting import diagnosis_prefix, note, record_diagnosis
 from draconf.workload import DeployedWorkload, Workload
 
 # Quota and failure behaviour only means something on a cluster that passes preflight.
@@ -227,17 +227,6 @@ def pod_events(api, namespace: str, pod: str) -> list:
                                            or e.metadata.creation_timestamp))
 
 
-def note(request, text: str) -> None:
-    """Text that belongs in the report of a passing test (log, junit property, Allure)."""
-    log.warning(text)
-    request.node.user_properties.append(("draconf-note", text))
-    try:
-        import allure
-        allure.dynamic.description(text)
-    except ImportError:
-        pass
-
-
 # --- tests -------------------------------------------------------------------------------------
 
 @pytest.mark.quota
@@ -336,7 +325,7 @@ def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, pro
             f"ResourceQuota {quota_name} ({cap_key}: {cap_value}, with DeviceClass "
             f"{profile.device_class} mapping {mapped})")
         version = api.version.get_code().git_version
-        note(request, f"Kubernetes {version}: DeviceClass {profile.device_class} maps the extended resource "
+        note(request.node, f"Kubernetes {version}: DeviceClass {profile.device_class} maps the extended resource "
                       f"{mapped}, so ResourceQuota {quota_name} ({cap_key}: {cap_value}) caps its DRA claims "
                       "too (the claim evaluator charges requests.<extendedResourceName> for every claim of "
                       "that class): device-plugin-era GPU quotas keep working on this cluster.")
@@ -352,7 +341,7 @@ def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, pro
     deployed.check_allocation(PublishedDevices.read(api, profile.driver))
     used = read_quota_status(api, namespace, quota_name).get("used") or {}
     claims = [c.summary() for c in Claim.list(api, namespace) if c.is_allocated]
-    note(request,
+    note(request.node,
          f"Kubernetes property (expected, test passes): ResourceQuota {quota_name} with "
          f"{cap_key}: {cap_value} did NOT stop a DRA GPU; the pod ran after "
          f"{time.monotonic() - started:.1f}s with {'; '.join(claims)} while the quota shows used "

@@ -126,15 +126,6 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
     return start
 
 
-@pytest.fixture(scope="class")
-def published_devices(cluster, profile):
-    from draconf.devices import PublishedDevices
-    published = PublishedDevices.read(cluster, profile.driver)
-    if not len(published):
-        pytest.fail(f"no devices of driver {profile.driver} are published in any ResourceSlice")
-    return published
-
-
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 class TestWorkload:
