@@ -307,6 +307,12 @@ class DeployedWorkload:
                 first = self._unschedulable_since.setdefault((pod.uid, message), now)
                 if now - first >= VERDICT_AFTER and not self._held_by_this_run(message):
                     return f"the scheduler cannot place pod {pod.name}: {message}"
+            if message and not pod.node and denial_in_text(message):
+                # The scheduler could not create the claim it makes for the pod (an extended
+                # resource's): admission refused it.  It retries, so the refusal standing is it.
+                first = self._unschedulable_since.setdefault((pod.uid, "claim-denied"), now)
+                if now - first >= VERDICT_AFTER:
+                    return f"admission refused the claim the scheduler creates for pod {pod.name}: {message}"
             if pod.phase == "Failed":
                 ended = "; ".join(pod.end_reasons) or "no reason given"
                 return f"pod {pod.name} failed: {pod.summary()} ({ended})"
