@@ -33,7 +33,10 @@ PROFILE = for_target(builtin("example"), "testbed")
 NOT_APPLICABLE = {("preflight", "gpu-cluster"): "capabilities.gpuCluster",
                   ("preflight", "policy-conflict"): "capabilities.clusterPolicy",
                   ("audit", "gpu-quota"): "capabilities.extendedResource",
-                  ("quota", "extended-resource-trap"): "capabilities.extendedResource"}
+                  ("quota", "extended-resource-trap"): "capabilities.extendedResource",
+                  # the feature workloads (suites/test_features.py): no extended resource to ask for
+                  **{("extended-resource", check): "capabilities.extendedResource"
+                     for check in ("allocation", "cdi-injection", "cleanup", "quota")}}
 
 
 @pytest.fixture(scope="module")
