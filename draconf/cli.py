@@ -170,6 +170,9 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     chosen = [a for a in pytest_args if selects_tests(a)]
     argv = [
         *([] if chosen else [str(SUITES_DIR)]), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
+        # The checkout's tox.ini adds --doctest-modules for the project's own tests: a
+        # conformance run collects the checks only, never the suite modules' doctests.
+        "-o", "addopts=--import-mode=importlib",
         f"--target={args.target}", f"--profile={args.profile}", f"--testbed-name={args.testbed_name}",
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",

@@ -40,7 +40,9 @@ REAL_NODES_ONLY = ("job/",)
 #: catch on KWOK nodes.
 REAL_NODE_FAULTS = ("exec-flaky",)
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
-#: cannot catch it, and a whole run per row would cost CI minutes it does not have.
+#: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
+#: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
+#: those parts could only fail or give no verdict there, which tells nothing.
 WALKTHROUGH = "test_preflight or TestWorkload"
 FEATURES_ONLY = ("-k", "test_preflight or test_features")
 
@@ -119,7 +121,7 @@ EXPECTED: dict[str, Expectation] = {
     "claims-not-released": Expectation(
         ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
         dragged=_all("cleanup") + _all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")
-        + _features()),
+        + _features(), run_args=("-k", WALKTHROUGH)),
     # The bed's DeviceClass maps nvidia.com/gpu, so the extended-resource quota must hold too.
     "quota-not-enforced": Expectation(
         ("quota/deviceclass-quota", "quota/claim-count", "quota/extended-resource-trap",
@@ -137,7 +139,7 @@ EXPECTED: dict[str, Expectation] = {
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
         dragged=("job/*", "quota/*", "failure-modes/*") + _features(),
-        no_verdict=_all("cdi-injection") + _all("cleanup")),
+        no_verdict=_all("cdi-injection") + _all("cleanup"), run_args=("-k", WALKTHROUGH)),
     # kube-scheduler with a DRA gate off: the feature's pod is never placed, with the
     # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.
     "extended-resource-off": Expectation(
