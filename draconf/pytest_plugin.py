@@ -196,7 +196,7 @@ def _diagnose(item, exc) -> None:
         # The wait read the evidence itself (no binding, no claim, no ServiceAccount, the
         # component's Lease and pods), possibly before the test had a namespace the rules
         # could read again: its sentence is the diagnosis.
-        from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+        from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
         if not item.stash.get(DIAGNOSIS_KEY, None):
             record_diagnosis(item, exc.code, reason=str(exc).removeprefix(f"[{exc.code}] "))
     from draconf.diagnosis import record_failure_diagnosis

@@ -39,7 +39,7 @@ from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUE
                                       _describe_error, gather)
 from draconf.diagnosis.rules import RULES, classify
 from draconf.diagnosis.scheduling import node_exclusions, tolerates
-from draconf.reporting import DIAGNOSES
+from draconf.reporting.diagnoses import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
 
@@ -127,7 +127,7 @@ def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) ->
     """
     import pytest
 
-    from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+    from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
 
     if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception,
                         KeyboardInterrupt, SystemExit, GeneratorExit)):

@@ -11,18 +11,14 @@ from draconf.preflight.reading import Access, Inconclusive, read
 from draconf.preflight.result import CheckResult, check_result
 from draconf.preflight.runner import check
 
-
 #: The lowest Kubernetes release serving resource.k8s.io/v1 (DRA GA).
 MIN_VERSION = (1, 34)
-
 
 #: The GPU Operator-managed DRA workflow asks for at least this patch release (the guide).
 OPERATOR_MIN_VERSION = (1, 34, 2)
 
-
 #: Resources the resource.k8s.io/v1 group must serve (`kubectl api-resources`).
 REQUIRED_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
-
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 

@@ -9,20 +9,17 @@ from typing import Iterable, Mapping
 
 from draconf.preflight.reading import Access, read
 
-
 #: Node labels that mark a GPU node: Node Feature Discovery's PCI vendor 10de (NVIDIA) label,
 #: and GPU Feature Discovery's. Absence proves nothing (the guide), so a node hosting a
 #: kubelet-plugin pod counts as a GPU node too.
 GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
                    "nvidia.com/gpu.present": "true"}
 
-
 #: (namespace, name) of the kubelet-plugin DaemonSet in each known install: the current chart,
 #: the older chart prefix, and the GPU Operator-managed install of the guide.
 PLUGIN_DAEMONSETS = (("dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu-kubelet-plugin"),
                      ("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-kubelet-plugin"),
                      ("gpu-operator", "nvidia-dra-driver-kubelet-plugin"))
-
 
 #: Pod label selectors of the kubelet plugin (current and older chart prefix), any namespace.
 PLUGIN_POD_SELECTORS = ("dra-driver-nvidia-gpu-component=kubelet-plugin",

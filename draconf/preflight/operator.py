@@ -10,13 +10,10 @@ from draconf.preflight.reading import Access, read
 from draconf.preflight.result import CheckResult, check_result
 from draconf.preflight.runner import check
 
-
 #: GPU Operator singletons: (group, version, plural) and the DRA-path object's name.
 GPUCLUSTER = ("nvidia.com", "v1alpha1", "gpuclusters")
 
-
 GPUCLUSTER_NAME = "gpu-cluster"
-
 
 CLUSTERPOLICY = ("nvidia.com", "v1", "clusterpolicies")
 

@@ -11,7 +11,6 @@ from typing import Callable, Mapping
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-
 #: Seconds any single preflight request may take (an unroutable server must not hang the run).
 REQUEST_TIMEOUT = 20
 

@@ -9,9 +9,7 @@ from typing import Iterable, Mapping
 
 from tabulate import DataRow, TableFormat, tabulate
 
-
 BLOCKING = "blocking"
-
 
 INFO = "info"
 

@@ -66,7 +66,6 @@ def not_applicable_by_profile(profile, capability: str) -> str:
 #: Every check in the order run_all() runs them: name -> function(api, profile).
 CHECKS: dict[str, Callable] = {}
 
-
 #: name -> severity of every registered check.
 SEVERITY: dict[str, str] = {}
 

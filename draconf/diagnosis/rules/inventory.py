@@ -10,7 +10,6 @@ from draconf.diagnosis.facts import Facts
 
 _MISSING_CLASS = re.compile(r"device class (\S+?)[,:]? does not exist")
 
-
 _NO_SUCH_KEY = re.compile(r"no such key:? ?([\w./-]+)")
 
 

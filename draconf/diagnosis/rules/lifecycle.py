@@ -6,7 +6,6 @@ from __future__ import annotations
 from draconf.diagnosis.analysis import candidate_nodes
 from draconf.diagnosis.facts import Facts
 
-
 #: Seconds after which a claim still held past its consumers' end is overdue, not in flight
 #: (the resourceclaim controller and the kubelet release a claim within seconds).
 RELEASE_GRACE = 30

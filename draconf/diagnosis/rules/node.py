@@ -11,7 +11,6 @@ from draconf.diagnosis.facts import Facts
 _SEES = re.compile(r"(\S+) sees (\[[^\]]*\]), allocated (\[[^\]]*\])")
 
 
-
 def rule_image_pull(facts: Facts, check, error_text):
     for pod in facts.pods:
         if pod.image_pull and not pod.deleting:
