@@ -13,10 +13,8 @@ from draconf.preflight.runner import check
 
 #: The lowest Kubernetes release serving resource.k8s.io/v1 (DRA GA).
 MIN_VERSION = (1, 34)
-
 #: The GPU Operator-managed DRA workflow asks for at least this patch release (the guide).
 OPERATOR_MIN_VERSION = (1, 34, 2)
-
 #: Resources the resource.k8s.io/v1 group must serve (`kubectl api-resources`).
 REQUIRED_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
 

@@ -14,13 +14,11 @@ from draconf.preflight.reading import Access, read
 #: kubelet-plugin pod counts as a GPU node too.
 GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
                    "nvidia.com/gpu.present": "true"}
-
 #: (namespace, name) of the kubelet-plugin DaemonSet in each known install: the current chart,
 #: the older chart prefix, and the GPU Operator-managed install of the guide.
 PLUGIN_DAEMONSETS = (("dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu-kubelet-plugin"),
                      ("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-kubelet-plugin"),
                      ("gpu-operator", "nvidia-dra-driver-kubelet-plugin"))
-
 #: Pod label selectors of the kubelet plugin (current and older chart prefix), any namespace.
 PLUGIN_POD_SELECTORS = ("dra-driver-nvidia-gpu-component=kubelet-plugin",
                         "nvidia-dra-driver-gpu-component=kubelet-plugin")

@@ -12,9 +12,7 @@ from draconf.preflight.runner import check
 
 #: GPU Operator singletons: (group, version, plural) and the DRA-path object's name.
 GPUCLUSTER = ("nvidia.com", "v1alpha1", "gpuclusters")
-
 GPUCLUSTER_NAME = "gpu-cluster"
-
 CLUSTERPOLICY = ("nvidia.com", "v1", "clusterpolicies")
 
 

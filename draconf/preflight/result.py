@@ -1,16 +1,13 @@
 """The verdict of one preflight check (:class:`CheckResult`), and how a check writes it: the
-constructor its ``evaluate_*`` functions use and the kubectl-like tables and name lists of its
-summary and evidence."""
+constructor its ``evaluate_*`` functions use, and the cut name lists of its summaries (its
+tables come from :mod:`draconf.tables`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from tabulate import DataRow, TableFormat, tabulate
-
 BLOCKING = "blocking"
-
 INFO = "info"
 
 
@@ -63,25 +60,6 @@ def check_result(ok: bool, summary: str, diagnosis: str | None = None,
     # name and severity are filled in by @check.
     return CheckResult("", ok, BLOCKING, summary, None if ok else diagnosis, dict(evidence or {}),
                        applicable=applicable, nodes=() if ok else tuple(sorted(set(nodes))))
-
-
-#: kubectl's layout: left-aligned columns three spaces apart, no rules.
-_KUBECTL = TableFormat(lineabove=None, linebelowheader=None, linebetweenrows=None, linebelow=None,
-                       headerrow=DataRow("", "   ", ""), datarow=DataRow("", "   ", ""),
-                       padding=0, with_header_hide=None)
-
-
-def kubectl_table(rows: Iterable[Iterable[object]], header: Iterable[str]) -> str:
-    """Rows as aligned columns, like kubectl's output.
-
-    >>> print(kubectl_table([("slice-a", 4), ("slice-bb", 12)], ("NAME", "DEVICES")))
-    NAME       DEVICES
-    slice-a    4
-    slice-bb   12
-    """
-    # The header goes in as a row: tabulate's `headers` would widen each column by two.
-    text = tabulate([list(header), *rows], tablefmt=_KUBECTL, disable_numparse=True)
-    return "\n".join(line.rstrip() for line in text.splitlines())
 
 
 def name_list(items: Iterable[str], limit: int = 10) -> str:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterable
 
-from tabulate import tabulate
-
 from draconf.preflight.reading import Access, Inconclusive, read
 from draconf.preflight.result import BLOCKING, CheckResult, check_result
+from draconf.tables import plain_lines
 
 
 def check(name: str, severity: str = BLOCKING, requires: str | None = None):
@@ -65,7 +64,6 @@ def not_applicable_by_profile(profile, capability: str) -> str:
 
 #: Every check in the order run_all() runs them: name -> function(api, profile).
 CHECKS: dict[str, Callable] = {}
-
 #: name -> severity of every registered check.
 SEVERITY: dict[str, str] = {}
 
@@ -131,9 +129,9 @@ def describe(results: Iterable[CheckResult], width: int | None = None) -> str:
     """
     rows = [("CHECK", "RESULT", "DIAGNOSIS", "SUMMARY")]
     rows += [(r.name, r.status, r.diagnosis or "-", r.summary) for r in results]
-    lines = tabulate(rows, tablefmt="plain", disable_numparse=True).splitlines()
+    lines = plain_lines(rows)
     if not width:
-        return "\n".join(line.rstrip() for line in lines)
+        return "\n".join(lines)
     start = lines[0].index("SUMMARY")
     room = max(20, width - start)
     return "\n".join((line if len(line) - start <= room else line[:start + room - 3] + "...").rstrip()

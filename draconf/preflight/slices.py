@@ -10,8 +10,9 @@ from typing import Iterable
 from draconf.devices import Device, devices_from_slices
 from draconf.preflight.nodes import read_gpu_nodes, read_plugin_pods
 from draconf.preflight.reading import Access, Inconclusive, read
-from draconf.preflight.result import CheckResult, check_result, kubectl_table, name_list
+from draconf.preflight.result import CheckResult, check_result, name_list
 from draconf.preflight.runner import check
+from draconf.tables import kubectl_table
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,20 @@ def check_resource_slices(api, profile) -> CheckResult:
     return result
 
 
+def lacking_attributes(devices: Iterable[Device], names: Iterable[str]) -> dict[str, list[Device]]:
+    """``{attribute: devices lacking it}`` for each of ``names`` some device lacks, in the order
+    of ``names`` (the preflight check and the attribute-missing diagnosis both ask this).
+
+    >>> a = Device("gpu.example.com", "node-a", "gpu-0", "node-a", {"gpu.example.com/uuid": "GPU-0"})
+    >>> b = Device("gpu.example.com", "node-a", "gpu-1", "node-a")
+    >>> {name: [str(d) for d in devs] for name, devs in lacking_attributes([a, b], ["type", "uuid"]).items()}
+    {'type': ['node-a/gpu-0', 'node-a/gpu-1'], 'uuid': ['node-a/gpu-1']}
+    """
+    devices = list(devices)
+    lacking = {name: [d for d in devices if not d.has_attribute(name)] for name in names}
+    return {name: devs for name, devs in lacking.items() if devs}
+
+
 def evaluate_attributes(devices: Iterable[Device], required: Iterable[str],
                         memory_capacity: str | None) -> CheckResult:
     """Every device publishes the minimum attribute set (extras are fine) and its memory."""
@@ -96,11 +111,7 @@ def evaluate_attributes(devices: Iterable[Device], required: Iterable[str],
     if not devices:
         return check_result(True, "no devices are published, so there are no attributes to check "
                                   "(see resource-slices)", applicable=False)
-    lacking: dict[str, list[Device]] = {}
-    for name in required:
-        missing = [d for d in devices if not d.has_attribute(name)]
-        if missing:
-            lacking[f"attribute {name}"] = missing
+    lacking = {f"attribute {name}": missing for name, missing in lacking_attributes(devices, required).items()}
     if memory_capacity:
         missing = [d for d in devices if d.memory(memory_capacity) is None]
         if missing:

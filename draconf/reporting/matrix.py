@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-from tabulate import tabulate
-
 from draconf.reporting.rows import worst_outcome
+from draconf.tables import plain_lines
 
 OUTCOME_LABELS = {"passed": "PASS", "flaky": "FLAKY", "skipped": "SKIP", "not-run": "NOT RUN", "no-verdict": "NO VERDICT",
                   "error": "ERROR", "broken": "BROKEN", "failed": "FAIL"}
@@ -96,9 +95,7 @@ def _block_lines(rows: list[Mapping[str, Any]], colour: Callable[[str, str | Non
     for workload in workloads:
         table.append([workload] + [colour(cell_label(*cells[workload, check]), cells[workload, check][0])
                                    if (workload, check) in cells else "-" for check in checks])
-    # The header goes in as a row: tabulate's `headers` would widen each column by two.
-    text = tabulate(table, tablefmt="plain", disable_numparse=True)
-    return [line.rstrip() for line in text.splitlines()]
+    return plain_lines(table)
 
 
 def render_matrix(rows: Iterable[Mapping[str, Any]]) -> str:

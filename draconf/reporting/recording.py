@@ -13,10 +13,8 @@ from draconf.reporting.diagnoses import require_known_code
 
 #: Where each test's diagnosis code lives between record_diagnosis() and the report.
 DIAGNOSIS_KEY = pytest.StashKey[str]()
-
 #: The diagnosis sentence of that code (what it names: node, taint, class, device, permission).
 REASON_KEY = pytest.StashKey[str]()
-
 #: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
 RUN_INFO_KEY = pytest.StashKey[dict]()
 

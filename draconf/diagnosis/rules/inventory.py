@@ -7,9 +7,9 @@ import re
 
 from draconf.diagnosis.analysis import analyse, pending_pods, pending_requests
 from draconf.diagnosis.facts import Facts
+from draconf.preflight.slices import lacking_attributes
 
 _MISSING_CLASS = re.compile(r"device class (\S+?)[,:]? does not exist")
-
 _NO_SUCH_KEY = re.compile(r"no such key:? ?([\w./-]+)")
 
 
@@ -86,13 +86,10 @@ def rule_attribute_missing(facts: Facts, check, error_text):
                         f"(e.g. {', '.join(devices[:3])}): fix the selector or the driver version; "
                         "see `kubectl get resourceslices -o yaml`.")
     if not facts.pods and not facts.claims and facts.required_attributes:
-        lacking = {}
-        for d in facts.devices:
-            for name in facts.required_attributes:
-                if not d.has_attribute(name):
-                    lacking.setdefault(name, []).append(str(d))
+        lacking = lacking_attributes(facts.devices, facts.required_attributes)
         if lacking:
-            name, devices = sorted(lacking.items())[0]
+            name, lacking_devices = sorted(lacking.items())[0]
+            devices = [str(d) for d in lacking_devices]
             return ("attribute-missing",
                     f"{len(devices)} of {len(facts.devices)} published device(s) lack the attribute "
                     f"{name} (e.g. {', '.join(devices[:3])}), which selectors rely on: check the "
