@@ -58,7 +58,8 @@ from draconf.reporting.allure_extras import (NO_VERDICT_CATEGORY, allure_categor
                                             environment_properties, write_allure_extras)
 from draconf.reporting.diagnoses import DIAGNOSES, diagnosis_prefix, require_known_code
 from draconf.reporting.junit import interruption_line, mark_junit_interrupted
-from draconf.reporting.matrix import OUTCOME_COLOURS, OUTCOME_LABELS, cell_label, matrix_cells, matrix_lines, render_matrix
+from draconf.reporting.matrix import (OUTCOME_COLOURS, OUTCOME_LABELS, cell_label, matrix_cells, matrix_lines,
+                                      render_matrix)
 from draconf.reporting.plugin import SUITE_DIR, SUMMARY_FILENAME, ReportingPlugin, pytest_addoption
 from draconf.reporting.recording import (DIAGNOSIS_KEY, REASON_KEY, RUN_INFO_KEY, allure_is_recording,
                                          get_run_info, note, record_diagnosis, set_run_info)
