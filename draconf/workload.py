@@ -322,6 +322,14 @@ class DeployedWorkload:
                 if now - first >= VERDICT_AFTER:
                     return (f"pod {pod.name} cannot pull its image: {'; '.join(pod.image_pull_failures)} "
                             "(set the profile's `image` to one the nodes can pull)")
+            if pod.phase == "Pending" and pod.node and not pod.is_deleting and pod.spec.get("resourceClaims"):
+                unallocated = self._unallocated_claims(pod)
+                if unallocated and now - self._unschedulable_since.setdefault((pod.uid, "bound-unallocated"),
+                                                                             now) >= VERDICT_AFTER:
+                    return (f"pod {pod.name} was bound to {pod.node} with its claims unallocated "
+                            f"({', '.join(unallocated)}): {pod.spec.get('schedulerName') or 'its scheduler'} "
+                            "placed it without allocating them (does it run DRA's DynamicResources "
+                            "plugin?), and no node prepares an unallocated claim")
             if pod.phase == "Pending" and pod.node and pod.spec.get("resourceClaims"):
                 # The node's DRA driver refused to prepare the claims; the kubelet retries with
                 # back-off, so the refusal standing is a verdict.
@@ -335,6 +343,16 @@ class DeployedWorkload:
                 if refused:
                     return f"the claim of pod {pod.name} cannot be created: {refused}"
         return self._controller_denied(pods)
+
+    def _unallocated_claims(self, pod: Pod) -> list[str]:
+        """The claims of a bound pod that are not allocated (or not even generated): a
+        scheduler running DRA allocates every claim before it binds the pod."""
+        names = pod.claim_names()
+        out = [f"{ref} (not generated)" for ref in pod.template_claims_not_generated]
+        if names:
+            claims = self.claims()
+            out += [name for name in names.values() if name in claims and not claims[name].is_allocated]
+        return out
 
     def _controller_denied(self, pods: list[Pod]) -> str | None:
         """A controller (Job, ReplicaSet) whose pods admission refuses records it only in a

@@ -56,6 +56,8 @@ class PodFacts:
     affinity_terms: list[dict] = field(default_factory=list)
     #: no binding and no PodScheduled condition: no scheduler has acted on it
     unseen_by_scheduler: bool = False
+    #: spec.schedulerName: who binds it
+    scheduler_name: str = "default-scheduler"
     #: pod-level claim names from a template whose claim the controller has not generated yet
     ungenerated_claims: list[str] = field(default_factory=list)
     #: seconds since the pod was created (None: unknown)
@@ -367,6 +369,7 @@ def _pod_facts(raw: dict) -> PodFacts:
         node_selector=dict(pod.spec.get("nodeSelector") or {}),
         affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
         unseen_by_scheduler=pod.unseen_by_scheduler, ungenerated_claims=pod.template_claims_not_generated,
+        scheduler_name=pod.spec.get("schedulerName") or "default-scheduler",
         age=seconds_since(pod.meta.get("creationTimestamp")),
         done_for=seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
                                      if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),

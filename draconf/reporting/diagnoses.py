@@ -44,6 +44,11 @@ DIAGNOSES: dict[str, str] = {
         "Every GPU that matches the request is already allocated, so the pod stays Pending: "
         "free GPUs by deleting finished pods and claims (`kubectl get resourceclaims -A`) or "
         "add capacity.",
+    "scheduler-without-dra":
+        "Pods were bound to nodes with their ResourceClaims unallocated, so no node can prepare "
+        "them: the scheduler that placed them does not run DRA (kube-scheduler's profile disables "
+        "the DynamicResources plugin, or the pods name another scheduler). Check the "
+        "KubeSchedulerConfiguration and the pods' schedulerName.",
     "node-excluded":
         "The pod's node selector, affinity or an untolerated taint keeps it off every node "
         "that has a matching GPU: compare the pod spec with the GPU nodes' labels and taints "

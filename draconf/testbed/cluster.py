@@ -333,11 +333,15 @@ class Testbed:
             f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", "--v=1"], netns=netns)
+        scheduler_client = [f"--kubeconfig={self.dir / 'kube-scheduler.kubeconfig'}",
+                            "--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=400"]
+        config = faults_mod.scheduler_config(faults, str(self.dir / "kube-scheduler.kubeconfig"))
+        if config:
+            (self.dir / "kube-scheduler.yaml").write_text(yaml.safe_dump(config))
+            scheduler_client = [f"--config={self.dir / 'kube-scheduler.yaml'}"]
         self._spawn(state, "kube-scheduler", [
-            str(bindir / "kube-scheduler"),
-            f"--kubeconfig={self.dir / 'kube-scheduler.kubeconfig'}",
-            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-            "--kube-api-qps=200", "--kube-api-burst=400", "--v=1",
+            str(bindir / "kube-scheduler"), *scheduler_client,
+            "--bind-address=127.0.0.1", "--secure-port=0", "--v=1",
             *faults_mod.scheduler_flags(faults)], netns=netns)
         kwok_yaml = self.dir / "kwok.yaml"
         kwok_yaml.write_text(kwok_config.render(pins.KUBERNETES_VERSION))

@@ -45,6 +45,9 @@ FAULTS: dict[str, str] = {
     "admin-access-exclusive":
         "the kubelet plugin treats adminAccess devices as exclusive (a driver without admin-access "
         "support): a monitoring claim on a GPU in use is never prepared",
+    "scheduler-without-dra":
+        "kube-scheduler's profile disables the DynamicResources plugin (a custom "
+        "KubeSchedulerConfiguration): pods with claims are bound to nodes, their claims never allocated",
     "admin-access-everywhere":
         "a MutatingAdmissionPolicy labels every new namespace resource.kubernetes.io/admin-access=true, "
         "so any namespace may claim GPUs other workloads hold",
@@ -67,6 +70,28 @@ def scheduler_flags(faults) -> list[str]:
     """
     gates = sorted(SCHEDULER_GATES_OFF[f] for f in faults if f in SCHEDULER_GATES_OFF)
     return [f"--feature-gates={','.join(g + '=false' for g in gates)}"] if gates else []
+
+def scheduler_config(faults, kubeconfig: str) -> dict | None:
+    """The KubeSchedulerConfiguration ``faults`` need (None: the flags' defaults serve).
+
+    ``scheduler-without-dra`` disables DynamicResources in the default profile, as a custom
+    scheduler configuration that lists its plugins (or a second scheduler without DRA) does.
+    With ``--config`` the client and leader-election flags are ignored, so they move here.
+
+    >>> cfg = scheduler_config(["scheduler-without-dra"], "/k")
+    >>> cfg["profiles"][0]["plugins"]["multiPoint"]["disabled"], cfg["clientConnection"]["kubeconfig"]
+    ([{'name': 'DynamicResources'}], '/k')
+    >>> scheduler_config([], "/k") is None
+    True
+    """
+    if "scheduler-without-dra" not in faults:
+        return None
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": kubeconfig, "qps": 200, "burst": 400},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler", "plugins": {
+                "multiPoint": {"disabled": [{"name": "DynamicResources"}]}}}]}
+
 
 #: The taint the gpu-nodes-tainted fault puts on every GPU node.
 GPU_NODE_TAINT = {"key": "dedicated", "value": "gpu-reserved", "effect": "NoSchedule"}

@@ -82,6 +82,9 @@ def _features(check: str = "*") -> tuple[str, ...]:
     return tuple(f"{w}/{check}" for w in FEATURE_WORKLOADS)
 
 
+FAILURE_MODES = ("failure-modes/missing-deviceclass", "failure-modes/selector-unmatched",
+                 "failure-modes/capacity-exhausted")
+
 #: What the preflight gate holds back when a blocking check fails: no verdict, with the reason.
 GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*") + _features()
 
@@ -149,6 +152,14 @@ EXPECTED: dict[str, Expectation] = {
     "prioritized-list-off": Expectation(
         ("prioritized-list/allocation",), {"prioritized-list/allocation": "feature-disabled"},
         no_verdict=("prioritized-list/cdi-injection", "prioritized-list/cleanup"), run_args=FEATURES_ONLY),
+    # A scheduler whose profile lacks DRA binds every GPU pod with its claims unallocated (on
+    # any node, cpu-0 too): no node prepares them, so the workloads never start, and the failure
+    # modes see their pods bound where the scheduler must refuse them.
+    "scheduler-without-dra": Expectation(
+        _all("allocation") + FAILURE_MODES,
+        {p: "scheduler-without-dra" for p in _all("allocation") + FAILURE_MODES},
+        no_verdict=_all("cdi-injection") + _all("cleanup"),
+        run_args=("-k", WALKTHROUGH + " or test_failure_modes")),
     # The monitor is allocated the held GPU (allocation passes: the scheduler did its part), but
     # its node never prepares it: its container never sees it.
     "admin-access-exclusive": Expectation(

@@ -168,6 +168,17 @@ def test_gpu_nodes_tainted(dg_beds, dg_namespaces):
     assert "dedicated=gpu-reserved:NoSchedule" in result.reason
 
 
+def test_scheduler_without_dra(dg_beds, dg_namespaces):
+    api = dg_beds.get("scheduler-without-dra")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, single_gpu())
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "allocation", error, "scheduler-without-dra", took)
+    assert result.code == "scheduler-without-dra", result
+    assert "by default-scheduler with claim(s) gpu-pod-gpu-" in result.reason
+    assert took < 15
+
+
 # --- faults on the node side ----------------------------------------------------------------
 
 def test_plugin_unhealthy(dg_beds, dg_namespaces):

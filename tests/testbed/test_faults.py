@@ -207,6 +207,19 @@ def test_prioritized_list_off(start_fault_bed):
     assert "DRAPrioritizedList feature is disabled" in pending_reason(deploy(api, prio))
 
 
+def test_scheduler_without_dra(start_fault_bed):
+    """The pod is bound at once, its generated claim never allocated; and the workload's
+    verdict says so within seconds, where it used to wait out the running timeout."""
+    bed, api = start_fault_bed("scheduler-without-dra")
+    deployed = deploy(api)
+    (pod,) = waits.wait_until("the pod to be bound", deployed.pods, lambda pods: pods and pods[0].node,
+                              timeout=20, describe=lambda pods: deployed.describe(pods))
+    claims = deployed.claims()
+    assert claims and not any(c.is_allocated for c in claims.values())
+    with pytest.raises(waits.WaitFailed, match="bound to .* with its claims unallocated"):
+        deployed.wait_running(timeout=30)
+
+
 def test_admin_access_exclusive(start_fault_bed):
     if not REAL_NODES:
         pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")

@@ -733,7 +733,8 @@ def test_every_code_is_reachable_and_known():
             "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
             "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
             "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
-            "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled"} == set(DIAGNOSES)
+            "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
+            "scheduler-without-dra"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -965,3 +966,25 @@ def test_build_facts_reads_what_containers_saw_quota_counts_and_a_competing_devi
     assert classify(facts, None, UNRELATED)[0] == "policy-conflict"
     snap.cluster_policies[0]["spec"]["devicePlugin"]["enabled"] = False
     assert not build_facts(snap, builtin("nvidia")).cluster_policy_device_plugin
+
+
+def test_a_pod_bound_with_its_claim_unallocated_is_a_scheduler_without_dra():
+    pod, claim = pending(message=None)
+    bound = dataclasses.replace(pod, node="cpu-0", scheduler_name="default-scheduler")
+    code, reason = classify(with_workload(healthy(), bound, claim), "allocation", "")
+    assert code == "scheduler-without-dra"
+    assert "bound to cpu-0 by default-scheduler with claim(s) gpu-pod-gpu-x unallocated" in reason
+    never_generated = dataclasses.replace(bound, claims={}, ungenerated_claims=["gpu"])
+    assert classify(with_workload(healthy(), never_generated, claim), "allocation", "")[0] \
+        == "scheduler-without-dra"
+
+
+def test_a_bound_pod_whose_claim_is_allocated_is_not_a_scheduler_without_dra():
+    pod, claim = bound_not_running()
+    assert classify(with_workload(healthy(), pod, claim), "allocation", "")[0] != "scheduler-without-dra"
+
+
+def test_scheduler_without_dra_beats_the_missing_class_its_claim_names():
+    pod, claim = pending(message=None, device_class="no-such-class")
+    bound = dataclasses.replace(pod, node="cpu-0")
+    assert classify(with_workload(healthy(), bound, claim), "missing-deviceclass", "")[0] == "scheduler-without-dra"

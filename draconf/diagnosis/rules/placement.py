@@ -9,6 +9,24 @@ from draconf.diagnosis.facts import Facts
 from draconf.diagnosis.scheduling import node_exclusions
 
 
+def rule_scheduler_without_dra(facts: Facts, check, error_text):
+    """A pod bound to a node while a claim it uses is unallocated, or not even generated: a
+    scheduler running DRA allocates (and reserves) every claim before it binds, so whatever
+    bound this pod did not."""
+    for pod in facts.pods:
+        if not pod.node or pod.deleting or pod.phase != "Pending":
+            continue
+        unallocated = [c.name for c in facts.pod_claims(pod) if not c.allocated]
+        unallocated += [f"{ref} (never generated)" for ref in pod.ungenerated_claims]
+        if unallocated:
+            return ("scheduler-without-dra",
+                    f"Pod {pod.name} was bound to {pod.node} by {pod.scheduler_name} with claim(s) "
+                    f"{', '.join(unallocated)} unallocated, so no node can prepare them: that scheduler "
+                    "does not run DRA. Enable the DynamicResources plugin in its "
+                    "KubeSchedulerConfiguration (or use a scheduler that has it).")
+    return None
+
+
 def rule_node_excluded(facts: Facts, check, error_text):
     for pod in pending_pods(facts):
         nodes, _ = candidate_nodes(facts, pod)
