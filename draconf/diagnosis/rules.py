@@ -32,6 +32,8 @@ permission-denied    the server answered one of the suite's requests 403 Forbidd
 admission-denied     the server refused an object (or a controller's pod/claim, per its events)
                      by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
                      not create; named from the server's answer, with the policy read if readable
+device-tainted       a claim's allocation result is a device carrying a NoSchedule/NoExecute
+                     taint that the result's request does not tolerate (scheduler ignores taints)
 intermittent         cdi-injection failed, but every container shows its GPUs when read again
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
@@ -722,8 +724,20 @@ def _rule_control_plane(facts: Facts, check, error_text):
     return None
 
 
+def _rule_device_tainted(facts: Facts, check, error_text):
+    """A device tainted NoSchedule/NoExecute was allocated to a claim whose request does not
+    tolerate the taint: the scheduler ignores device taints (DRADeviceTaints off there)."""
+    for key, problems in sorted(facts.untolerated_taints.items()):
+        return ("device-tainted",
+                f"Claim {key} was allocated a device whose taint its request does not tolerate: "
+                f"{'; '.join(problems)}. kube-scheduler ignores device taints: turn DRADeviceTaints "
+                "on there (every control-plane component at one version and gates).")
+    return None
+
+
 RULES = [_rule_api, _rule_permission_denied, _rule_admission_denied, _rule_control_plane,
-         _rule_missing_class, _rule_no_slices, _rule_attribute_missing, _rule_feature_disabled,
+         _rule_missing_class, _rule_no_slices, _rule_attribute_missing, _rule_device_tainted,
+         _rule_feature_disabled,
          _rule_node_excluded, _rule_allocation, _rule_image_pull, _rule_admin_access_unsupported,
          _rule_plugin_unhealthy, _rule_cdi,
          _rule_cleanup, _rule_quota, _rule_policy_conflict, _rule_intermittent]

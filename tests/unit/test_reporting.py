@@ -378,7 +378,7 @@ def test_diagnosis_vocabulary_is_the_agreed_one():
         "cdi-not-injected", "cdi-wrong-device", "claim-not-released", "quota-not-enforced",
         "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
         "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
-        "feature-disabled", "admin-access-unsupported", "admin-access-unrestricted"}
+        "feature-disabled", "admin-access-unsupported", "admin-access-unrestricted", "device-tainted"}
     assert all(meaning.strip() and "\n" not in meaning for meaning in DIAGNOSES.values())
 
 
