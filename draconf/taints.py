@@ -149,3 +149,12 @@ def untolerated(claim_raw: dict, slices) -> list[str]:
             problems.append(f"{r.get('request')}: {device.pool}/{device.name} "
                             f"({', '.join(describe(t) for t in bad)})")
     return problems
+
+
+def tolerations_for_devices(api, driver: str, keys) -> list[dict]:
+    """Tolerations (key, effect, any value) for every NoSchedule/NoExecute taint on the devices
+    ``keys`` (driver/pool/device): what a claim needs to be allocated them again."""
+    wanted = set(keys)
+    found = {(t["key"], t["effect"]) for d in tainted_devices(read_slices(api, driver))
+             if d.key in wanted for t in d.blocking}
+    return [{"key": k, "operator": "Exists", "effect": e} for k, e in sorted(found)]
