@@ -1029,3 +1029,37 @@ def describe(results: Iterable[CheckResult], width: int | None = None) -> str:
     room = max(20, width - start)
     return "\n".join((line if len(line) - start <= room else line[:start + room - 3] + "...").rstrip()
                      for line in lines)
+
+
+# --------------------------------------------------------------------------------------------
+# device-taints (informational): which devices the driver tainted, and why
+# --------------------------------------------------------------------------------------------
+
+def evaluate_device_taints(tainted, driver: str) -> CheckResult:
+    """Passes either way: a tainted device is the driver reporting an unhealthy GPU, which the
+    report names (node/device, key=value:effect) so an operator sees why capacity is missing.
+
+    >>> from draconf.taints import TaintedDevice
+    >>> r = evaluate_device_taints([TaintedDevice("d", "gpu-h100-0", "gpu-4", "gpu-h100-0",
+    ...     ({"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"},), {})], "d")
+    >>> r.ok, r.summary
+    (True, '1 device(s) of driver d tainted: gpu-h100-0/gpu-4 (gpu.nvidia.com/xid=79:NoSchedule); 1 kept from claims that do not tolerate it')
+    >>> evaluate_device_taints([], "d").summary
+    'no device of driver d carries a taint'
+    """
+    if not tainted:
+        return _result(True, f"no device of driver {driver} carries a taint")
+    blocked = [d for d in tainted if d.blocking]
+    evidence = {"tainted devices": _table([(d.node or "-", d.name, ", ".join(
+        f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}" for t in d.taints)) for d in tainted],
+        ("NODE", "DEVICE", "TAINTS"))}
+    return _result(True, f"{len(tainted)} device(s) of driver {driver} tainted: "
+                         f"{'; '.join(d.summary() for d in tainted)}; {len(blocked)} kept from claims "
+                         "that do not tolerate it", evidence=evidence)
+
+
+@check("device-taints", INFO)
+def check_device_taints(api, profile) -> CheckResult:
+    from draconf.taints import tainted_devices
+    slices = [api.api_client.sanitize_for_serialization(s) for s in _slices(api, profile.driver)]
+    return evaluate_device_taints(tainted_devices(slices), profile.driver)
