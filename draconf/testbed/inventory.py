@@ -122,9 +122,13 @@ class Inventory:
         raise KeyError(name)
 
     def describe(self) -> str:
-        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3 (real)``."""
+        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3 (real)``, naming its
+        unhealthy GPUs and the health event the driver taints them for (``unhealthy: gpu-4 xid 79``)."""
+        def unhealthy(n: Node) -> str:
+            bad = [f"{g.device_name} " + ("lost" if g.lost else f"xid {g.xid}") for g in n.gpus if not g.healthy]
+            return f"; unhealthy: {', '.join(bad)}" if bad else ""
         return "\n".join(
-            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind})" if n.gpus
+            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind}){unhealthy(n)}" if n.gpus
             else f"{n.name}: no GPU ({n.kind})" for n in self.nodes)
 
 
