@@ -551,13 +551,13 @@ UNTOLERATED_VERDICT_TIMEOUT = 40
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="device-taints", check="untolerated")
-def test_tainted_device_is_not_allocated_without_toleration(request, cluster, profile, run_id,
+def test_tainted_device_is_not_allocated_without_toleration(request, cluster, profile, run_id, namespace,
                                                             validated_nodes):
     """46-device-taint-untolerated.yaml: a claim selecting only the tainted device, without a
-    toleration, stays unallocated; the scheduler says it cannot allocate the pod's claims."""
+    toleration, stays unallocated; the scheduler says it cannot allocate the pod's claims.
+    (The ``namespace`` fixture: the diagnosis of a failure reads that namespace.)"""
     from draconf.pods import Pod
-    from draconf.pytest_plugin import make_namespace
-    ns = make_namespace(request, cluster, run_id, "device-taint-untolerated")
+    ns = namespace
     device = tainted_target(request, cluster, profile, ns, validated_nodes.avoid)
     workload = taint_workload("device-taints", "features/46-device-taint-untolerated.yaml", UNTOLERATED_CLAIM,
                               device, profile, validated_nodes.avoid)
