@@ -36,10 +36,9 @@ GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "
 #: Checks that need containers that really run and exit: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).
 REAL_NODES_ONLY = ("job/",)
-#: Faults that act in the real nodes' runtime (CDI-injected environment, exec) or real plugin (the
-#: device taints it publishes; the KWOK agent publishes none): nothing to
+#: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
-REAL_NODE_FAULTS = ("exec-flaky", "device-taints-ignored")
+REAL_NODE_FAULTS = ("exec-flaky",)
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):

@@ -240,11 +240,10 @@ def test_admin_access_everywhere(start_fault_bed):
 
 
 def test_device_taints_ignored(start_fault_bed):
-    if not REAL_NODES:
-        pytest.skip("the taint is published by the real kubelet plugin; the default fleet has no real GPU node")
     bed, api = start_fault_bed("device-taints-ignored")
     from draconf import taints
-    # The bed adds an unhealthy H100, which the plugin publishes tainted as the NVIDIA driver does.
+    # The bed adds an unhealthy H100, which the plugin (the agent on KWOK nodes) publishes
+    # tainted as the NVIDIA driver does.
     (device,) = taints.tainted_devices(taints.read_slices(api, PROFILE.driver))
     assert (device.node, device.name) == ("gpu-h100-0", "gpu-4")
     assert [taints.describe(t) for t in device.taints] == ["gpu.nvidia.com/xid=79:NoSchedule"]
