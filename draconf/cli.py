@@ -279,7 +279,7 @@ def _prepare_target(args) -> None:
             api = connect(bed.kubeconfig)
         else:
             api = _target_api(args)
-        from draconf.preflight import probe
+        from draconf.preflight.runner import probe
         unusable = probe(api)
         if unusable:
             raise TargetUnusable(unusable)  # one line, before pytest prints anything

@@ -20,9 +20,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from tabulate import tabulate
-
 from draconf.errors import DraconfError
+from draconf.tables import plain_lines
 
 RUNS_FILE = "runs.jsonl"
 ALLURE_HISTORY_FILE = "allure-history.jsonl"
@@ -82,6 +81,4 @@ def render(rates: list[Mapping[str, Any]]) -> str:
     """The pass rates as an aligned table."""
     rows = [[r["workload"], r["check"], r["passed"], r["runs"], f"{100 * r['passed'] // r['runs']}%", r["last"]]
             for r in rates]
-    text = tabulate([["workload", "check", "passed", "of", "rate", "last"], *rows], tablefmt="plain",
-                    disable_numparse=True)
-    return "\n".join(line.rstrip() for line in text.splitlines())
+    return "\n".join(plain_lines([["workload", "check", "passed", "of", "rate", "last"], *rows]))

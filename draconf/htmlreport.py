@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from draconf.errors import DraconfError
-from draconf.reporting import allure_categories
+from draconf.reporting.allure_extras import allure_categories
 from draconf.testbed.pins import cache_root
 
 ALLURE_NPM_PACKAGE = "allure@3"

@@ -7,7 +7,7 @@ must still pass on the rest.  A failure of the whole cluster (no DeviceClass, no
 anywhere, a class that selects nothing), or one that leaves no GPU node standing, still gates
 everything.
 
->>> from draconf.preflight import CheckResult
+>>> from draconf.preflight.result import CheckResult
 >>> down = CheckResult("kubelet-plugin", False, "blocking", "1 of 3 GPU node(s) have no Ready "
 ...                    "kubelet-plugin pod: gpu-b", "plugin-unhealthy", nodes=("gpu-b",))
 >>> scope, whole = scope_of([down], ["gpu-a", "gpu-b", "gpu-c"])

@@ -142,23 +142,23 @@ def whoami(api) -> str | None:
 
 def evaluate(wanted: Iterable[Permission], denied: Iterable[Permission], user: str | None = None):
     """The preflight row: every needed permission granted, or one failure naming all missing."""
-    from draconf.preflight import _result
+    from draconf.preflight.result import check_result
     wanted, denied = list(wanted), list(denied)
     who = f"user {user}" if user else "the credentials in use"
     evidence = {"needed (manifests/rbac/clusterrole.yaml)": "\n".join(str(p) for p in wanted)}
     if not denied:
-        return _result(True, f"{who} may do all {len(wanted)} things the suite needs "
-                             "(SelfSubjectAccessReview per verb and resource)", evidence=evidence)
+        return check_result(True, f"{who} may do all {len(wanted)} things the suite needs "
+                                  "(SelfSubjectAccessReview per verb and resource)", evidence=evidence)
     evidence["missing"] = "\n".join(str(p) for p in denied)
     writes_only = all(p.is_write for p in denied)
     then = ("the tests that create objects are skipped; read-only checks run" if writes_only else
             "the tests that create objects are skipped; read-only checks that need a missing "
             "read cannot be evaluated")
-    return _result(False, f"{who} lacks {len(denied)} of {len(wanted)} permission(s) the suite "
-                          f"needs: {', '.join(str(p) for p in denied)}; {then}. Bind the "
-                          f"ClusterRole in manifests/rbac/clusterrole.yaml to this identity "
-                          "(manifests/rbac/clusterrolebinding.yaml) and rerun",
-                   "permission-denied", evidence)
+    return check_result(False, f"{who} lacks {len(denied)} of {len(wanted)} permission(s) the suite "
+                               f"needs: {', '.join(str(p) for p in denied)}; {then}. Bind the "
+                               f"ClusterRole in manifests/rbac/clusterrole.yaml to this identity "
+                               "(manifests/rbac/clusterrolebinding.yaml) and rerun",
+                        "permission-denied", evidence)
 
 
 def gate_text(denied: Iterable[Permission]) -> str | None:

@@ -159,7 +159,7 @@ def pytest_sessionstart(session):
         return
     try:
         api = connect_target(config.getoption("--target"), config.getoption("--kube-context"))
-        from draconf.preflight import probe
+        from draconf.preflight.runner import probe
         unusable = probe(api)
     except DraconfError as err:
         unusable = str(err)
@@ -196,7 +196,7 @@ def _diagnose(item, exc) -> None:
         # The wait read the evidence itself (no binding, no claim, no ServiceAccount, the
         # component's Lease and pods), possibly before the test had a namespace the rules
         # could read again: its sentence is the diagnosis.
-        from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+        from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
         if not item.stash.get(DIAGNOSIS_KEY, None):
             record_diagnosis(item, exc.code, reason=str(exc).removeprefix(f"[{exc.code}] "))
     from draconf.diagnosis import record_failure_diagnosis
@@ -268,7 +268,7 @@ def cluster(pytestconfig):
             api = connect(bed.kubeconfig)
         else:
             api = connect_target(target, pytestconfig.getoption("--kube-context"))
-        from draconf.preflight import probe
+        from draconf.preflight.runner import probe
         unreachable = probe(api)
         if unreachable:
             raise DraconfError(unreachable)
@@ -337,12 +337,12 @@ GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-sli
 @pytest.fixture(scope="session")
 def preflight(pytestconfig, cluster, profile):
     """The read-only preflight results, run once per session and shown on the terminal."""
-    from draconf import preflight as pf
-    results = pf.run_all(cluster, profile)
+    from draconf.preflight.runner import describe, run_all
+    results = run_all(cluster, profile)
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line("")
-        reporter.write_line(pf.describe(results))
+        reporter.write_line(describe(results))
     _set_run_info(pytestconfig, preflight={r.name: r.status for r in results})
     return results
 
@@ -360,7 +360,7 @@ def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_p
         return NodeScope()
     from draconf.devices import PublishedDevices
     from draconf.errors import NoVerdict
-    from draconf.preflight import blocking_failures
+    from draconf.preflight.runner import blocking_failures
     blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
     gpu_nodes = {n for r in blocking for n in r.nodes}
     if gpu_nodes:

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import cel, manifests, nodescope, podsecurity, waits
+from draconf import allocation, manifests, nodescope, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
 from draconf import selectors as sel
-from draconf.claims import EXTENDED_RESOURCE_CLAIM_ANNOTATION, Claim
+from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.errors import NoVerdict
-from draconf.pods import EXTENDED_CLAIM, Pod, delete_pods, exec_in_container
+from draconf.pods import Pod, delete_pods, exec_in_container
 from draconf.profile import Injection, Profile
 
 log = logging.getLogger("draconf.workload")
@@ -436,82 +436,24 @@ class DeployedWorkload:
 
     # --- checks --------------------------------------------------------------------------------
     def check_allocation(self, published: PublishedDevices) -> list[str]:
-        """Claims allocated by the scheduler to published devices that satisfy their selectors."""
-        pods = self.pods()
-        claims = self.claims()
-        evidence, problems = [], []
-        # Devices are judged by the CEL the cluster holds: the live DeviceClass's selectors and
-        # the claim's own, evaluated over the published attributes (draconf.cel).
-        class_cel: dict[str, list[str] | None] = {}
-        owners: dict[str, str] = {}
-        if len(pods) != self.workload.expected_pods:
-            problems.append(f"expected {self.workload.expected_pods} pod(s), found {len(pods)}")
-        for pod in pods:
-            if pod.unschedulable_message:
-                problems.append(f"pod {pod.name} is not scheduled: {pod.unschedulable_message}")
-                continue
-            refs = {r["name"]: r for r in pod.spec.get("resourceClaims") or []}
-            if self.workload.extended_resources:
-                # The scheduler creates this claim for the containers' extended resources.
-                refs[EXTENDED_CLAIM] = {"name": EXTENDED_CLAIM}
-            names = pod.claim_names()
-            for ref_name, ref in refs.items():
-                claim_name = names.get(ref_name)
-                if claim_name is None:
-                    problems.append(f"pod {pod.name}: status.resourceClaimStatuses does not name the "
-                                    f"claim generated for {ref_name!r}" if ref_name != EXTENDED_CLAIM else
-                                    f"pod {pod.name}: status.extendedResourceClaimStatus names no claim "
-                                    "for its extended resources (" + _extended_limits(pod) + ")")
-                    continue
-                claim = claims.get(claim_name)
-                if claim is None:
-                    problems.append(f"pod {pod.name}: claim {claim_name} does not exist")
-                    continue
-                evidence.append(claim.summary())
-                if (ref.get("resourceClaimTemplateName") or ref_name == EXTENDED_CLAIM) \
-                        and claim.owner_pod_uid != pod.uid:
-                    problems.append(f"generated claim {claim_name} is not owned by pod {pod.name}")
-                if ref_name == EXTENDED_CLAIM and not claim.is_extended_resource_claim:
-                    problems.append(f"claim {claim_name} lacks the annotation "
-                                    f"{EXTENDED_RESOURCE_CLAIM_ANNOTATION}: \"true\"")
-                if not claim.is_allocated:
-                    problems.append(f"claim {claim_name} of pod {pod.name} is not allocated")
-                    continue
-                if pod.uid not in claim.reserved_for_uids:
-                    problems.append(f"claim {claim_name}: reservedFor does not hold pod {pod.name}")
-                want = sum(r.get("exactly", {}).get("count", 1) for r in claim.requests)
-                if len(claim.results) != want:
-                    problems.append(f"claim {claim_name}: {len(claim.results)} device(s) allocated, "
-                                    f"{want} requested")
-                if len({r.key for r in claim.results}) != len(claim.results):
-                    problems.append(f"claim {claim_name}: the same device allocated twice")
-                for result in claim.results:
-                    # adminAccess results may share a device with other claims (KEP-5018).
-                    other = claim_name if result.admin_access else owners.setdefault(result.key, claim_name)
-                    if other != claim_name:
-                        problems.append(f"device {result.key} is allocated to both {other} and {claim_name}")
-                    device = published.lookup(result.driver, result.pool, result.device)
-                    if device is None:
-                        problems.append(f"claim {claim_name}: device {result.key} is not in any "
-                                        "published ResourceSlice")
-                        continue
-                    class_name, request_cel = claim.request_selectors(result.request)
-                    if class_name not in class_cel:
-                        class_cel[class_name] = class_selectors(self.api, class_name) if class_name else []
-                    if class_cel[class_name] is None:
-                        problems.append(f"claim {claim_name}: its DeviceClass {class_name} does not exist")
-                    elif not (verdict := cel.evaluate_all(class_cel[class_name], device)).matched:
-                        problems.append(f"claim {claim_name}: device {result.key} fails the "
-                                        f"DeviceClass {class_name} selectors ({verdict})")
-                    if not (verdict := cel.evaluate_all(request_cel, device)).matched:
-                        problems.append(f"claim {claim_name}: device {result.key} does not satisfy "
-                                        f"the request's selectors ({verdict}); it publishes "
-                                        f"{_published_summary(device, self.profile)}")
-                    if device.node and pod.node and device.node != pod.node:
-                        problems.append(f"pod {pod.name} runs on {pod.node} but its device "
-                                        f"{result.key} is on {device.node}")
-        assert not problems, "allocation is wrong: " + "; ".join(problems)
-        return evidence
+        """Claims allocated by the scheduler to published devices that satisfy their selectors
+        (every promise :mod:`draconf.allocation` names), judged on one reading of the cluster."""
+        snapshot = self.allocation_snapshot(published)
+        judgement = allocation.judge(
+            snapshot, expected_pods=self.workload.expected_pods,
+            extended_resources=self.workload.extended_resources,
+            identity_attribute=self.profile.attributes.get("uuid"),
+            describe_device=lambda device: _published_summary(device, self.profile))
+        assert judgement.right, "allocation is wrong: " + str(judgement)
+        return judgement.evidence
+
+    def allocation_snapshot(self, published: PublishedDevices) -> allocation.Snapshot:
+        """The pods, claims and (live) DeviceClass selectors the allocation is judged on:
+        devices are judged by the CEL the cluster holds, not by the profile's assumption."""
+        pods, claims = self.pods(), self.claims()
+        classes = {name: class_selectors(self.api, name)
+                   for name in sorted(allocation.class_names(claims.values()))}
+        return allocation.Snapshot(pods, claims, published, classes)
 
     def expected_identities(self, pod: Pod, container: str, claims: dict[str, Claim],
                             published: PublishedDevices) -> list[str]:
@@ -675,13 +617,6 @@ class DeployedWorkload:
         if freed:
             evidence += probe(freed)
         return evidence
-
-
-def _extended_limits(pod: Pod) -> str:
-    """The extended resources the pod's containers ask for, e.g. ``workload: nvidia.com/gpu=1``."""
-    asked = [f"{c['name']}: {k}={v}" for c in pod.spec.get("containers") or []
-             for k, v in ((c.get("resources") or {}).get("limits") or {}).items() if "/" in k]
-    return ", ".join(asked) or "no container asks for one"
 
 
 def _api_message(err: ApiException) -> str:

@@ -36,10 +36,10 @@ from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Fact
                                      QuotaFacts, RequestFacts, TemplateFacts, build_facts,
                                      selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
-                                      _describe_error, gather)
+                                      describe_error, gather)
 from draconf.diagnosis.rules import RULES, classify
 from draconf.diagnosis.scheduling import node_exclusions, tolerates
-from draconf.reporting import DIAGNOSES
+from draconf.reporting.diagnoses import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
 
@@ -76,7 +76,7 @@ def diagnose(api, profile, namespace: str | None, check: str | None, error_text:
         ev = evidence(snap, facts, code, reason)
     except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
         log.exception("diagnosis failed")
-        code, reason = "timeout", f"The diagnosis itself failed ({_describe_error(err)}): read the test's message."
+        code, reason = "timeout", f"The diagnosis itself failed ({describe_error(err)}): read the test's message."
         ev = {"diagnosis": f"[{code}] {reason}"}
     log.info("diagnosed %s in %.1fs: %s", namespace, time.monotonic() - started, code)
     return Diagnosis(code, reason, ev)
@@ -127,7 +127,7 @@ def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) ->
     """
     import pytest
 
-    from draconf.reporting import DIAGNOSIS_KEY, record_diagnosis
+    from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
 
     if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception,
                         KeyboardInterrupt, SystemExit, GeneratorExit)):

@@ -7,7 +7,7 @@ import yaml
 
 from draconf.diagnosis.facts import Facts
 from draconf.diagnosis.gather import Snapshot
-from draconf.diagnosis.rules import _candidate_nodes, _pending_pods
+from draconf.diagnosis.analysis import candidate_nodes, pending_pods
 
 #: Characters kept of each evidence text.
 EVIDENCE_LIMIT = 12000
@@ -62,8 +62,8 @@ def evidence(snap: Snapshot, facts: Facts, code: str, reason: str) -> dict[str, 
                                          for n, s in sorted(facts.device_classes.items())) or "(none)"
     involved = {p.node for p in facts.pods if p.node}
     involved |= {k.split("/")[1] for c in facts.claims for k in c.devices if k.count("/") >= 2}
-    for pod in _pending_pods(facts):
-        involved |= _candidate_nodes(facts, pod)[0]
+    for pod in pending_pods(facts):
+        involved |= candidate_nodes(facts, pod)[0]
     slices = [s for s in snap.slices if (s.get("spec") or {}).get("nodeName") in involved] or snap.slices[:2]
     out["resourceslices"] = _cap(_yaml(slices)) if slices else f"(no ResourceSlice of {facts.driver})"
     if facts.nodes:

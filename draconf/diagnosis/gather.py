@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from draconf.pods import Pod
-from draconf.preflight import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
+from draconf.preflight.nodes import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
 
 #: Where the NVIDIA kubelet plugin runs, and how its pods are labelled: preflight's, defined
 #: once there, and the GPU Operator-managed DaemonSet's pod label (preflight reaches those
@@ -59,7 +59,9 @@ def _plain(api, obj) -> dict:
     return api.api_client.sanitize_for_serialization(obj)
 
 
-def _describe_error(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
+    """One line for an error met while reading: ``HTTP <status> <reason>`` for an API answer,
+    else the exception type and the start of its message."""
     status = getattr(err, "status", None)
     reason = getattr(err, "reason", None)
     if status is not None:
@@ -79,9 +81,9 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
         try:
             return fn()
         except ApiException as err:
-            snap.errors[name] = _describe_error(err)
+            snap.errors[name] = describe_error(err)
         except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
-            snap.errors[name] = _describe_error(err)
+            snap.errors[name] = describe_error(err)
         return default
 
     try:
@@ -89,7 +91,7 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
     except Exception as err:  # noqa: BLE001
         status = getattr(err, "status", None)
         if not status or status >= 500:
-            snap.api_error = _describe_error(err)
+            snap.api_error = describe_error(err)
             return snap
     try:
         group = client.ResourceApi(api.api_client).get_api_group(**kw)
@@ -98,9 +100,9 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
         if err.status == 404:
             snap.resource_versions = []
         else:
-            snap.errors["resource.k8s.io"] = _describe_error(err)
+            snap.errors["resource.k8s.io"] = describe_error(err)
     except Exception as err:  # noqa: BLE001
-        snap.api_error = _describe_error(err)
+        snap.api_error = describe_error(err)
         return snap
     if snap.resource_versions is not None and "v1" not in snap.resource_versions:
         return snap
@@ -150,10 +152,10 @@ def _custom(api, snap: Snapshot, plural: str, version: str, kw, many: bool = Fal
         items = api.custom.list_cluster_custom_object("nvidia.com", version, plural, **kw)["items"]
     except ApiException as err:
         if err.status != 404:
-            snap.errors[plural] = _describe_error(err)
+            snap.errors[plural] = describe_error(err)
         return None
     except Exception as err:  # noqa: BLE001
-        snap.errors[plural] = _describe_error(err)
+        snap.errors[plural] = describe_error(err)
         return None
     if many:
         return items
@@ -172,7 +174,7 @@ def _gather_plugin(api, snap: Snapshot, kw, plugin=None) -> None:
             items = api.core.list_pod_for_all_namespaces(label_selector=selector, **kw).items
         except ApiException as err:
             if err.status not in (401, 403):
-                snap.errors["kubelet-plugin pods"] = _describe_error(err)
+                snap.errors["kubelet-plugin pods"] = describe_error(err)
             denied += 1
             items = []
             for ns in namespaces:
@@ -181,7 +183,7 @@ def _gather_plugin(api, snap: Snapshot, kw, plugin=None) -> None:
                 except ApiException:
                     continue
         except Exception as err:  # noqa: BLE001
-            snap.errors["kubelet-plugin pods"] = _describe_error(err)
+            snap.errors["kubelet-plugin pods"] = describe_error(err)
             snap.plugin_pods_known = False
             return
         for pod in items:
@@ -197,7 +199,7 @@ def _gather_plugin(api, snap: Snapshot, kw, plugin=None) -> None:
                 meta["name"], meta["namespace"], tail_lines=40, _request_timeout=5,
                 container=(raw.get("spec", {}).get("containers") or [{}])[0].get("name"))
         except Exception as err:  # noqa: BLE001 - logs are a bonus
-            snap.plugin_logs[key] = f"(logs unavailable: {_describe_error(err)})"
+            snap.plugin_logs[key] = f"(logs unavailable: {describe_error(err)})"
 
 
 
@@ -237,7 +239,7 @@ def _gather_containers(api, snap: Snapshot, command: tuple[str, ...]) -> None:
                     snap.containers[key] = {"stdout": r.stdout, "stderr": r.stderr,
                                             "exit_code": r.exit_code, "error": r.error}
             except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
-                snap.errors[f"GPUs seen by {key}"] = _describe_error(err)
+                snap.errors[f"GPUs seen by {key}"] = describe_error(err)
 
 
 def _gather_control_plane(api, snap: Snapshot) -> None:

@@ -1,0 +1,82 @@
+"""The rules: which diagnosis code these facts show, first match wins (see :func:`classify`).
+
+Each rule is a small function ``(facts, check, error_text) -> (code, reason) | None`` in the
+module of its family: :mod:`.access` (API server, RBAC, admission, control plane),
+:mod:`.inventory` (classes, slices, attributes, device taints, features), :mod:`.placement`
+(scheduling and allocation), :mod:`.node` (image, kubelet plugin, CDI), :mod:`.lifecycle`
+(release, quota, policy conflict) and :mod:`.fallback` (timeout).  :data:`RULES` lists them in priority order
+and :func:`classify` runs them.
+
+===================  ==========================================================================
+api-unavailable      the API server does not answer, or does not serve resource.k8s.io/v1
+controller-manager-  (checked third) a pending pod's template claims stayed ungenerated for
+ unavailable         stall_after seconds with no FailedResourceClaimCreation event, or the
+                     namespace stayed that long without its `default` ServiceAccount
+scheduler-           (checked third) every pod stayed unbound without a PodScheduled condition
+ unavailable         for stall_after seconds, with no scheduling event: no scheduler acted
+missing-deviceclass  a claim/template (or the scheduler) names a DeviceClass that does not exist
+no-resourceslices    no ResourceSlice of the driver holds any device
+attribute-missing    the scheduler reports a CEL runtime error (no such key), or a selector of an
+                     unallocated claim reads an attribute/capacity some published device lacks
+node-excluded        an unschedulable pod is kept off every node holding a candidate device by
+                     an untolerated taint, its nodeSelector or required node affinity
+capacity-exhausted   the scheduler cannot allocate and every node's matching devices are taken
+selector-unmatched   the scheduler cannot allocate and no node has enough matching devices
+plugin-unhealthy     a pod is bound, its claims allocated and reserved, but it is not running,
+                     with FailedPrepareDynamicResources or an unready/absent kubelet plugin
+cdi-not-injected     (injection check) the running container saw none/fewer of its GPUs
+cdi-wrong-device     (injection check) the running container saw a GPU not allocated to it
+claim-not-released   (cleanup check) claims outlive their pods, stay allocated/reserved or are
+                     stuck deleting on a finalizer
+quota-not-enforced   a ResourceQuota's used exceeds its hard limit, or a quota check failed
+                     while the namespace has a quota and no "exceeded quota" rejection was seen
+policy-conflict      a ClusterPolicy exists beside the GPUCluster
+permission-denied    the server answered one of the suite's requests 403 Forbidden (user, verb
+                     and resource from its message; checked second, after api-unavailable)
+admission-denied     the server refused an object (or a controller's pod/claim, per its events)
+                     by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
+                     not create; named from the server's answer, with the policy read if readable
+device-tainted       a claim's allocation result is a device carrying a NoSchedule/NoExecute
+                     taint that the result's request does not tolerate (scheduler ignores taints)
+intermittent         cdi-injection failed, but every container shows its GPUs when read again
+timeout              nothing definitive: the last observed state is the evidence
+===================  ==========================================================================
+
+A new code: its meaning in ``draconf.reporting.DIAGNOSES``, its rule in the module of its
+family, placed in :data:`RULES` by priority (reading facts, never the wording of the suite's own
+assertion messages), a unit test in tests/unit/test_diagnosis.py.
+"""
+
+from __future__ import annotations
+
+from draconf.diagnosis.facts import Facts
+from draconf.diagnosis.rules.access import (rule_admission_denied, rule_api, rule_control_plane,
+                                            rule_permission_denied)
+from draconf.diagnosis.rules.fallback import rule_timeout
+from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_device_tainted,
+                                               rule_feature_disabled, rule_missing_class,
+                                               rule_no_slices)
+from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict, rule_quota
+from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_image_pull,
+                                          rule_intermittent, rule_plugin_unhealthy)
+from draconf.diagnosis.rules.placement import rule_allocation, rule_node_excluded
+
+
+def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str]:
+    """The diagnosis code and one operator-facing sentence for these facts (first rule wins)."""
+    error_text = error_text or ""
+    for rule in RULES:
+        verdict = rule(facts, check, error_text)
+        if verdict:
+            break
+    else:
+        verdict = rule_timeout(facts, check, error_text)
+    return verdict
+
+
+RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_plane,
+         rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
+         rule_feature_disabled,
+         rule_node_excluded, rule_allocation, rule_image_pull, rule_admin_access_unsupported,
+         rule_plugin_unhealthy, rule_cdi,
+         rule_cleanup, rule_quota, rule_policy_conflict, rule_intermittent]

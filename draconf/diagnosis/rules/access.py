@@ -1,0 +1,118 @@
+"""Rules for a suite or control plane that cannot act at all: the API server unavailable, the
+suite's own requests refused (RBAC, admission control), or no scheduler or controller acting."""
+
+from __future__ import annotations
+
+import re
+
+from draconf.diagnosis.facts import Facts, PodFacts
+
+
+def rule_api(facts: Facts, check, error_text):
+    if facts.api_error:
+        return ("api-unavailable", f"The API server did not answer ({facts.api_error}): check that "
+                "it is running and reachable with this kubeconfig.")
+    if not facts.resource_api:
+        served = ", ".join(facts.resource_versions) or "no version"
+        return ("api-unavailable", f"The API server serves resource.k8s.io {served} but not v1: "
+                "use Kubernetes 1.34 or later, or enable resource.k8s.io/v1 with --runtime-config.")
+    return None
+
+
+#: The API server's 403 text (its answer, quoted in the exception, not the suite's own words) (apiserver endpoints/handlers/responsewriters: forbiddenMessage),
+#: also as it appears JSON-escaped in an ApiException's body.
+_FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
+                        r'(?: in API group \\?"([^"\\]*)\\?")?')
+
+
+def rule_permission_denied(facts: Facts, check, error_text):
+    """The server refused one of the suite's own requests (403): the credentials, not the
+    cluster, stopped the check.  Read from the server's answer, which names user, verb and
+    resource."""
+    denied = []
+    for user, verb, resource, group in _FORBIDDEN.findall(error_text):
+        base, _, sub = resource.partition("/")
+        name = (f"{base}.{group}" if group else base) + (f"/{sub}" if sub else "")
+        item = f"`{verb}` on {name}"
+        if item not in denied:
+            denied.append(item)
+    if not denied:
+        return None
+    return ("permission-denied", f"The API server refused user {user} {', '.join(denied)} (403 "
+            "Forbidden): bind the ClusterRole in manifests/rbac/clusterrole.yaml to this identity "
+            "and rerun; this says nothing about the cluster's DRA.")
+
+
+def rule_admission_denied(facts: Facts, check, error_text):
+    """The server's answer (to the suite's create, or a controller's, as an event) names the
+    admission control that refused it.  A quota the suite set up in the namespace is the quota
+    checks' own subject, not an admin's denial."""
+    from draconf.admission import denial_in_text
+
+    # A controller held back by a quota retries until there is room (the quota checks wait
+    # for that): only a policy, webhook or LimitRange in its events is a denial for good.
+    texts = [(error_text, True)] + [(e.message, False) for e in reversed(facts.events)
+                                    if e.reason in ("FailedCreate", "FailedResourceClaimCreation")]
+    own_quotas = {q.name for q in facts.quotas}
+    for text, direct in texts:
+        by = denial_in_text(text)
+        if not by or (by.startswith("ResourceQuota ")
+                      and (not direct or by.split(" ", 1)[1] in own_quotas)):
+            continue
+        policy = re.search(r"ValidatingAdmissionPolicy '([^']+)'", by)
+        hook = re.search(r'admission webhook "([^"]+)"', by)
+        detail = ""
+        if policy and policy.group(1) in facts.admission_policies:
+            detail = f" (the policy {facts.admission_policies[policy.group(1)]})"
+        elif hook and hook.group(1) in facts.admission_webhooks:
+            detail = f" (the webhook is {facts.admission_webhooks[hook.group(1)]})"
+        said = " ".join(text.split())
+        quoted = said[said.find("denied"):] if "denied" in said else said
+        while quoted.endswith(")") and quoted.count(")") > quoted.count("("):
+            quoted = quoted[:-1]  # the close of a wrapping "(the workload never started: ...)"
+        return ("admission-denied",
+                f"{by} refused the suite's objects: {quoted[:300]}{detail}: this is the cluster's "
+                "admission control, set up outside draconf; exempt draconf's namespaces (label "
+                "app.kubernetes.io/managed-by=draconf) from it or run where it does not apply.")
+    return None
+
+
+def rule_control_plane(facts: Facts, check, error_text):
+    """Nothing acted on the workload for ``facts.stall_after`` seconds while the API server
+    answered: the claim controller generated no claim (controller-manager), or no scheduler
+    bound the pods or wrote their PodScheduled condition (scheduler).  Before every
+    scheduling rule: a stopped scheduler leaves the pods looking like any unplaced pod."""
+    live = [p for p in facts.pods if not p.deleting]
+
+    def old(p: PodFacts) -> bool:
+        return p.age is not None and p.age >= facts.stall_after
+
+    def health(component: str) -> str:
+        seen = facts.control_plane.get(component)
+        return f" {component}: {seen}." if seen else ""
+
+    if facts.namespace_without_sa_for is not None and facts.namespace_without_sa_for >= facts.stall_after:
+        return ("controller-manager-unavailable",
+                f"Namespace {facts.namespace} has had no ServiceAccount `default` for "
+                f"{facts.namespace_without_sa_for:.0f}s, so no pod can be created in it: the "
+                f"serviceaccount controller of kube-controller-manager is not acting."
+                f"{health('kube-controller-manager')} Check its process or pod and its logs.")
+    if not live:
+        return None
+
+    ungenerated = [p for p in live if p.ungenerated_claims and not p.node and old(p)]
+    if ungenerated and not any(e.reason == "FailedResourceClaimCreation" for e in facts.events):
+        names = ", ".join(f"{p.name} ({', '.join(p.ungenerated_claims)})" for p in ungenerated)
+        return ("controller-manager-unavailable",
+                f"No ResourceClaim was generated for {names} in {facts.stall_after:.0f}s or more and "
+                f"no FailedResourceClaimCreation event was recorded: the resourceclaim controller of "
+                f"kube-controller-manager is not acting.{health('kube-controller-manager')} Check its "
+                "process or pod and its logs.")
+    if all(p.unseen_by_scheduler and old(p) for p in live) and not any(
+            e.reason in ("Scheduled", "FailedScheduling") for e in facts.events):
+        names = ", ".join(p.name for p in live)
+        return ("scheduler-unavailable",
+                f"No scheduler acted on {names} in {facts.stall_after:.0f}s or more: no binding, no "
+                f"PodScheduled condition, no Scheduled/FailedScheduling event, while the API server "
+                f"answered.{health('kube-scheduler')} Check kube-scheduler's process or pod and its logs.")
+    return None

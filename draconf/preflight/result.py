@@ -1,0 +1,68 @@
+"""The verdict of one preflight check (:class:`CheckResult`), and how a check writes it: the
+constructor its ``evaluate_*`` functions use, and the cut name lists of its summaries (its
+tables come from :mod:`draconf.tables`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+BLOCKING = "blocking"
+INFO = "info"
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one check.
+
+    ``ok`` is False both when the cluster fails the check and when the check could not be
+    evaluated (``inconclusive``); ``diagnosis`` (a code of ``draconf.reporting.DIAGNOSES``) is
+    set only for a definitive failure.
+    """
+
+    name: str
+    ok: bool
+    severity: str
+    summary: str
+    diagnosis: str | None = None
+    evidence: dict[str, str] = field(default_factory=dict)
+    #: the check could not reach a verdict (forbidden, unreachable, unexpected API answer).
+    inconclusive: bool = False
+    #: False when there was nothing to check (e.g. the GPUCluster CRD is not installed).
+    applicable: bool = True
+    #: the API server could not be used at all: unreachable, untrusted TLS certificate or
+    #: credentials rejected (implies ``inconclusive``); run_all() stops asking after one.
+    unreachable: bool = False
+    #: the GPU nodes a failure is confined to (its plugin down there, no slices, devices
+    #: lacking attributes); empty: it concerns the whole cluster.  See :mod:`draconf.nodescope`.
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def blocking(self) -> bool:
+        """A definitive failure of a blocking check: DRA workloads cannot work here."""
+        return not self.ok and not self.inconclusive and self.severity == BLOCKING
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL, WARN (a failed info check), INCONCLUSIVE or N/A."""
+        if self.inconclusive:
+            return "INCONCLUSIVE"
+        if not self.applicable:
+            return "N/A"
+        if self.ok:
+            return "PASS"
+        return "FAIL" if self.severity == BLOCKING else "WARN"
+
+
+def check_result(ok: bool, summary: str, diagnosis: str | None = None,
+                 evidence: Mapping[str, str] | None = None, applicable: bool = True,
+                 nodes: Iterable[str] = ()) -> CheckResult:
+    # name and severity are filled in by @check.
+    return CheckResult("", ok, BLOCKING, summary, None if ok else diagnosis, dict(evidence or {}),
+                       applicable=applicable, nodes=() if ok else tuple(sorted(set(nodes))))
+
+
+def name_list(items: Iterable[str], limit: int = 10) -> str:
+    items = sorted(items)
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

@@ -1,0 +1,268 @@
+"""The pytest plugin that collects one row per test and, at the end of the session, writes
+summary.json and the Allure extras and prints the matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from draconf.nodescope import scope_line
+from draconf.reporting.allure_extras import write_allure_extras
+from draconf.reporting.diagnoses import diagnosis_prefix
+from draconf.reporting.junit import interruption_line, mark_junit_interrupted
+from draconf.reporting.matrix import OUTCOME_COLOURS, matrix_lines
+from draconf.reporting.recording import DIAGNOSIS_KEY, REASON_KEY, get_run_info
+from draconf.reporting.rows import (count_outcomes, first_line, fold_phase, mark_reruns, marker_fields,
+                                    new_row, phase_message, phase_outcome)
+
+#: The directory whose tests make a session a conformance run (one that writes reports).
+SUITE_DIR = "suites"
+
+SUMMARY_FILENAME = "summary.json"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--draconf-reports DIR`` (default ``reports``, relative to the invocation dir)."""
+    parser.getgroup("draconf").addoption(
+        "--draconf-reports", dest="draconf_reports", default=None, metavar="DIR",
+        help="directory for summary.json; without it, only a run of the conformance suite "
+             "(tests under suites/) writes one, to reports/")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _resolve(config: pytest.Config, path: str | os.PathLike) -> Path:
+    # Relative paths are relative to where pytest was started, like --alluredir, even if a
+    # test changed the working directory since.
+    return config.invocation_params.dir / Path(path)
+
+
+class ReportingPlugin:
+    """Collects one row per test and writes the reports; register one per pytest process.
+
+    A row is ``{"id", "workload", "check", "outcome", "duration", "diagnosis", "message"}``.
+    Rows are built from ``pytest_runtest_logreport`` using facts attached to each report in
+    ``pytest_runtest_makereport``, so they come out the same under pytest-xdist (the reports
+    travel from the workers to the controller, which alone writes files and prints).
+    Collection errors get a row too, with outcome ``error`` and no workload.
+    """
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.started = _now()
+        self.summary_path: Path | None = None
+        #: nodeid -> (workload, check) of every collected test, for rows of tests never run.
+        self.collected: dict[str, tuple[str | None, str | None]] = {}
+        #: The test between logstart and logfinish: the one an interrupt stopped.
+        self.running: str | None = None
+        self.interruption: dict[str, Any] | None = None
+        #: nodeid -> the attempts of a test that failed and were run again (pytest-rerunfailures)
+        self.failed_attempts: dict[str, list[dict[str, Any]]] = {}
+        config.addinivalue_line(
+            "markers", "draconf(workload=None, check=None): what a draconf test exercises, "
+                       "for the summary matrix")
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.started = _now()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collected = {item.nodeid: marker_fields(item) for item in session.items}
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.running = nodeid
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        self.running = None
+
+    # -- make sure a diagnosed failure's message carries its [code] -------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        # Each attempt is diagnosed afresh: a rerun (pytest-rerunfailures) that passes must not
+        # carry the code of the attempt that failed.
+        for key in (DIAGNOSIS_KEY, REASON_KEY):
+            if key in item.stash:
+                del item.stash[key]
+        return (yield from self._with_prefixed_failure(item))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        return (yield from self._with_prefixed_failure(item))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item):
+        return (yield from self._with_prefixed_failure(item))
+
+    def _with_prefixed_failure(self, item: pytest.Item):
+        # Shared body of the three wrappers above: a generator that pluggy drives.
+        try:
+            return (yield)
+        except BaseException as exc:
+            code = item.stash.get(DIAGNOSIS_KEY, None)
+            if code:
+                self._add_prefix_to(exc, code)
+            raise
+
+    @staticmethod
+    def _add_prefix_to(exc: BaseException, code: str) -> None:
+        """Prepend ``[code] `` to the exception's message unless it is already there.
+
+        Done before pytest and allure-pytest format the exception, so both see it. Skips and
+        xfails are left alone (they are not failures); so are exceptions whose message does
+        not come from ``args[0]``, where callers must use :func:`diagnosis_prefix` themselves.
+        """
+        prefix = diagnosis_prefix(code)
+        if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
+            return
+        if prefix.strip() in str(exc):
+            return
+        if isinstance(exc, pytest.fail.Exception):
+            exc.msg = prefix + (exc.msg or "")
+            exc.args = (exc.msg,)
+        elif isinstance(exc, Exception):
+            if not exc.args:
+                exc.args = (prefix.strip(),)
+            elif isinstance(exc.args[0], str):
+                exc.args = (prefix + exc.args[0], *exc.args[1:])
+
+    # -- collect rows ------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        workload, check = marker_fields(item)
+        # Plain values only: under xdist this attribute is serialised to the controller.
+        report.draconf_phase = {
+            "workload": workload, "check": check,
+            "outcome": phase_outcome(report, call.excinfo),
+            "message": phase_message(report, call.excinfo),
+            "diagnosis": item.stash.get(DIAGNOSIS_KEY, None),
+            "reason": item.stash.get(REASON_KEY, None),
+        }
+        attempt = getattr(item, "execution_count", 1)  # pytest-rerunfailures counts attempts
+        if report.when == "call" and report.passed and attempt > 1:
+            item.user_properties.append(("draconf.flaky", f"passed on attempt {attempt} after "
+                                                          f"{attempt - 1} failed"))
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        phase = getattr(report, "draconf_phase", None) or {
+            # A process without this plugin made the report: classify with what we have.
+            "outcome": phase_outcome(report, None), "message": phase_message(report, None)}
+        if report.outcome == "rerun":
+            # pytest-rerunfailures: this attempt failed and the test runs again.  Keep what
+            # failed; the next attempt's setup starts the row afresh.
+            self.failed_attempts.setdefault(report.nodeid, []).append(
+                {"message": phase.get("message"), "diagnosis": phase.get("diagnosis")})
+            return
+        if report.when == "setup" or report.nodeid not in self.rows:
+            self.rows[report.nodeid] = new_row(report.nodeid, phase)
+        row = self.rows[report.nodeid]
+        fold_phase(row, report.when, phase, report.duration)
+        if report.when == "teardown" and report.nodeid in self.failed_attempts:
+            mark_reruns(row, self.failed_attempts[report.nodeid])
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.rows[report.nodeid] = {
+                "id": report.nodeid, "workload": None, "check": None, "outcome": "error",
+                "duration": 0.0, "diagnosis": None, "message": first_line(report.longreprtext)}
+
+    # -- write and print ---------------------------------------------------------------------
+
+    def summary(self, exit_status: int) -> dict[str, Any]:
+        """The content of summary.json for the rows collected so far."""
+        run = {**get_run_info(self.config), "started": self.started, "finished": _now(),
+               "exit_status": int(exit_status)}
+        if self.interruption:
+            run["interrupted"] = self.interruption
+        rows = list(self.rows.values())
+        return {"run": run, "totals": count_outcomes(rows), "tests": rows}
+
+    def _mark_interrupted(self) -> None:
+        """An interrupted run (Ctrl-C, SIGTERM) must not read as a pass: the test that was
+        running and every test never reached get a ``not-run`` row, and the run says so."""
+        never_ran = [n for n in self.collected if n not in self.rows]
+        if self.running is not None:
+            row = self.rows.setdefault(self.running, new_row(self.running, {
+                "outcome": "not-run", "workload": self.collected.get(self.running, (None, None))[0],
+                "check": self.collected.get(self.running, (None, None))[1]}))
+            if row["outcome"] in ("passed", "skipped"):  # only its setup had reported
+                row["outcome"], row["message"] = "not-run", "interrupted while this test was running"
+        for nodeid in never_ran:
+            workload, check = self.collected[nodeid]
+            self.rows[nodeid] = new_row(nodeid, {"outcome": "not-run", "workload": workload,
+                                                 "check": check,
+                                                 "message": "never ran: the run was interrupted"})
+        self.interruption = {"while_running": self.running,
+                             "never_ran": [n for n in never_ran if n != self.running]}
+
+    def _writes_reports(self) -> bool:
+        """Reports are the conformance run's: written when asked (``--draconf-reports``) or
+        when the session ran the suite; the project's own unit tests write none."""
+        if self.config.getoption("draconf_reports", None):
+            return True
+        return any(nodeid.split("/", 1)[0] == SUITE_DIR for nodeid in self.rows)
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file (see pytest_unconfigure)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_xdist_worker or self.config.option.collectonly:
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self._mark_interrupted()
+        if not self._writes_reports():
+            return
+        reports_dir = _resolve(self.config, self.config.getoption("draconf_reports", None) or "reports")
+        reports_dir.mkdir(parents=True, exist_ok=True)
+        self.summary_path = reports_dir / SUMMARY_FILENAME
+        self.summary_path.write_text(
+            json.dumps(self.summary(exitstatus), indent=2, default=str) + "\n", encoding="utf-8")
+        allure_dir = getattr(self.config.option, "allure_report_dir", None)
+        if allure_dir:
+            write_allure_extras(_resolve(self.config, allure_dir), get_run_info(self.config))
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        writer = config.get_terminal_writer()
+        lines = matrix_lines(self.rows.values(), lambda text, outcome: writer.markup(
+            text, **OUTCOME_COLOURS.get(outcome, {})))
+        if not lines or self.summary_path is None:
+            return
+        terminalreporter.write_sep("=", "draconf conformance matrix")
+        if self.interruption:
+            terminalreporter.line(interruption_line(self.interruption), red=True, bold=True)
+        for line in lines:
+            terminalreporter.line(line)
+        nodes = get_run_info(config).get("nodes")
+        if nodes:
+            terminalreporter.line(scope_line(nodes), yellow=True, bold=True)
+        flaky = [r for r in self.rows.values() if r["outcome"] == "flaky"]
+        if flaky:
+            terminalreporter.line("flaky (failed, then passed when run again):", yellow=True, bold=True)
+            for row in flaky:
+                terminalreporter.line(f"  {row['id']}: {row['message']}")
+        diagnosed = [r for r in self.rows.values() if r.get("reason") and r["outcome"] != "passed"]
+        if diagnosed:
+            terminalreporter.line("diagnoses:")
+            for row in diagnosed:
+                terminalreporter.line(f"  {row['id']}: [{row['diagnosis']}] {row['reason']}")
+        terminalreporter.line(f"summary: {self.summary_path}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """junitxml has written its file by now: say there, too, that the run was interrupted."""
+        xmlpath = getattr(config.option, "xmlpath", None)
+        if self.interruption and xmlpath and Path(xmlpath).is_file():
+            mark_junit_interrupted(Path(xmlpath), self.interruption)

@@ -1,0 +1,80 @@
+"""What test code records while it runs: a failure's diagnosis (:func:`record_diagnosis`), a
+passing test's note (:func:`note`) and the run's metadata (:func:`set_run_info`), kept in
+pytest's stash until the reports are written."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import pytest
+
+from draconf.reporting.diagnoses import require_known_code
+
+#: Where each test's diagnosis code lives between record_diagnosis() and the report.
+DIAGNOSIS_KEY = pytest.StashKey[str]()
+#: The diagnosis sentence of that code (what it names: node, taint, class, device, permission).
+REASON_KEY = pytest.StashKey[str]()
+#: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
+RUN_INFO_KEY = pytest.StashKey[dict]()
+
+
+def record_diagnosis(node: pytest.Item, code: str,
+                     evidence: Mapping[str, Any] | None = None, reason: str | None = None) -> None:
+    """Say why ``node`` (the test item: ``request.node``) is failing, with optional evidence.
+
+    The code lands in the test's summary.json row and matrix cell. When Allure is recording,
+    the test also gets the tag ``diagnosis:<code>`` and one text attachment per evidence entry,
+    e.g. ``evidence={"kubectl describe pod": text}``. ``reason`` is the diagnosis sentence,
+    naming the culprit (node, taint, class, device, permission): it goes into the summary.json
+    row and the terminal's diagnoses list as well. If the test then fails without the
+    :func:`diagnosis_prefix` in its message, the plugin prepends it so Allure's categories can
+    still match (see ``ReportingPlugin._add_prefix_to``). Recording again replaces the code.
+    """
+    require_known_code(code)
+    if not isinstance(node, pytest.Item):
+        raise TypeError("record_diagnosis() needs the test item (request.node inside the test "
+                        f"or a function-scoped fixture), not {type(node).__name__} {node.nodeid}")
+    node.stash[DIAGNOSIS_KEY] = code
+    if reason:
+        node.stash[REASON_KEY] = reason
+    if allure_is_recording(node.config):
+        import allure  # only here: reporting works without allure-pytest installed
+        allure.dynamic.tag(f"diagnosis:{code}")
+        for name, text in (evidence or {}).items():
+            allure.attach(text if isinstance(text, str) else str(text), name=name,
+                          attachment_type=allure.attachment_type.TEXT)
+
+
+def note(item: pytest.Item, text: str) -> None:
+    """What a passing test found worth telling (a Kubernetes property it measured, the fallback
+    a claim took): in the log, as a ``draconf-note`` JUnit property and as the Allure description."""
+    logging.getLogger("draconf").warning(text)
+    item.user_properties.append(("draconf-note", text))
+    if allure_is_recording(item.config):
+        import allure
+        allure.dynamic.description(text)
+
+
+def set_run_info(config: pytest.Config, **info: Any) -> None:
+    """Add metadata about this run (target, versions, inventory...) to summary.json and Allure.
+
+    >>> class FakeConfig: stash = pytest.Stash()
+    >>> config = FakeConfig()
+    >>> set_run_info(config, target="testbed", driver="gpu.nvidia.com")
+    >>> set_run_info(config, run_id="abc123")
+    >>> get_run_info(config)
+    {'target': 'testbed', 'driver': 'gpu.nvidia.com', 'run_id': 'abc123'}
+    """
+    config.stash.setdefault(RUN_INFO_KEY, {}).update(info)
+
+
+def get_run_info(config: pytest.Config) -> dict[str, Any]:
+    """A copy of everything given to :func:`set_run_info` so far."""
+    return dict(config.stash.get(RUN_INFO_KEY, {}))
+
+
+def allure_is_recording(config: pytest.Config) -> bool:
+    """True when this run was given ``--alluredir`` (allure-pytest is a dependency, so the
+    option exists only where the plugin is loaded)."""
+    return bool(getattr(config.option, "allure_report_dir", None))
