@@ -145,3 +145,16 @@ def device_plugin_nodes(api, resource: str) -> list[str]:
     scheduler gives such nodes' pods the device plugin's GPUs, not DRA's (KEP-5004)."""
     return sorted(n.metadata.name for n in api.core.list_node().items
                   if resource in ((n.status.allocatable if n.status else None) or {}))
+
+
+def device_taints(api, namespace: str, device_class: str) -> Capability:
+    """``tolerations`` on a request (DRADeviceTaints, beta and on in 1.36) are served: with the
+    gate off the API server drops them, and device taints then mean nothing to a claim."""
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "draconf-probe-device-taints"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": device_class,
+                 "tolerations": [{"key": "draconf.example/probe", "operator": "Exists",
+                                  "effect": "NoSchedule"}]}}]}}}
+    return served_field(api, namespace, "device taints (tolerations)", claim,
+                        "spec.devices.requests.0.exactly.tolerations.0.key")

@@ -665,11 +665,15 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
         uuids = sorted(d.attribute(uuid_attr) for d in group)
         rule = sel.uuid_in(profile.domain, uuid_attr, uuids)
         name = f"probe-{len(evidence)}"
+        # A freed device its driver taints is allocatable again only to a claim tolerating it.
+        from draconf.taints import tolerations_for_devices
+        tolerations = tolerations_for_devices(api, profile.driver, [d.key for d in group])
         docs = [
             {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                  "deviceClassName": profile.device_class, "count": len(uuids),
-                 "selectors": [{"cel": {"expression": rule.cel}}]}}]}}},
+                 "selectors": [{"cel": {"expression": rule.cel}}],
+                 **({"tolerations": tolerations} if tolerations else {})}}]}}},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
              "spec": podsecurity.conform({
                  "restartPolicy": "Never", "tolerations": [dict(t) for t in profile.tolerations],

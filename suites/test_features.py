@@ -16,11 +16,16 @@ what the feature itself promises:
 * **admin-access** (``42-gpu-in-use.yaml``, ``43-admin-access-monitor.yaml``) - in a namespace
   labelled ``resource.kubernetes.io/admin-access: "true"``, a claim with ``adminAccess: true``
   is allocated the GPU another claim holds, and its container sees that GPU; the same claim in
-  an unlabelled namespace is refused by the API server, whose message the report shows.
+  an unlabelled namespace is refused by the API server, whose message the report shows;
+* **device-taints** (``45-device-taint-tolerated.yaml``, ``46-device-taint-untolerated.yaml``) -
+  a GPU the driver tainted NoSchedule/NoExecute (an unhealthy GPU: ``gpu.nvidia.com/xid=79``)
+  is allocated to a claim whose request tolerates the taint and selects it; the same device
+  asked for without a toleration is never allocated (the scheduler leaves the pod Pending).
 
 Each is capability-gated (draconf/capabilities.py): where the cluster does not serve the field
 (a server-side dry-run create drops it) or the DeviceClass maps no extended resource, the
-workload's tests are skipped with that reason.
+workload's tests are skipped with that reason; device-taints is also skipped where no
+published device carries a NoSchedule/NoExecute taint (nothing to check).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from draconf import capabilities, cel, manifests, waits
+from draconf import capabilities, cel, manifests, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
@@ -62,7 +67,7 @@ def _walkthrough_module():
 test_workloads = _walkthrough_module()
 log = logging.getLogger("draconf")
 
-FEATURES = ["extended-resource", "prioritized-list", "admin-access"]
+FEATURES = ["extended-resource", "prioritized-list", "admin-access", "device-taints"]
 #: How DeployedWorkload.verdict words a node's standing refusal to prepare a pod's claims.
 PREPARE_REFUSED = "the node cannot prepare the claims of pod"
 
@@ -279,6 +284,72 @@ def start_admin_access(request, cluster, profile, run_id, published, avoid=froze
     return Start(deployed)
 
 
+# --- device taints ----------------------------------------------------------------------------
+
+TOLERATING_CLAIM = "gpu-tolerating"
+UNTOLERATED_CLAIM = "gpu-untolerated"
+NO_TAINTED_DEVICE = "no tainted device published; nothing to check"
+
+
+@dataclass
+class TaintWorkload(Workload):
+    """A manifest whose claim's request gets ``tolerations`` (None: as written)."""
+    tolerations: list | None = None
+
+    def documents(self, profile):
+        docs = super().documents(profile)
+        for doc in docs:
+            if doc["kind"] == "ResourceClaim" and self.tolerations is not None:
+                for request in doc["spec"]["devices"]["requests"]:
+                    request["exactly"]["tolerations"] = [dict(t) for t in self.tolerations]
+        return docs
+
+
+def tolerations_for(device: taints.TaintedDevice) -> list[dict]:
+    """One toleration per blocking taint of ``device``: its key, its effect, any value.
+
+    >>> d = taints.TaintedDevice("d", "p", "gpu-4", "n", ({"key": "d/xid", "value": "79",
+    ...     "effect": "NoSchedule"}, {"key": "d/info", "effect": "None"}), {})
+    >>> tolerations_for(d)
+    [{'key': 'd/xid', 'operator': 'Exists', 'effect': 'NoSchedule'}]
+    """
+    return [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in device.blocking]
+
+
+def tainted_target(request, cluster, profile, ns: str, avoid=frozenset()) -> taints.TaintedDevice:
+    """The tainted device the scenario asks for, or a skip with the reason: the API server
+    drops request tolerations, the profile has no uuid attribute, or no published device of the
+    validated nodes carries a NoSchedule/NoExecute taint."""
+    capability = capabilities.device_taints(cluster, ns, profile.device_class)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+    if not profile.has("uuid"):
+        pytest.skip(f"device-taints selects the tainted device by uuid: {profile.lacks('uuid')}")
+    uuid = f"{profile.domain}/{profile.attributes['uuid']}"
+    found = [d for d in taints.tainted_devices(taints.read_slices(cluster, profile.driver))
+             if d.blocking and d.node not in avoid and d.attributes.get(uuid)]
+    if not found:
+        pytest.skip(f"{NO_TAINTED_DEVICE} (no {profile.driver} device on the validated nodes carries a "
+                    "NoSchedule or NoExecute taint in its ResourceSlice)")
+    return sorted(found, key=lambda d: d.key)[0]
+
+
+def taint_workload(name: str, manifest: str, claim: str, device, profile, avoid, tolerations=None):
+    from draconf import selectors as sel
+    uuid = device.attributes[f"{profile.domain}/{profile.attributes['uuid']}"]
+    return TaintWorkload(name, [manifest], expected_pods=1, tolerations=tolerations, avoid_nodes=avoid,
+                         selectors={claim: [sel.uuid_in(profile.domain, profile.attributes["uuid"], [uuid])]})
+
+
+def start_device_taints(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
+    from draconf.pytest_plugin import make_namespace
+    ns = make_namespace(request, cluster, run_id, "device-taints")
+    device = tainted_target(request, cluster, profile, ns, avoid)
+    workload = taint_workload("device-taints", "features/45-device-taint-tolerated.yaml", TOLERATING_CLAIM,
+                              device, profile, avoid, tolerations_for(device))
+    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
+
+
 # --- the workloads: the walkthrough's three checks ---------------------------------------------
 
 @pytest.fixture(scope="class", params=FEATURES)
@@ -289,6 +360,8 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
         start = start_extended_resource(request, cluster, profile, run_id, avoid)
     elif request.param == "prioritized-list":
         start = start_prioritized_list(request, cluster, profile, run_id, published, avoid)
+    elif request.param == "device-taints":
+        start = start_device_taints(request, cluster, profile, run_id, avoid)
     else:
         start = start_admin_access(request, cluster, profile, run_id, published, avoid)
     if start.stalled:
@@ -345,6 +418,20 @@ def feature_allocation(request, deployed, published_devices, cluster, profile) -
             f"satisfies {skipped or 'no earlier alternative'}, so the scheduler must take the first "
             "alternative it can satisfy")
         note(request.node, f"firstAvailable fell back to gpu/{want}: {claim.summary()}")
+    elif deployed.workload.name == "device-taints":
+        claim = claims[TOLERATING_CLAIM]
+        slices = taints.read_slices(cluster, profile.driver)
+        tainted = {d.key: d for d in taints.tainted_devices(slices) if d.blocking}
+        got = [r.key for r in claim.results]
+        assert got and all(key in tainted for key in got), (
+            f"claim {TOLERATING_CLAIM} selects a tainted device and tolerates its taints, but was "
+            f"allocated {got}; tainted devices: {[d.summary() for d in tainted.values()]}")
+        problems = taints.untolerated(claim.raw, slices)
+        assert not problems, f"claim {TOLERATING_CLAIM} holds devices whose taints it does not tolerate: {problems}"
+        tols = [t for r in claim.requests for t in (r.get("exactly") or {}).get("tolerations") or []]
+        note(request.node, f"{TOLERATING_CLAIM} tolerates {json.dumps(tols)} and was allocated "
+                           f"{', '.join(tainted[k].summary() for k in got)} (the taint as its ResourceSlice "
+                           "publishes it)")
     else:
         holder, monitor = claims[HOLDER_CLAIM], claims[MONITOR_CLAIM]
         shared = {r.key for r in holder.results} & {r.key for r in monitor.results}
@@ -455,3 +542,57 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
 
 def cluster_version(api) -> str:
     return api.version.get_code().git_version
+
+
+#: How long the untolerated claim's pod is watched for the scheduler's verdict.
+UNTOLERATED_VERDICT_TIMEOUT = 40
+
+
+@pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload="device-taints", check="untolerated")
+def test_tainted_device_is_not_allocated_without_toleration(request, cluster, profile, run_id, namespace,
+                                                            validated_nodes):
+    """46-device-taint-untolerated.yaml: a claim selecting only the tainted device, without a
+    toleration, stays unallocated; the scheduler says it cannot allocate the pod's claims.
+    (The ``namespace`` fixture: the diagnosis of a failure reads that namespace.)"""
+    from draconf.pods import Pod
+    ns = namespace
+    device = tainted_target(request, cluster, profile, ns, validated_nodes.avoid)
+    workload = taint_workload("device-taints", "features/46-device-taint-untolerated.yaml", UNTOLERATED_CLAIM,
+                              device, profile, validated_nodes.avoid)
+    manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
+
+    def observe():
+        return Claim.read(cluster, ns, UNTOLERATED_CLAIM), Pod.read(cluster, ns, UNTOLERATED_CLAIM)
+
+    try:
+        claim, pod = waits.wait_until(
+            f"the scheduler's verdict on pod {UNTOLERATED_CLAIM}", observe,
+            lambda state: state[0].is_allocated or bool(state[1].unschedulable_message),
+            timeout=UNTOLERATED_VERDICT_TIMEOUT,
+            describe=lambda state: f"{state[0].summary()}; pod phase {state[1].phase}")
+    except waits.WaitFailed as err:
+        raise AssertionError(f"no verdict from the scheduler on a claim for tainted device "
+                             f"{device.summary()}: {err}") from None
+    slices = taints.read_slices(cluster, profile.driver)
+    problems = taints.untolerated(claim.raw, slices)
+    holders = holders_of(cluster, device)
+    assert not claim.is_allocated, (
+        f"claim {UNTOLERATED_CLAIM} tolerates no taint but was allocated {[str(r) for r in claim.results]}"
+        + (f": {'; '.join(problems)}" if problems else ""))
+    # Pending only because another claim holds the device would prove nothing about taints.
+    assert not holders, (f"no verdict on taints: {device.summary()} is held by {holders}, so "
+                         f"{UNTOLERATED_CLAIM} could not have it anyway")
+    note(request.node, f"{device.summary()} is free and not allocated to {UNTOLERATED_CLAIM} (no toleration); "
+                       f"the scheduler: {pod.unschedulable_message}")
+
+
+def holders_of(api, device: taints.TaintedDevice) -> list[str]:
+    """The claims (namespace/name), cluster-wide, allocated ``device``."""
+    found = []
+    for obj in api.resource.list_resource_claim_for_all_namespaces().items:
+        claim = Claim(api.api_client.sanitize_for_serialization(obj))
+        if any(r.key == device.key for r in claim.results):
+            found.append(f"{claim.meta.get('namespace')}/{claim.meta.get('name')}")
+    return found

@@ -278,6 +278,9 @@ class Facts:
     #: what each container with GPU claims (or in a pod with claims) was given and saw
     containers: list[ContainerGPUs] = field(default_factory=list)
     quotas: list[QuotaFacts] = field(default_factory=list)
+    #: claim key (namespace/name) -> its allocation results whose device carries a NoSchedule or
+    #: NoExecute taint the request does not tolerate ("request: pool/device (key=value:effect)")
+    untolerated_taints: dict[str, list[str]] = field(default_factory=dict)
     #: gatherer name -> error, for what could not be read
     errors: dict[str, str] = field(default_factory=dict)
     #: seconds without any scheduler/controller action that mean a stalled control plane
@@ -436,6 +439,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         for c in snap.admission_webhooks for w in c.get("webhooks") or []}
     facts.slice_count = len(snap.slices)
     facts.devices = devices_from_slices(snap.slices)
+    facts.untolerated_taints = _untolerated_taints(snap.claims, snap.slices)
     for c in snap.all_claims:
         cf = _claim_facts(c)
         for key in cf.devices:
@@ -580,3 +584,14 @@ def admission_policy_facts(policies: list[dict], bindings: list[dict]) -> dict[s
                      f"{'/'.join(spec.get('validationActions') or [])} in namespaces {where}")
         out[name] = text
     return out
+
+
+def _untolerated_taints(claims: list[dict], slices: list[dict]) -> dict[str, list[str]]:
+    """Claim key -> results on a device whose blocking taint its request does not tolerate."""
+    from draconf.taints import untolerated
+    found = {}
+    for raw in claims:
+        meta = raw.get("metadata") or {}
+        if problems := untolerated(raw, slices):
+            found[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = problems
+    return found

@@ -15,9 +15,10 @@ The package has one module per concern: :mod:`.result` (:class:`CheckResult`), :
 (API errors turned into verdicts), :mod:`.runner` (the registry, :func:`run_all`, the table),
 and the checks by what they read: :mod:`.cluster` (server version, permissions, resource API),
 :mod:`.classes` (DeviceClasses), :mod:`.slices` (ResourceSlices, device attributes, class
-selectors), :mod:`.plugin` (kubelet plugin, with the GPU nodes of :mod:`.nodes`) and
-:mod:`.operator` (GPUCluster, ClusterPolicy).  The check modules are imported here in the
-order :func:`run_all` runs them.
+selectors), :mod:`.plugin` (kubelet plugin, with the GPU nodes of :mod:`.nodes`),
+:mod:`.operator` (GPUCluster, ClusterPolicy) and, last, :mod:`.taints` (informational: the
+devices the driver tainted).  The check modules are imported here in the order :func:`run_all`
+runs them.
 
 Every check is a function ``(api, profile) -> CheckResult`` listed in :data:`CHECKS`, made of
 a thin reading part and a pure ``evaluate_*`` function over plain data (unit-tested without
@@ -54,14 +55,15 @@ from draconf.preflight.nodes import (GPU_NODE_LABELS, PLUGIN_DAEMONSETS, PLUGIN_
 from draconf.preflight.plugin import evaluate_kubelet_plugin
 from draconf.preflight.operator import (CLUSTERPOLICY, GPUCLUSTER, GPUCLUSTER_NAME, evaluate_gpu_cluster,
                                         evaluate_policy_conflict)
+from draconf.preflight.taints import evaluate_device_taints
 
 __all__ = ["BLOCKING", "CAPABILITY_MEANING", "CHECKS", "CLUSTERPOLICY", "GPUCLUSTER", "GPUCLUSTER_NAME",
            "GPU_NODE_LABELS", "INFO", "MIN_VERSION", "OPERATOR_MIN_VERSION", "PLUGIN_DAEMONSETS",
            "PLUGIN_POD_SELECTORS", "REQUEST_TIMEOUT", "REQUIRED_RESOURCES", "SEVERITY", "Access",
            "CheckResult", "Inconclusive", "PluginDaemonSet", "PluginPod", "SliceInfo",
            "blocking_failures", "check", "check_result", "describe", "evaluate_attributes",
-           "evaluate_class_selectors", "evaluate_device_class", "evaluate_gpu_cluster",
-           "evaluate_kubelet_plugin", "evaluate_optional_classes", "evaluate_policy_conflict",
-           "evaluate_resource_api", "evaluate_resource_slices", "evaluate_server_version",
-           "forbidden_summary", "gpu_node_names", "is_gpu_node_labels", "not_applicable_by_profile",
+           "evaluate_class_selectors", "evaluate_device_class", "evaluate_device_taints",
+           "evaluate_gpu_cluster", "evaluate_kubelet_plugin", "evaluate_optional_classes",
+           "evaluate_policy_conflict", "evaluate_resource_api", "evaluate_resource_slices",
+           "evaluate_server_version", "forbidden_summary", "gpu_node_names", "is_gpu_node_labels", "not_applicable_by_profile",
            "parse_server_version", "plugin_pod", "probe", "read", "run_all", "run_check", "slice_info"]

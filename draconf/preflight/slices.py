@@ -66,7 +66,8 @@ def evaluate_resource_slices(gpu_nodes: Iterable[str], slices: Iterable[SliceInf
                               f"node(s); every GPU node has a pool", evidence=evidence)
 
 
-def _slices(api, driver: str) -> list:
+def driver_slices(api, driver: str) -> list:
+    """The driver's ResourceSlices (client objects); a refused or failed list is inconclusive."""
     return read(Access("list", "resourceslices", "resource.k8s.io"),
                 api.resource.list_resource_slice, field_selector=f"spec.driver={driver}").items
 
@@ -82,7 +83,7 @@ def check_resource_slices(api, profile) -> CheckResult:
         # Plugin pods only widen the set of GPU nodes; the node labels still answer.
         pods, note = [], err.summary
     gpu_nodes, _ = read_gpu_nodes(api, pods, dict(profile.plugin.gpu_node_labels))
-    result = evaluate_resource_slices(gpu_nodes, [slice_info(s) for s in _slices(api, profile.driver)],
+    result = evaluate_resource_slices(gpu_nodes, [slice_info(s) for s in driver_slices(api, profile.driver)],
                                       profile.driver)
     if note:
         result.evidence["GPU nodes found by label only"] = f"kubelet-plugin pods not read: {note}"
@@ -136,7 +137,7 @@ def evaluate_attributes(devices: Iterable[Device], required: Iterable[str],
 
 @check("device-attributes")
 def check_device_attributes(api, profile) -> CheckResult:
-    devices = devices_from_slices(_slices(api, profile.driver))
+    devices = devices_from_slices(driver_slices(api, profile.driver))
     return evaluate_attributes(devices, profile.required_attributes(), profile.memory_capacity)
 
 
@@ -196,5 +197,5 @@ def check_class_selectors(api, profile) -> CheckResult:
                 profile.device_class, not_found_ok=True)
     selectors = None if item is None else [
         s.cel.expression for s in item.spec.selectors or [] if s.cel and s.cel.expression]
-    devices = devices_from_slices(_slices(api, profile.driver))
+    devices = devices_from_slices(driver_slices(api, profile.driver))
     return evaluate_class_selectors(profile.device_class, selectors, devices)

@@ -108,6 +108,12 @@ DIAGNOSES: dict[str, str] = {
         "claims there can reach GPUs other workloads hold. Find it (`kubectl get "
         "mutatingadmissionpolicies,mutatingwebhookconfigurations`) and restrict the label to "
         "monitoring namespaces.",
+    "device-tainted":
+        "A device its driver tainted NoSchedule or NoExecute in its ResourceSlice (e.g. an "
+        "unhealthy GPU: gpu.nvidia.com/xid=79) was allocated to a claim whose request does not "
+        "tolerate the taint: kube-scheduler ignores device taints (DRADeviceTaints off there, or "
+        "a scheduler older than the API server). Turn the gate on in kube-scheduler and move the "
+        "workload off the device (`kubectl get resourceslices -o yaml` shows the taints).",
     "intermittent":
         "The check failed, but the same reading repeated by the diagnosis moments later showed "
         "the expected state: the failure did not persist. Rerun with --reruns to tell a flake "

@@ -77,12 +77,31 @@ def resource_slice(node: dict, drift: bool) -> dict:
         if drift:
             del attributes["productName"]
         devices.append({"name": f"gpu-{gpu['minor']}", "attributes": attributes,
-                        "capacity": {"memory": {"value": format_binary(gpu["memoryBytes"])}}})
+                        "capacity": {"memory": {"value": format_binary(gpu["memoryBytes"])}},
+                        **({"taints": health_taints(gpu["health"])} if gpu.get("health") else {})})
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node['name']}-{DRIVER}"},
             "spec": {"driver": DRIVER, "nodeName": node["name"],
                      "pool": {"name": node["name"], "generation": 1, "resourceSliceCount": 1},
                      "devices": devices}}
+
+
+def health_taints(health: dict) -> list[dict]:
+    """The device taints of a GPU with these NVML health events, as the plugin on real nodes
+    publishes them (gomod/gpu-driver deviceinfo.go healthTaints: the NVIDIA driver's keys); the
+    API server stamps timeAdded.
+
+    >>> health_taints({"xid": 79})
+    [{'key': 'gpu.nvidia.com/xid', 'value': '79', 'effect': 'NoSchedule'}]
+    >>> health_taints({"lost": True})
+    [{'key': 'gpu.nvidia.com/gpu-lost', 'effect': 'NoSchedule'}]
+    """
+    taints = []
+    if health.get("xid"):
+        taints.append({"key": f"{DRIVER}/xid", "value": str(health["xid"]), "effect": "NoSchedule"})
+    if health.get("lost"):
+        taints.append({"key": f"{DRIVER}/gpu-lost", "effect": "NoSchedule"})
+    return taints
 
 
 #: The pod-level name of the scheduler's claim for a pod's extended resources.

@@ -191,6 +191,9 @@ class Testbed:
         ``driver``: ``nvidia`` (the simulated NVIDIA driver, default) or ``example``
         (dra-example-driver from its own chart; real GPU nodes only)."""
         faults = faults_mod.validate(faults)
+        if any(f in faults_mod.NEED_UNHEALTHY_GPU for f in faults):
+            from draconf.testbed.inventory import with_unhealthy_gpu
+            inventory = with_unhealthy_gpu(inventory)
         if driver not in DRIVERS:
             raise DraconfError(f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}")
         if driver == "example":

@@ -51,13 +51,21 @@ FAULTS: dict[str, str] = {
     "admin-access-everywhere":
         "a MutatingAdmissionPolicy labels every new namespace resource.kubernetes.io/admin-access=true, "
         "so any namespace may claim GPUs other workloads hold",
+    "device-taints-ignored":
+        "kube-scheduler runs with DRADeviceTaints off while the driver taints an unhealthy GPU "
+        "gpu.nvidia.com/xid=79:NoSchedule: the tainted GPU is allocated to claims that do not "
+        "tolerate it (the bed adds that GPU when the inventory has no unhealthy one)",
 }
 
 #: Faults that turn one DRA feature gate off in kube-scheduler only: the API server keeps the
 #: field, the scheduler ignores it (as a scheduler older than the API server, or started with
 #: the gate off, does).
 SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
-                       "prioritized-list-off": "DRAPrioritizedList"}
+                       "prioritized-list-off": "DRAPrioritizedList",
+                       "device-taints-ignored": "DRADeviceTaints"}
+
+#: Faults that need an unhealthy (tainted) GPU in the fleet to show (``inventory.with_unhealthy_gpu``).
+NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
 
 
 def scheduler_flags(faults) -> list[str]:

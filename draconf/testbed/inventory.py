@@ -54,6 +54,14 @@ class Gpu:
     model: GpuModel
     driver_version: str
     cuda_driver_version: str
+    #: A critical XID the GPU raised (0: none) and whether NVML lost it: the health events the
+    #: NVIDIA driver turns into device taints (``gpu.nvidia.com/xid``, ``gpu.nvidia.com/gpu-lost``).
+    xid: int = 0
+    lost: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return not self.xid and not self.lost
 
     @property
     def device_name(self) -> str:
@@ -114,9 +122,13 @@ class Inventory:
         raise KeyError(name)
 
     def describe(self) -> str:
-        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3 (real)``."""
+        """One line per node, e.g. ``gpu-h100-0: 4 x NVIDIA H100 80GB HBM3 (real)``, naming its
+        unhealthy GPUs and the health event the driver taints them for (``unhealthy: gpu-4 xid 79``)."""
+        def unhealthy(n: Node) -> str:
+            bad = [f"{g.device_name} " + ("lost" if g.lost else f"xid {g.xid}") for g in n.gpus if not g.healthy]
+            return f"; unhealthy: {', '.join(bad)}" if bad else ""
         return "\n".join(
-            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind})" if n.gpus
+            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind}){unhealthy(n)}" if n.gpus
             else f"{n.name}: no GPU ({n.kind})" for n in self.nodes)
 
 
@@ -180,9 +192,12 @@ def from_dict(data, source: str = "<inventory>") -> Inventory:
                 raise fail(f"node {name!r}: model {spec.get('model')!r} is not under `models` "
                            f"(known: {', '.join(models) or 'none'})")
             gpus = tuple(Gpu(name, minor, model, driver, cuda) for minor in range(count))
+            gpus = _unhealthy(gpus, spec.get("unhealthy"), fail)
         kind = spec.get("kind", "real")
         if kind not in NODE_KINDS:
             raise fail(f"node {name!r}: `kind` must be one of {', '.join(NODE_KINDS)}, not {kind!r}")
+        if spec.get("unhealthy") and not gpus:
+            raise fail(f"node {name!r}: `unhealthy` names GPUs, but the node has none")
         nodes.append(Node(name, gpus, kind))
     return Inventory(tuple(nodes), source=source)
 
@@ -205,3 +220,46 @@ def with_node_kind(inventory: Inventory, kind: str) -> Inventory:
         raise DraconfError(f"node kind must be one of {', '.join(NODE_KINDS)}, not {kind!r}")
     return Inventory(tuple(replace(n, kind=kind) for n in inventory.nodes),
                      source=f"{inventory.source} ({kind} nodes)")
+
+
+def _unhealthy(gpus: tuple[Gpu, ...], spec, fail) -> tuple[Gpu, ...]:
+    """A node's ``unhealthy:`` list applied to its GPUs: ``[{gpu: <minor>, xid: <code>}]`` or
+    ``{gpu: <minor>, lost: true}``; the driver publishes such a GPU with a device taint.
+
+    >>> inv = from_dict({"models": {"m": {"productName": "P", "architecture": "A", "memory": "1Gi"}},
+    ...   "nodes": [{"name": "n", "model": "m", "gpus": 2, "unhealthy": [{"gpu": 1, "xid": 79}]}]})
+    >>> [(g.device_name, g.xid, g.healthy) for g in inv.nodes[0].gpus]
+    [('gpu-0', 0, True), ('gpu-1', 79, False)]
+    """
+    if not spec:
+        return gpus
+    if not isinstance(spec, list):
+        raise fail("`unhealthy` must be a list of {gpu: <minor>, xid: <code>} or {gpu: <minor>, lost: true}")
+    by_minor = {g.minor: g for g in gpus}
+    for entry in spec:
+        minor = entry.get("gpu") if isinstance(entry, dict) else None
+        if minor not in by_minor:
+            raise fail(f"unhealthy entry {entry!r}: `gpu` must be the minor of one of the node's GPUs")
+        xid, lost = entry.get("xid", 0), bool(entry.get("lost", False))
+        if not isinstance(xid, int) or xid < 0 or not (xid or lost):
+            raise fail(f"unhealthy entry {entry!r}: give a positive `xid` or `lost: true`")
+        by_minor[minor] = replace(by_minor[minor], xid=xid, lost=lost)
+    return tuple(by_minor[m] for m in sorted(by_minor))
+
+
+def with_unhealthy_gpu(inv: Inventory, xid: int = 79) -> Inventory:
+    """``inv`` plus one unhealthy GPU (critical XID ``xid``), unless some GPU already is: an
+    extra GPU of the node with the most GPUs, so every healthy GPU the suites count on stays.
+
+    >>> inv = with_unhealthy_gpu(load())
+    >>> [(n.name, len(n.gpus), g.device_name, g.xid) for n in inv.nodes for g in n.gpus if not g.healthy]
+    [('gpu-h100-0', 5, 'gpu-4', 79)]
+    >>> with_unhealthy_gpu(inv, xid=48) == inv
+    True
+    """
+    if any(not g.healthy for n in inv.nodes for g in n.gpus):
+        return inv
+    target = max(inv.gpu_nodes, key=lambda n: (len(n.gpus), n.name))
+    extra = replace(target.gpus[-1], minor=len(target.gpus), xid=xid)
+    nodes = tuple(replace(n, gpus=n.gpus + (extra,)) if n is target else n for n in inv.nodes)
+    return replace(inv, nodes=nodes)

@@ -83,7 +83,10 @@ def nvml_data(node) -> dict:
                       "brand": g.model.brand, "architecture": g.model.architecture,
                       "cudaComputeCapability": g.model.cuda_compute_capability,
                       "pciBusID": g.pci_bus_id, "pcieRoot": g.pcie_root,
-                      "memoryBytes": g.model.memory_bytes} for g in gpus]}
+                      "memoryBytes": g.model.memory_bytes,
+                      **({} if g.healthy else {"health": {k: v for k, v in
+                                                          (("xid", g.xid), ("lost", g.lost)) if v}})}
+                     for g in gpus]}
 
 
 def install_driver_root(root: Path, node, nvidia_smi: Path) -> None:

@@ -179,6 +179,25 @@ def test_scheduler_without_dra(dg_beds, dg_namespaces):
     assert took < 15
 
 
+def test_device_taints_ignored(dg_beds, dg_namespaces):
+    """kube-scheduler without DRADeviceTaints hands the tainted H100 to a claim without a
+    toleration: the diagnosis reads that from the claim's result and the slice's taint."""
+    from draconf import taints
+    api = dg_beds.get("device-taints-ignored")
+    (device,) = taints.tainted_devices(taints.read_slices(api, DRIVER))
+    uuid = device.attributes[f"{PROFILE.domain}/{PROFILE.attributes['uuid']}"]
+    ns = dg_namespaces(api, "w")
+    deploy(api, ns, Workload("device-taints", ["features/46-device-taint-untolerated.yaml"], 1, selectors={
+        "gpu-untolerated": [sel.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [uuid])]}))
+    started = time.monotonic()
+    waits.wait_until("the untolerated claim to be allocated", lambda: api.resource.read_namespaced_resource_claim(
+        "gpu-untolerated", ns), lambda c: bool(c.status and c.status.allocation), timeout=30)
+    result = diagnosed(api, ns, "untolerated", "claim gpu-untolerated was allocated", "device-taints-ignored",
+                       time.monotonic() - started)
+    assert result.code == "device-tainted", result
+    assert "gpu.nvidia.com/xid=79:NoSchedule" in result.reason and f"{ns}/gpu-untolerated" in result.reason
+
+
 # --- faults on the node side ----------------------------------------------------------------
 
 def test_plugin_unhealthy(dg_beds, dg_namespaces):

@@ -250,3 +250,23 @@ def test_admin_access_everywhere(start_fault_bed):
                  "deviceClassName": "gpu.nvidia.com", "adminAccess": True}}]}}}
     created = api.resource.create_namespaced_resource_claim(ns, claim)
     assert created.spec.devices.requests[0].exactly.admin_access
+
+
+def test_device_taints_ignored(start_fault_bed):
+    bed, api = start_fault_bed("device-taints-ignored")
+    from draconf import taints
+    # The bed adds an unhealthy H100, which the plugin (the agent on KWOK nodes) publishes
+    # tainted as the NVIDIA driver does.
+    (device,) = taints.tainted_devices(taints.read_slices(api, PROFILE.driver))
+    assert (device.node, device.name) == ("gpu-h100-0", "gpu-4")
+    assert [taints.describe(t) for t in device.taints] == ["gpu.nvidia.com/xid=79:NoSchedule"]
+    uuid = device.attributes[f"{PROFILE.domain}/{PROFILE.attributes['uuid']}"]
+    untolerated = Workload("device-taints", ["features/46-device-taint-untolerated.yaml"], 1, selectors={
+        "gpu-untolerated": [selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [uuid])]})
+    deployed = deploy(api, untolerated)
+    # kube-scheduler ignores the taint: the claim without a toleration gets the unhealthy GPU.
+    claim = waits.wait_until("the untolerated claim to be allocated",
+                             lambda: Claim.read(api, deployed.namespace, "gpu-untolerated"),
+                             lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
+    assert [r.key for r in claim.results] == [device.key]
+    assert taints.untolerated(claim.raw, taints.read_slices(api, PROFILE.driver))

@@ -734,7 +734,7 @@ def test_every_code_is_reachable_and_known():
             "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
             "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
-            "scheduler-without-dra"} == set(DIAGNOSES)
+            "scheduler-without-dra", "device-tainted"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -988,3 +988,55 @@ def test_scheduler_without_dra_beats_the_missing_class_its_claim_names():
     pod, claim = pending(message=None, device_class="no-such-class")
     bound = dataclasses.replace(pod, node="cpu-0")
     assert classify(with_workload(healthy(), bound, claim), "missing-deviceclass", "")[0] == "scheduler-without-dra"
+
+
+#: Recorded on a device-taints-ignored bed (kube-scheduler --feature-gates=DRADeviceTaints=false):
+#: the H100 the inventory marks unhealthy, as the plugin publishes it, and the claim the
+#: scheduler gave it to although the request tolerates nothing.
+TAINTED_SLICE = {"metadata": {"name": "00000-gpu.nvidia.com-gpu-h100-0-xzjkr"}, "spec": {
+    "driver": "gpu.nvidia.com", "nodeName": "gpu-h100-0", "pool": {"name": "gpu-h100-0", "generation": 1,
+                                                                    "resourceSliceCount": 1},
+    "devices": [{"name": "gpu-3", "attributes": {"type": {"string": "gpu"}}},
+                {"name": "gpu-4", "attributes": {"type": {"string": "gpu"}},
+                 "taints": [{"effect": "NoSchedule", "key": "gpu.nvidia.com/xid",
+                             "timeAdded": "2026-11-30T07:39:17Z", "value": "79"}]}]}}
+UNTOLERATED_CLAIM = {
+    "metadata": {"name": "gpu-untolerated", "namespace": "ns", "uid": "c1"},
+    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+        "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].uuid in ['GPU-78ddcd39']"}}]}}]}},
+    "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com",
+                                                        "pool": "gpu-h100-0", "device": "gpu-4"}]}},
+               "reservedFor": [{"resource": "pods", "name": "gpu-untolerated", "uid": "p1"}]}}
+
+
+def _tainted_snapshot(claim: dict) -> Snapshot:
+    pod = {"metadata": {"name": "gpu-untolerated", "namespace": "ns", "uid": "p1"},
+           "spec": {"nodeName": "gpu-h100-0", "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-untolerated"}],
+                    "containers": [{"name": "workload"}]},
+           "status": {"phase": "Running", "resourceClaimStatuses": [],
+                      "conditions": [{"type": "Ready", "status": "True"}]}}
+    return Snapshot(namespace="ns", pods=[pod], claims=[claim], slices=[TAINTED_SLICE], all_claims=[claim],
+                    control_plane={"kube-scheduler": "x"})
+
+
+def test_a_tainted_device_given_to_a_claim_without_toleration_is_device_tainted():
+    facts = build_facts(_tainted_snapshot(UNTOLERATED_CLAIM), builtin("nvidia"))
+    assert facts.untolerated_taints == {"ns/gpu-untolerated": ["gpu: gpu-h100-0/gpu-4 (gpu.nvidia.com/xid=79:NoSchedule)"]}
+    code, reason = classify(facts, "untolerated", UNRELATED)
+    assert code == "device-tainted"
+    assert "ns/gpu-untolerated" in reason and "gpu.nvidia.com/xid=79:NoSchedule" in reason
+
+
+def test_a_tolerated_taint_is_not_device_tainted():
+    import copy
+    claim = copy.deepcopy(UNTOLERATED_CLAIM)
+    claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}]
+    facts = build_facts(_tainted_snapshot(claim), builtin("nvidia"))
+    assert facts.untolerated_taints == {}
+    assert classify(facts, "allocation", UNRELATED)[0] != "device-tainted"
+    # An informational taint (effect None) keeps nobody off the device.
+    informational = copy.deepcopy(_tainted_snapshot(UNTOLERATED_CLAIM))
+    informational.slices[0]["spec"]["devices"][1]["taints"][0]["effect"] = "None"
+    assert build_facts(informational, builtin("nvidia")).untolerated_taints == {}

@@ -351,9 +351,12 @@ def test_every_diagnosis_is_a_known_code():
 def test_registered_checks_and_severities():
     assert list(pf.CHECKS) == ["server-version", "permissions", "resource-api", "device-class",
                                "optional-device-classes", "resource-slices", "device-attributes",
-                               "device-class-selectors", "kubelet-plugin", "gpu-cluster", "policy-conflict"]
+                               "device-class-selectors", "kubelet-plugin", "gpu-cluster", "policy-conflict",
+                               "device-taints"]
     assert pf.SEVERITY["optional-device-classes"] == pf.INFO
-    assert {s for n, s in pf.SEVERITY.items() if n != "optional-device-classes"} == {pf.BLOCKING}
+    assert pf.SEVERITY["device-taints"] == pf.INFO
+    assert {s for n, s in pf.SEVERITY.items()
+            if n not in ("optional-device-classes", "device-taints")} == {pf.BLOCKING}
 
 
 def test_blocking_failures_excludes_info_and_inconclusive():

@@ -2,9 +2,9 @@
 
 Each rule is a small function ``(facts, check, error_text) -> (code, reason) | None`` in the
 module of its family: :mod:`.access` (API server, RBAC, admission, control plane),
-:mod:`.inventory` (classes, slices, attributes, features), :mod:`.placement` (scheduling and
-allocation), :mod:`.node` (image, kubelet plugin, CDI), :mod:`.lifecycle` (release, quota,
-policy conflict) and :mod:`.fallback` (timeout).  :data:`RULES` lists them in priority order
+:mod:`.inventory` (classes, slices, attributes, device taints, features), :mod:`.placement`
+(scheduling and allocation), :mod:`.node` (image, kubelet plugin, CDI), :mod:`.lifecycle`
+(release, quota, policy conflict) and :mod:`.fallback` (timeout).  :data:`RULES` lists them in priority order
 and :func:`classify` runs them.
 
 ===================  ==========================================================================
@@ -38,6 +38,8 @@ permission-denied    the server answered one of the suite's requests 403 Forbidd
 admission-denied     the server refused an object (or a controller's pod/claim, per its events)
                      by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
                      not create; named from the server's answer, with the policy read if readable
+device-tainted       a claim's allocation result is a device carrying a NoSchedule/NoExecute
+                     taint that the result's request does not tolerate (scheduler ignores taints)
 intermittent         cdi-injection failed, but every container shows its GPUs when read again
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
@@ -53,8 +55,9 @@ from draconf.diagnosis.facts import Facts
 from draconf.diagnosis.rules.access import (rule_admission_denied, rule_api, rule_control_plane,
                                             rule_permission_denied)
 from draconf.diagnosis.rules.fallback import rule_timeout
-from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_feature_disabled,
-                                               rule_missing_class, rule_no_slices)
+from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_device_tainted,
+                                               rule_feature_disabled, rule_missing_class,
+                                               rule_no_slices)
 from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict, rule_quota
 from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_image_pull,
                                           rule_intermittent, rule_plugin_unhealthy)
@@ -78,7 +81,8 @@ RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_p
          # A pod bound with its claims unallocated never happens under a scheduler running DRA,
          # whatever else is wrong with the claim (a missing class keeps a pod Pending there).
          rule_scheduler_without_dra,
-         rule_missing_class, rule_no_slices, rule_attribute_missing, rule_feature_disabled,
+         rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
+         rule_feature_disabled,
          rule_node_excluded, rule_allocation, rule_image_pull,
          rule_admin_access_unsupported, rule_plugin_unhealthy, rule_cdi,
          rule_cleanup, rule_quota, rule_policy_conflict, rule_intermittent]

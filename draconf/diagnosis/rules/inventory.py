@@ -1,5 +1,5 @@
 """Rules for what the cluster publishes and serves: DeviceClasses, ResourceSlices, device
-attributes, and the DRA features the scheduler acts on."""
+attributes and taints, and the DRA features the scheduler acts on."""
 
 from __future__ import annotations
 
@@ -94,6 +94,17 @@ def rule_attribute_missing(facts: Facts, check, error_text):
                     f"{len(devices)} of {len(facts.devices)} published device(s) lack the attribute "
                     f"{name} (e.g. {', '.join(devices[:3])}), which selectors rely on: check the "
                     "driver version's attribute names in `kubectl get resourceslices -o yaml`.")
+    return None
+
+
+def rule_device_tainted(facts: Facts, check, error_text):
+    """A device tainted NoSchedule/NoExecute was allocated to a claim whose request does not
+    tolerate the taint: the scheduler ignores device taints (DRADeviceTaints off there)."""
+    for key, problems in sorted(facts.untolerated_taints.items()):
+        return ("device-tainted",
+                f"Claim {key} was allocated a device whose taint its request does not tolerate: "
+                f"{'; '.join(problems)}. kube-scheduler ignores device taints: turn DRADeviceTaints "
+                "on there (every control-plane component at one version and gates).")
     return None
 
 

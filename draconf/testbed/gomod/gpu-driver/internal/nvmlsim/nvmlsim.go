@@ -56,6 +56,18 @@ type GPU struct {
 	// AddressingMode is "HMM" or "ATS" on coherent-memory platforms (Grace Hopper/Blackwell);
 	// empty (the default, as on an H100 PCIe/SXM host) means not supported and unpublished.
 	AddressingMode string `json:"addressingMode,omitempty"`
+	// Health is what the NVML event monitor has seen on this GPU since the plugin started;
+	// nil (the default) is a healthy GPU.
+	Health *Health `json:"health,omitempty"`
+}
+
+// Health is one GPU's health events, the two NVML reports that make the NVIDIA driver taint
+// a device (its health monitor: nvmlEventTypeXidCriticalError and NVML_ERROR_GPU_IS_LOST).
+type Health struct {
+	// Xid is a critical XID error code the GPU raised (e.g. 79, "GPU has fallen off the bus").
+	Xid int `json:"xid,omitempty"`
+	// Lost is true when NVML answers NVML_ERROR_GPU_IS_LOST for the GPU.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // ErrNotFound reports a missing nvml.json: the simulated equivalent of a driver root without

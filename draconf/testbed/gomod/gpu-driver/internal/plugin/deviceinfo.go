@@ -6,11 +6,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -34,6 +36,8 @@ type GpuInfo struct {
 	CudaDriverVersion     string  `json:"-"`
 	PCIBusID              string  `json:"pciBusID"`
 	AddressingMode        *string `json:"-"`
+	// taints are the device taints the health monitor put on this GPU (see healthTaints).
+	taints []resourceapi.DeviceTaint
 
 	pciBusIDAttr *deviceattribute.DeviceAttribute
 	pcieRootAttr *deviceattribute.DeviceAttribute
@@ -94,7 +98,37 @@ func (d *GpuInfo) GetDevice() resourceapi.Device {
 		Name:       d.CanonicalName(),
 		Attributes: d.Attributes(),
 		Capacity:   d.fullGpuCapacity(),
+		Taints:     d.taints,
 	}
+}
+
+// Taint keys of the NVIDIA driver's health monitor (kubernetes-sigs/dra-driver-nvidia-gpu
+// PR #983 "Add taints on health events", design in issue #905; documented in its
+// site/content/docs/guides/gpu-health-checking.md): a fatal XID taints the device
+// gpu.nvidia.com/xid=<code>:NoSchedule, a lost GPU gpu.nvidia.com/gpu-lost:NoSchedule
+// (non-fatal XIDs and unmonitored devices get effect None, which the bed does not simulate).
+const (
+	TaintKeyXid     = DriverName + "/xid"
+	TaintKeyGpuLost = DriverName + "/gpu-lost"
+)
+
+// healthTaints are the taints a GPU with these health events carries, stamped with when the
+// monitor saw them (whole seconds, as the API stores them, so republishing changes nothing).
+func healthTaints(h *nvmlsim.Health, seen time.Time) []resourceapi.DeviceTaint {
+	if h == nil {
+		return nil
+	}
+	added := metav1.NewTime(seen.Truncate(time.Second))
+	var taints []resourceapi.DeviceTaint
+	if h.Xid != 0 {
+		taints = append(taints, resourceapi.DeviceTaint{Key: TaintKeyXid, Value: strconv.Itoa(h.Xid),
+			Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added})
+	}
+	if h.Lost {
+		taints = append(taints, resourceapi.DeviceTaint{Key: TaintKeyGpuLost,
+			Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added})
+	}
+	return taints
 }
 
 // DeviceLib is the simulated counterpart of upstream's deviceLib (nvlib.go): the GPUs NVML
@@ -131,10 +165,14 @@ func NewDeviceLib(containerDriverRoot string, faults Faults) (*DeviceLib, error)
 		klog.Warningf("simulated fault %s: NVML reports no GPU on this node", FaultNoDevices)
 		return l, nil
 	}
+	seen := time.Now()
 	for i, g := range data.GPUs {
 		info, err := gpuInfo(i, g, data)
 		if err != nil {
 			return nil, fmt.Errorf("error enumerating all possible devices: error enumerating allocatable devices: error getting info for GPU %d: %w", i, err)
+		}
+		if info.taints = healthTaints(g.Health, seen); info.taints != nil {
+			klog.Warningf("GPU %s is unhealthy: tainting it %v", info, info.taints)
 		}
 		l.GPUs = append(l.GPUs, info)
 	}

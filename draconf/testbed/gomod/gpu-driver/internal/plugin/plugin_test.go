@@ -541,3 +541,37 @@ func TestCheckpointFromOtherBootIsDiscarded(t *testing.T) {
 		t.Error("checkpoint of an earlier boot kept")
 	}
 }
+
+func TestUnhealthyGpuIsTainted(t *testing.T) {
+	root := driverRoot(t, 3, func(d *nvmlsim.Data) {
+		d.GPUs[1].Health = &nvmlsim.Health{Xid: 79}
+		d.GPUs[2].Health = &nvmlsim.Health{Lost: true}
+	})
+	lib, err := NewDeviceLib(root, Faults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := lib.DriverResources(testNode, Faults{}).Pools[testNode].Slices[0].Devices
+	if len(devices) != 3 {
+		t.Fatalf("an unhealthy GPU is still published (tainted), want 3 devices: %d", len(devices))
+	}
+	if devices[0].Taints != nil {
+		t.Errorf("healthy gpu-0 tainted: %+v", devices[0].Taints)
+	}
+	got := func(d resourceapi.Device) []string {
+		var out []string
+		for _, taint := range d.Taints {
+			if taint.TimeAdded == nil || taint.TimeAdded.Nanosecond() != 0 {
+				t.Errorf("%s: timeAdded %v, want whole seconds", d.Name, taint.TimeAdded)
+			}
+			out = append(out, taint.Key+"="+taint.Value+":"+string(taint.Effect))
+		}
+		return out
+	}
+	if g := got(devices[1]); !slices.Equal(g, []string{"gpu.nvidia.com/xid=79:NoSchedule"}) {
+		t.Errorf("gpu-1 taints: %v", g)
+	}
+	if g := got(devices[2]); !slices.Equal(g, []string{"gpu.nvidia.com/gpu-lost=:NoSchedule"}) {
+		t.Errorf("gpu-2 taints: %v", g)
+	}
+}

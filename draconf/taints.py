@@ -1,0 +1,160 @@
+"""Device taints (KEP-5055, DRADeviceTaints: beta and on in Kubernetes 1.36): which published
+devices a driver tainted, and whether a request tolerates a taint.
+
+A taint is ``key=value:effect`` on a device in its ResourceSlice.  ``NoSchedule`` keeps the
+scheduler from allocating the device to a claim whose request does not tolerate it,
+``NoExecute`` also evicts pods already using it, ``None`` only informs.  The NVIDIA DRA driver
+taints unhealthy GPUs this way (``gpu.nvidia.com/xid=<code>:NoSchedule`` for a fatal XID,
+``gpu.nvidia.com/gpu-lost:NoSchedule``).
+
+>>> taint = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+>>> describe(taint)
+'gpu.nvidia.com/xid=79:NoSchedule'
+>>> blocks(taint), blocks({"key": "gpu.nvidia.com/xid", "value": "43", "effect": "None"})
+(True, False)
+>>> tolerates([{"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}], taint)
+True
+>>> tolerates([{"key": "gpu.nvidia.com/xid", "operator": "Equal", "value": "48"}], taint)
+False
+>>> tolerates([{"operator": "Exists"}], taint)
+True
+>>> tolerates([], taint)
+False
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The effects that keep a device from claims which do not tolerate them.
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def describe(taint: dict) -> str:
+    """``key=value:effect``, as ``kubectl`` writes node taints."""
+    return f"{taint.get('key', '')}={taint.get('value') or ''}:{taint.get('effect', '')}"
+
+
+def blocks(taint: dict) -> bool:
+    return taint.get("effect") in BLOCKING_EFFECTS
+
+
+def tolerates(tolerations: list[dict] | None, taint: dict) -> bool:
+    """Whether one of ``tolerations`` (a request's, resource.k8s.io/v1 DeviceToleration)
+    tolerates ``taint``: the rules of the scheduler's allocator (as for node taints)."""
+    for tol in tolerations or []:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        key = tol.get("key") or ""
+        operator = tol.get("operator") or "Equal"
+        if not key:
+            if operator == "Exists":
+                return True
+            continue
+        if key != taint.get("key"):
+            continue
+        if operator == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class TaintedDevice:
+    """One published device carrying taints: ``driver/pool/name`` and where it is."""
+    driver: str
+    pool: str
+    name: str
+    node: str | None
+    taints: tuple[dict, ...]
+    attributes: dict
+
+    @property
+    def key(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+    @property
+    def blocking(self) -> tuple[dict, ...]:
+        return tuple(t for t in self.taints if blocks(t))
+
+    def summary(self) -> str:
+        """``gpu-h100-0/gpu-4 (gpu.nvidia.com/xid=79:NoSchedule)``"""
+        return f"{self.pool}/{self.name} ({', '.join(describe(t) for t in self.taints)})"
+
+
+def tainted_devices(slices) -> list[TaintedDevice]:
+    """The devices of ``slices`` (API dicts, e.g. recorded evidence) that carry any taint.
+
+    >>> slices = [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"},
+    ...   "devices": [{"name": "gpu-0"}, {"name": "gpu-4", "attributes": {"uuid": {"string": "GPU-4"}},
+    ...     "taints": [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]}]}}]
+    >>> [d.summary() for d in tainted_devices(slices)]
+    ['n1/gpu-4 (gpu.nvidia.com/xid=79:NoSchedule)']
+    >>> tainted_devices(slices)[0].attributes["gpu.nvidia.com/uuid"]
+    'GPU-4'
+    """
+    found = []
+    for s in slices:
+        spec = s.get("spec") or {}
+        driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+        for dev in spec.get("devices") or []:
+            taints = tuple({k: v for k, v in t.items() if k in ("key", "value", "effect")}
+                           for t in dev.get("taints") or [])
+            if taints:
+                attrs = {(k if "/" in k else f"{driver}/{k}"): next(iter((v or {}).values()), None)
+                         for k, v in (dev.get("attributes") or {}).items()}
+                found.append(TaintedDevice(driver, pool, dev.get("name", ""), spec.get("nodeName"),
+                                           taints, attrs))
+    return found
+
+
+def read_slices(api, driver: str) -> list[dict]:
+    """The driver's ResourceSlices as API dicts."""
+    items = api.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
+    return [api.api_client.sanitize_for_serialization(s) for s in items]
+
+
+def untolerated(claim_raw: dict, slices) -> list[str]:
+    """The allocation results of a claim (API dict) whose device carries a NoSchedule/NoExecute
+    taint that the result's request does not tolerate, each as ``request: pool/device
+    (key=value:effect)``: what the scheduler must never do while DRADeviceTaints is on.
+
+    >>> slices = [{"spec": {"driver": "d", "pool": {"name": "p"}, "devices": [{"name": "gpu-4",
+    ...   "taints": [{"key": "d/xid", "value": "79", "effect": "NoSchedule"}]}]}}]
+    >>> claim = {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {}}]}},
+    ...   "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "d",
+    ...   "pool": "p", "device": "gpu-4"}]}}}}
+    >>> untolerated(claim, slices)
+    ['gpu: p/gpu-4 (d/xid=79:NoSchedule)']
+    >>> claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [{"key": "d/xid", "operator": "Exists"}]
+    >>> untolerated(claim, slices)
+    []
+    """
+    tainted = {d.key: d for d in tainted_devices(slices)}
+    tolerations = {}
+    for request in ((claim_raw.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        tolerations[request.get("name")] = (request.get("exactly") or {}).get("tolerations") or []
+        for sub in request.get("firstAvailable") or []:
+            tolerations[f"{request.get('name')}/{sub.get('name')}"] = sub.get("tolerations") or []
+    results = ((((claim_raw.get("status") or {}).get("allocation") or {}).get("devices") or {})
+               .get("results") or [])
+    problems = []
+    for r in results:
+        device = tainted.get(f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}")
+        if device is None:
+            continue
+        # A result's own tolerations (copied by the scheduler) count as well as the request's.
+        tols = (r.get("tolerations") or []) + tolerations.get(r.get("request"), [])
+        bad = [t for t in device.blocking if not tolerates(tols, t)]
+        if bad:
+            problems.append(f"{r.get('request')}: {device.pool}/{device.name} "
+                            f"({', '.join(describe(t) for t in bad)})")
+    return problems
+
+
+def tolerations_for_devices(api, driver: str, keys) -> list[dict]:
+    """Tolerations (key, effect, any value) for every NoSchedule/NoExecute taint on the devices
+    ``keys`` (driver/pool/device): what a claim needs to be allocated them again."""
+    wanted = set(keys)
+    found = {(t["key"], t["effect"]) for d in tainted_devices(read_slices(api, driver))
+             if d.key in wanted for t in d.blocking}
+    return [{"key": k, "operator": "Exists", "effect": e} for k, e in sorted(found)]
