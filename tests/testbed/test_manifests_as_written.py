@@ -195,15 +195,16 @@ def case_05(bed, api, ns):
 
 
 def case_06(bed, api, ns):
-    """Both pods run with the same shared GPU when the scheduler puts the first on a node with
-    three GPUs; otherwise (the comment's caveat) the second pod cannot be placed."""
+    """Both pods run with the same shared GPU when the scheduler puts the first one it places on
+    a node with three GPUs; otherwise (the comment's caveat) the other cannot be placed."""
     apply(bed, ns, "06-shared-claim.yaml")
     published = PublishedDevices.read(api, DRIVER)
-    a = wait_pods(api, ns, lambda p: p.is_running or p.unschedulable_message, "both pods to be decided", 2)
-    first = next(p for p in a if p.name == "shared-gpu-pod-a")
-    if first.is_running and published.devices_per_node().get(first.node, 0) < 3:
-        unschedulable(api, ns, "shared-gpu-pod-b", NO_CAPACITY)
-        return f"pod a on {first.node} (< 3 GPUs): pod b Pending, as the comment warns"
+    pods = wait_pods(api, ns, lambda p: p.is_running or p.unschedulable_message, "both pods to be decided", 2)
+    placed = [p for p in pods if p.is_running]
+    if len(placed) == 1 and published.devices_per_node().get(placed[0].node, 0) < 3:
+        other, = [p for p in pods if not p.is_running]
+        unschedulable(api, ns, other.name, NO_CAPACITY)
+        return f"{placed[0].name} on {placed[0].node} (< 3 GPUs): {other.name} Pending, as the comment warns"
     pods = running(api, ns, 2)
     shared = Claim.read(api, ns, "shared-gpu")
     assert len(shared.results) == 1 and {p.node for p in pods} == {published.lookup(
