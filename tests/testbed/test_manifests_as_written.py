@@ -144,6 +144,15 @@ def devices_of(api, ns: str, pod: Pod, published) -> list:
     return out
 
 
+def gpu_lines(bed, ns: str, pod: str, want: int) -> str:
+    """The ``nvidia-smi -L`` lines ``pod`` logged, once there are ``want`` (a Running container
+    may not have printed yet); a timeout fails with the log as it was."""
+    def observe():
+        return kubectl(bed, "logs", "-n", ns, pod).stdout
+    return waits.wait_until(f"{want} GPU line(s) in the log of {pod}", observe,
+                            lambda out: out.count("GPU ") >= want, timeout=15, interval=0.5, describe=repr)
+
+
 def events(api, ns: str) -> list[str]:
     return [f"{e.reason}: {e.message}" for e in api.core.list_namespaced_event(ns).items]
 
@@ -182,7 +191,7 @@ def case_01(bed, api, ns):
     pod, = running(api, ns, 1)
     got = devices_of(api, ns, pod, PublishedDevices.read(api, DRIVER))
     assert len(got) == 1 and got[0] is not None, f"gpu-pod holds {got}"
-    logs = kubectl(bed, "logs", "-n", ns, "gpu-pod").stdout
+    logs = gpu_lines(bed, ns, "gpu-pod", 1)
     assert logs.count("GPU ") == 1, f"nvidia-smi -L in gpu-pod: {logs!r}"
 
 
@@ -191,7 +200,7 @@ def case_05(bed, api, ns):
     pod, = running(api, ns, 1)
     got = devices_of(api, ns, pod, PublishedDevices.read(api, DRIVER))
     assert len(got) == 2 and len({d.key for d in got}) == 2 and {d.node for d in got} == {pod.node}, got
-    assert kubectl(bed, "logs", "-n", ns, "trainer").stdout.count("GPU ") == 2
+    assert gpu_lines(bed, ns, "trainer", 2).count("GPU ") == 2
 
 
 def case_06(bed, api, ns):
@@ -328,7 +337,7 @@ def case_40(bed, api, ns):
     status = pod.status.get("extendedResourceClaimStatus") or {}
     claim = Claim.read(api, ns, status.get("resourceClaimName", "?"))
     assert claim.is_extended_resource_claim and claim.is_allocated, claim.summary()
-    assert kubectl(bed, "logs", "-n", ns, "gpu-pod-extres").stdout.count("GPU ") == 1
+    assert gpu_lines(bed, ns, "gpu-pod-extres", 1).count("GPU ") == 1
     return claim.summary()
 
 
