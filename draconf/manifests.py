@@ -62,3 +62,57 @@ def create(api, namespace: str, docs: list[dict], labels: dict[str, str] | None 
 
 def dump(docs: list[dict]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def changes(written: list[str], applied: list[dict], limit: int = 160) -> list[str]:
+    """What the suite changed in the files ``written`` (names under ``manifests/``) before
+    applying ``applied``: one line per field whose value differs (``file: Kind/name path:
+    written -> applied``), per object left out, per object added.  Empty: applied as written.
+
+    README, "Templated fields", says which fields the suite sets and why; this is the list a
+    run's report shows (the value, not just the field).
+
+    >>> docs = load("01-single-gpu.yaml")
+    >>> changes(["01-single-gpu.yaml"], docs)
+    []
+    >>> docs[1]["spec"]["containers"][0]["image"] = "busybox"
+    >>> docs[1]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-0"}
+    >>> for line in changes(["01-single-gpu.yaml"], docs[1:]): print(line)
+    01-single-gpu.yaml: ResourceClaimTemplate/single-gpu: not applied
+    01-single-gpu.yaml: Pod/gpu-pod spec.containers[0].image: 'ubuntu:24.04' -> 'busybox'
+    01-single-gpu.yaml: Pod/gpu-pod spec.nodeSelector: (absent) -> {'kubernetes.io/hostname': 'gpu-0'}
+    """
+    def key(doc: dict) -> tuple[str, str]:
+        return doc["kind"], (doc.get("metadata") or {}).get("name", "?")
+
+    def show(value) -> str:
+        text = "(absent)" if value is _ABSENT else repr(value.strip() if isinstance(value, str) else value)
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+
+    def diff(a, b, path: str):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in list(a) + [k for k in b if k not in a]:
+                yield from diff(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{path}.{k}" if path else k)
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b)):
+                yield from diff(x, y, f"{path}[{i}]")
+        elif not (isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()) and a != b:
+            yield f"{path}: {show(a)} -> {show(b)}"
+
+    out, by_key = [], {key(d): d for d in applied}
+    seen = set()
+    for name in written:
+        for doc in load(name):
+            k = key(doc)
+            seen.add(k)
+            if k not in by_key:
+                out.append(f"{name}: {k[0]}/{k[1]}: not applied")
+                continue
+            other = {f: v for f, v in by_key[k].items() if f != "metadata"}
+            mine = {f: v for f, v in doc.items() if f != "metadata"}
+            out += [f"{name}: {k[0]}/{k[1]} {line}" for line in diff(mine, other, "")]
+    out += [f"{k[0]}/{k[1]}: added (not in {', '.join(written)})" for k in by_key if k not in seen]
+    return out
+
+
+_ABSENT = object()

@@ -33,7 +33,8 @@ from draconf.devices import PublishedDevices, class_selectors
 from draconf.pods import delete_pods
 from draconf.pods import Pod
 from draconf.quantity import format_binary
-from draconf.reporting import diagnosis_prefix, record_diagnosis
+from draconf.errors import NoVerdict
+from draconf.reporting import diagnosis_prefix, record_diagnosis, show_templated
 from draconf.workload import VERDICT_AFTER, DeployedWorkload, Workload, is_definitive
 
 # Quota and failure behaviour only means something on a cluster that passes preflight.
@@ -113,6 +114,10 @@ def scheduler_events(api, namespace: str, pod: str) -> list[str]:
     return [e.message or "" for e in items if e.reason == "FailedScheduling"]
 
 
+MISSING_CLASS_MANIFEST = "30-missing-deviceclass.yaml"
+UNMATCHED_MANIFEST = "31-unmatched-selector.yaml"
+
+
 def memory_equals(domain: str, capacity: str, size: int) -> sel.Selector:
     """The seed's exact-size selector (``memory == quantity("64Gi")``)."""
     q = format_binary(size)
@@ -174,16 +179,19 @@ def diagnose_start_failure(request, message: str) -> None:
 def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, run_id, validated_nodes):
     """A claim naming an absent DeviceClass: Pending with ``device class … does not exist``."""
     api = cluster
-    existing = {c.metadata.name for c in api.resource.list_device_class().items}
-    missing = "no-such-class.nvidia.com"
-    while missing in existing:
-        missing = f"x{run_id}-{missing}"
-    workload = Workload("missing-deviceclass", ["30-missing-deviceclass.yaml"], expected_pods=1,
+    # The class the file names, as written (Workload.documents puts the profile's class in
+    # every request; this one request keeps the file's).
+    written = manifests.find(manifests.load(MISSING_CLASS_MANIFEST), "ResourceClaimTemplate")
+    missing = written["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+    if missing in {c.metadata.name for c in api.resource.list_device_class().items}:
+        raise NoVerdict(f"{MISSING_CLASS_MANIFEST} names DeviceClass {missing}, which this cluster has")
+    workload = Workload("missing-deviceclass", [MISSING_CLASS_MANIFEST], expected_pods=1,
                         avoid_nodes=validated_nodes.avoid)
     docs = workload.documents(profile)
     template = manifests.find(docs, "ResourceClaimTemplate")
     request_name = template["spec"]["spec"]["devices"]["requests"][0]["name"]
     template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = missing
+    show_templated(request.node, manifests.changes([MISSING_CLASS_MANIFEST], docs))
     manifests.create(api, namespace, docs, run_id.labels)
     deployed = DeployedWorkload(api, namespace, workload, profile, docs)
     pod_name = manifests.find(docs, "Pod")["metadata"]["name"]
@@ -218,20 +226,27 @@ def test_unmatched_selector_is_reported(request, cluster, namespace, profile, ru
     api = cluster
     published = validated_nodes.devices(PublishedDevices.read(api, profile.driver))
     sizes = {d.memory(profile.memory_capacity) for d in published}
-    size = parse_quantity("64Gi")  # the seed's example; moved if some device has exactly that
+    size = parse_quantity("64Gi")  # the file's size; moved only if some device has exactly that
     while size in sizes:
         size += parse_quantity("1Gi")
     # No device has this size by construction, so the verdict asserted below is the
     # scheduler's own (the size is chosen, not checked: a check of our choice cannot fail).
     rule = memory_equals(profile.domain, profile.memory_capacity, size)
+    written = manifests.find(manifests.load(UNMATCHED_MANIFEST), "ResourceClaimTemplate")
+    as_written = written["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    # The file's expression unless the cluster has its size (or the profile names another
+    # domain or capacity): then the templated one, shown in the report.
+    selectors = {} if [s["cel"]["expression"].strip() for s in as_written] == [rule.cel] \
+        else {"exact-64gi-gpu": [rule]}
     published_sizes = sorted({format_binary(s) for s in sizes if s})
     summary = (f"selector `{rule.cel}`, which no published {profile.device_class} device "
                f"satisfies (published memory sizes: {', '.join(published_sizes) or 'none'})")
     log.info(summary)
     request.node.user_properties.append(("selector", summary))
 
-    workload = Workload("selector-unmatched", ["31-unmatched-selector.yaml"], expected_pods=1,
-                        selectors={"exact-64gi-gpu": [rule]}, avoid_nodes=validated_nodes.avoid)
+    workload = Workload("selector-unmatched", [UNMATCHED_MANIFEST], expected_pods=1,
+                        selectors=selectors, avoid_nodes=validated_nodes.avoid)
+    show_templated(request.node, manifests.changes([UNMATCHED_MANIFEST], workload.documents(profile)))
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
     pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
     try:
@@ -294,6 +309,8 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
         doc = copy.deepcopy(proto)
         doc["metadata"]["name"] = f"gpu-holder-{i}"
         holder_docs.append(doc)
+    show_templated(request.node, manifests.changes(["32-capacity-exhausted.yaml"],
+                                                   [template] + holder_docs + [extra_doc]))
     manifests.create(api, namespace, [template] + holder_docs, run_id.labels)
     holders = DeployedWorkload(api, namespace, Workload("capacity-holders", [], len(free), selectors),
                                profile, [template] + holder_docs)

@@ -376,7 +376,7 @@ class TestFeatureWorkload(test_workloads.TestWorkload):
 
     # Re-declared in order: pytest runs a subclass's own methods in their order of definition.
     def test_allocation(self, request, started, published_devices, cluster, profile):
-        super().test_allocation(started, published_devices)
+        super().test_allocation(request, started, published_devices)
         feature_allocation(request, started.deployed, published_devices, cluster, profile)
 
     def test_cdi_injection(self, started, published_devices):

@@ -28,7 +28,7 @@ import pytest
 from draconf import manifests
 from draconf import selectors as sel
 from draconf.errors import NoVerdict
-from draconf.reporting import diagnosis_prefix
+from draconf.reporting import diagnosis_prefix, show_templated
 from draconf.workload import DeployedWorkload, Start, Workload, prove_allocatable
 
 WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
@@ -131,12 +131,14 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
 class TestWorkload:
     """One class instance per workload; the checks run in this order."""
 
-    def test_allocation(self, started, published_devices):
+    def test_allocation(self, request, started, published_devices):
         """Judged from the pods and claims even when the workload never started: an unplaced
         pod or an unallocated claim is the failure, with the cluster's reason appended."""
         deployed = started.deployed
         if deployed is None:  # nothing to deploy: what it would select on is not published
             raise AssertionError(started.failure)
+        # What the suite set in the files (README, "Templated fields"), with the values.
+        show_templated(request.node, manifests.changes(deployed.workload.manifests, deployed.documents))
         attach_state(deployed)
         with allure.step("claims are allocated to published devices that satisfy the request"):
             try:

@@ -56,6 +56,18 @@ def note(item: pytest.Item, text: str) -> None:
         allure.dynamic.description(text)
 
 
+def show_templated(item: pytest.Item, lines: list[str]) -> None:
+    """The fields the suite set in its manifests before applying them (README, "Templated
+    fields"), with their values: in the log, as a ``draconf-templated`` JUnit property and an
+    Allure attachment.  Nothing to show (applied as written) says so too."""
+    text = "\n".join(lines) if lines else "applied as written"
+    logging.getLogger("draconf").info("templated fields: %s", text)
+    item.user_properties.append(("draconf-templated", text))
+    if allure_is_recording(item.config):
+        import allure
+        allure.attach(text, name="templated fields", attachment_type=allure.attachment_type.TEXT)
+
+
 def set_run_info(config: pytest.Config, **info: Any) -> None:
     """Add metadata about this run (target, versions, inventory...) to summary.json and Allure.
 
