@@ -4,8 +4,9 @@ neither."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from draconf.preflight.nodes import PluginPod, read_plugin_pods
 from draconf.preflight.reading import Access, read
 from draconf.preflight.result import CheckResult, check_result
 from draconf.preflight.runner import check
@@ -16,8 +17,20 @@ GPUCLUSTER_NAME = "gpu-cluster"
 CLUSTERPOLICY = ("nvidia.com", "v1", "clusterpolicies")
 
 
-def evaluate_gpu_cluster(gpuclusters: list[Mapping] | None) -> CheckResult:
-    """``gpuclusters``: the GPUCluster objects, or None when the CRD is not installed."""
+def evaluate_gpu_cluster(gpuclusters: list[Mapping] | None,
+                         plugin_pods: Sequence[PluginPod] = ()) -> CheckResult:
+    """``gpuclusters``: the GPUCluster objects, or None when the CRD is not installed;
+    ``plugin_pods``: the driver's kubelet-plugin pods, which say whose failure a GPUCluster that
+    is not ready is: the plugin's (some pod not Ready, or none) or another operand's.
+
+    >>> ready = PluginPod("gpu-operator", "p", "n1", "Running", True)
+    >>> evaluate_gpu_cluster([{"metadata": {"name": "gpu-cluster"}, "status": {"state": "notReady"}}],
+    ...                      [ready]).diagnosis
+    'gpu-operator-not-ready'
+    >>> evaluate_gpu_cluster([{"metadata": {"name": "gpu-cluster"}, "status": {"state": "notReady"}}],
+    ...                      [ready, PluginPod("gpu-operator", "q", "n2", "Pending", False)]).diagnosis
+    'plugin-unhealthy'
+    """
     if gpuclusters is None:
         return check_result(True, "GPUCluster CRD (nvidia.com/v1alpha1) not installed: the driver is "
                                   "not managed by GPU Operator's DRA path; nothing to check",
@@ -38,11 +51,17 @@ def evaluate_gpu_cluster(gpuclusters: list[Mapping] | None) -> CheckResult:
             .rstrip(": ") for c in conditions)
     if state == "ready":
         return check_result(True, f"GPUCluster {GPUCLUSTER_NAME} is ready", evidence=evidence)
-    return check_result(False, f"GPUCluster {GPUCLUSTER_NAME} reports "
-                               f"{'state ' + state if state else 'no state yet'} (expected ready): "
-                               "GPU Operator has not brought up the DRA components; see "
-                               "`kubectl describe gpucluster gpu-cluster` and `kubectl get pods -n "
-                               "gpu-operator`", "plugin-unhealthy", evidence)
+    reported = f"GPUCluster {GPUCLUSTER_NAME} reports {'state ' + state if state else 'no state yet'} (expected ready)"
+    plugin_ready = bool(plugin_pods) and all(p.ready for p in plugin_pods)
+    evidence["kubelet-plugin pods"] = "\n".join(p.describe() for p in plugin_pods) or "none"
+    if plugin_ready:
+        return check_result(False, f"{reported} although all {len(plugin_pods)} kubelet-plugin pod(s) are "
+                                   "Ready: another operand of the install failed; see `kubectl describe "
+                                   "gpucluster gpu-cluster` and `kubectl get pods -n gpu-operator`",
+                            "gpu-operator-not-ready", evidence)
+    return check_result(False, f"{reported}: GPU Operator has not brought up the DRA components (the "
+                               "kubelet plugin is not Ready everywhere); see `kubectl describe gpucluster "
+                               "gpu-cluster` and `kubectl get pods -n gpu-operator`", "plugin-unhealthy", evidence)
 
 
 def evaluate_policy_conflict(clusterpolicies: list[Mapping] | None,
@@ -80,7 +99,9 @@ def _list_cluster_objects(api, gvp: tuple[str, str, str]) -> list[dict] | None:
 
 @check("gpu-cluster", requires="gpu_cluster")
 def check_gpu_cluster(api, profile) -> CheckResult:
-    return evaluate_gpu_cluster(_list_cluster_objects(api, GPUCLUSTER))
+    gpuclusters = _list_cluster_objects(api, GPUCLUSTER)
+    _, plugin_pods = read_plugin_pods(api, profile.plugin) if gpuclusters else ((), ())
+    return evaluate_gpu_cluster(gpuclusters, plugin_pods)
 
 
 @check("policy-conflict", requires="cluster_policy")

@@ -49,6 +49,10 @@ DIAGNOSES: dict[str, str] = {
         "them: the scheduler that placed them does not run DRA (kube-scheduler's profile disables "
         "the DynamicResources plugin, or the pods name another scheduler). Check the "
         "KubeSchedulerConfiguration and the pods' schedulerName.",
+    "gpu-operator-not-ready":
+        "The GPU Operator reports its GPUCluster not ready although the DRA kubelet plugin runs: "
+        "another operand of the install failed. Check `kubectl describe gpucluster gpu-cluster` "
+        "and `kubectl get pods -n gpu-operator`.",
     "node-excluded":
         "The pod's node selector, affinity or an untolerated taint keeps it off every node "
         "that has a matching GPU: compare the pod spec with the GPU nodes' labels and taints "

@@ -259,7 +259,8 @@ class Agent:
         """As the GPU Operator does: the GPUCluster is ready when every kubelet-plugin pod is."""
         ds = self.api.apps.read_namespaced_daemon_set(PLUGIN_DAEMONSET, PLUGIN_NAMESPACE).status
         ready = bool(ds and ds.desired_number_scheduled and ds.number_ready == ds.desired_number_scheduled)
-        state = "ready" if ready else "notReady"
+        # gpu-cluster-not-ready: another operand failed; the operator says so whatever the plugin.
+        state = "ready" if ready and "gpu-cluster-not-ready" not in self.faults else "notReady"
         if state != self.gpucluster_state:
             self.api.custom.patch_cluster_custom_object_status(
                 "nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster", {"status": {"state": state}})

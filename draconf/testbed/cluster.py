@@ -321,6 +321,7 @@ class Testbed:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             *admission_flags(enforce_quota="quota-not-enforced" not in faults),
+            *faults_mod.apiserver_flags(faults),
             "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
             "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
             "--profiling=false", "--v=1"], netns=netns)

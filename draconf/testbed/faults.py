@@ -48,6 +48,12 @@ FAULTS: dict[str, str] = {
     "scheduler-without-dra":
         "kube-scheduler's profile disables the DynamicResources plugin (a custom "
         "KubeSchedulerConfiguration): pods with claims are bound to nodes, their claims never allocated",
+    "gpu-cluster-not-ready":
+        "the GPU Operator reports GPUCluster gpu-cluster notReady although the kubelet plugin runs "
+        "(another operand of the install, such as its validator, failed)",
+    "resource-api-partial":
+        "kube-apiserver does not serve resourceclaimtemplates (part of resource.k8s.io/v1 switched "
+        "off with --runtime-config)",
     "admin-access-everywhere":
         "a MutatingAdmissionPolicy labels every new namespace resource.kubernetes.io/admin-access=true, "
         "so any namespace may claim GPUs other workloads hold",
@@ -99,6 +105,18 @@ def scheduler_config(faults, kubeconfig: str) -> dict | None:
             "leaderElection": {"leaderElect": False},
             "profiles": [{"schedulerName": "default-scheduler", "plugins": {
                 "multiPoint": {"disabled": [{"name": "DynamicResources"}]}}}]}
+
+
+def apiserver_flags(faults) -> list[str]:
+    """kube-apiserver's extra flags for ``faults``.
+
+    >>> apiserver_flags(["resource-api-partial"])
+    ['--runtime-config=resource.k8s.io/v1/resourceclaimtemplates=false']
+    >>> apiserver_flags([])
+    []
+    """
+    return ["--runtime-config=resource.k8s.io/v1/resourceclaimtemplates=false"] \
+        if "resource-api-partial" in faults else []
 
 
 #: The taint the gpu-nodes-tainted fault puts on every GPU node.

@@ -59,7 +59,7 @@ def observe(api, inventory, faults, driver: str = "nvidia") -> dict[str, tuple[b
                                                                "gpu-cluster").get("status") or {}).get("state")
         except ApiException:
             gpucluster = None
-        want_gpucluster = "notReady" if "plugin-unhealthy" in faults else "ready"
+        want_gpucluster = "notReady" if {"plugin-unhealthy", "gpu-cluster-not-ready"} & set(faults) else "ready"
         checks = {"GPUCluster state": (gpucluster == want_gpucluster, str(gpucluster)), **checks}
     return checks
 

@@ -104,6 +104,13 @@ EXPECTED: dict[str, Expectation] = {
     "plugin-unhealthy": Expectation(
         ("preflight/kubelet-plugin",), {"preflight/kubelet-plugin": "plugin-unhealthy"},
         dragged=("preflight/gpu-cluster", "preflight/resource-slices"), no_verdict=GATED),
+    # An API server serving only part of resource.k8s.io/v1 (here: no resourceclaimtemplates).
+    "resource-api-partial": Expectation(
+        ("preflight/resource-api",), {"preflight/resource-api": "api-unavailable"}, no_verdict=GATED),
+    # The plugin runs everywhere, yet the operator reports the GPUCluster not ready: its own
+    # verdict, not the plugin's.
+    "gpu-cluster-not-ready": Expectation(
+        ("preflight/gpu-cluster",), {"preflight/gpu-cluster": "gpu-operator-not-ready"}, no_verdict=GATED),
     "clusterpolicy-conflict": Expectation(
         ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
     # The job's container has no nvidia-smi to run, so the job fails.

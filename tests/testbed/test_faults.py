@@ -220,6 +220,20 @@ def test_scheduler_without_dra(start_fault_bed):
         deployed.wait_running(timeout=30)
 
 
+def test_resource_api_partial(start_fault_bed):
+    bed, api = start_fault_bed("resource-api-partial")
+    served = {r.name for r in api.resource.get_api_resources().resources}
+    assert "resourceclaims" in served and "resourceclaimtemplates" not in served
+
+
+def test_gpu_cluster_not_ready(start_fault_bed):
+    bed, api = start_fault_bed("gpu-cluster-not-ready")
+    gpucluster = api.custom.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
+    assert gpucluster["status"]["state"] == "notReady"
+    plugin = api.apps.read_namespaced_daemon_set(nvidia.PLUGIN_DAEMONSET, nvidia.PLUGIN_NAMESPACE).status
+    assert plugin.desired_number_scheduled and plugin.number_ready == plugin.desired_number_scheduled
+
+
 def test_admin_access_exclusive(start_fault_bed):
     if not REAL_NODES:
         pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")

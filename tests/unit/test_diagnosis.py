@@ -734,7 +734,7 @@ def test_every_code_is_reachable_and_known():
             "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
             "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
-            "scheduler-without-dra", "device-tainted"} == set(DIAGNOSES)
+            "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
