@@ -462,7 +462,8 @@ class DeployedWorkload:
             extended_resources=self.workload.extended_resources,
             identity_attribute=self.profile.attributes.get("uuid"),
             describe_device=lambda device: _published_summary(device, self.profile))
-        assert judgement.right, "allocation is wrong: " + str(judgement)
+        if not judgement.right:
+            raise AssertionError("allocation is wrong: " + str(judgement))
         return judgement.evidence
 
     def allocation_snapshot(self, published: PublishedDevices) -> allocation.Snapshot:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from kubernetes.utils import parse_quantity
 
-from draconf import cel
+from draconf import allocation, cel
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.claims import Claim
-from draconf.devices import Device, devices_from_slices
+from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.pods import Pod, describe_pod
 
@@ -281,6 +281,9 @@ class Facts:
     #: claim key (namespace/name) -> its allocation results whose device carries a NoSchedule or
     #: NoExecute taint the request does not tolerate ("request: pool/device (key=value:effect)")
     untolerated_taints: dict[str, list[str]] = field(default_factory=dict)
+    #: what :func:`draconf.allocation.judge` finds wrong with the allocations of the namespace's
+    #: scheduled pods (the broken promises only, not "not allocated yet")
+    allocation_problems: list[str] = field(default_factory=list)
     #: gatherer name -> error, for what could not be read
     errors: dict[str, str] = field(default_factory=dict)
     #: seconds without any scheduler/controller action that mean a stalled control plane
@@ -440,6 +443,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     facts.slice_count = len(snap.slices)
     facts.devices = devices_from_slices(snap.slices)
     facts.untolerated_taints = _untolerated_taints(snap.claims, snap.slices)
+    facts.allocation_problems = _allocation_problems(snap, facts, profile)
     for c in snap.all_claims:
         cf = _claim_facts(c)
         for key in cf.devices:
@@ -595,3 +599,25 @@ def _untolerated_taints(claims: list[dict], slices: list[dict]) -> dict[str, lis
         if problems := untolerated(raw, slices):
             found[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = problems
     return found
+
+
+#: Branches of :func:`draconf.allocation.judge` that say an allocation is wrong, not that it has
+#: not happened yet (those are the scheduling rules' to explain).
+BROKEN_ALLOCATION = frozenset({"not-owned", "not-extended", "not-reserved", "wrong-count", "device-twice",
+                               "shared-device", "shared-gpu", "unpublished", "missing-class",
+                               "class-selectors", "request-selectors", "other-node"})
+
+
+def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
+    """The allocation judgement over the namespace's scheduled pods, as the allocation check
+    makes it, reduced to :data:`BROKEN_ALLOCATION`."""
+    pods = [Pod(raw) for raw in snap.pods]
+    pods = [p for p in pods if p.node and not p.is_deleting]
+    if not pods or snap.device_classes is None:
+        return []
+    judgement = allocation.judge(
+        allocation.Snapshot(pods, {c.name: c for c in (Claim(raw) for raw in snap.claims)},
+                            PublishedDevices(profile.driver, facts.devices),
+                            {name: facts.device_classes.get(name) for name in facts.device_classes}),
+        expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"))
+    return [str(p) for p in judgement.problems if p.kind in BROKEN_ALLOCATION]

@@ -53,6 +53,11 @@ DIAGNOSES: dict[str, str] = {
         "The GPU Operator reports its GPUCluster not ready although the DRA kubelet plugin runs: "
         "another operand of the install failed. Check `kubectl describe gpucluster gpu-cluster` "
         "and `kubectl get pods -n gpu-operator`.",
+    "allocation-invalid":
+        "A claim's allocation breaks DRA's promises (a device in two claims, one no slice "
+        "publishes, one on another node, the wrong count, a device its selectors refuse, "
+        "reservedFor without the pod): something other than the scheduler writes claim status, or "
+        "the driver publishes one GPU under two names. The reason lists each broken promise.",
     "node-excluded":
         "The pod's node selector, affinity or an untolerated taint keeps it off every node "
         "that has a matching GPU: compare the pod spec with the GPU nodes' labels and taints "

@@ -23,6 +23,7 @@ import pytest
 
 from draconf import manifests, podsecurity, waits
 from draconf.claims import Claim
+from draconf.diagnosis import diagnose
 from draconf.devices import PublishedDevices
 from draconf.pods import Pod
 from draconf.profile import builtin, for_target
@@ -77,8 +78,14 @@ def consume(api, namespace: str, claims: list[str]) -> DeployedWorkload:
 
 
 def allocation_verdict(api, deployed: DeployedWorkload) -> str:
+    """The check's failure; its diagnosis, read from the cluster alone, must be
+    ``allocation-invalid`` and name the same broken promise."""
     with pytest.raises(AssertionError) as failed:
         deployed.check_allocation(PublishedDevices.read(api, DRIVER))
+    diagnosis = diagnose(api, PROFILE, deployed.namespace, "allocation", "")
+    assert diagnosis.code == "allocation-invalid", diagnosis
+    first = str(failed.value).removeprefix("allocation is wrong: ").split("; ")[0]
+    assert first in diagnosis.reason, (first, diagnosis.reason)
     return str(failed.value)
 
 

@@ -734,7 +734,8 @@ def test_every_code_is_reachable_and_known():
             "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
             "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
-            "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready"} == set(DIAGNOSES)
+            "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
+            "allocation-invalid"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -1040,3 +1041,50 @@ def test_a_tolerated_taint_is_not_device_tainted():
     informational = copy.deepcopy(_tainted_snapshot(UNTOLERATED_CLAIM))
     informational.slices[0]["spec"]["devices"][1]["taints"][0]["effect"] = "None"
     assert build_facts(informational, builtin("nvidia")).untolerated_taints == {}
+
+
+#: Recorded on the healthy bed by tests/testbed/test_allocation_branches.py: two claims an
+#: external allocator gave the same device, each consumed by a running pod.
+def _claim_on(name: str, device: str, pod_uid: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"c-{name}"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}},
+            "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com",
+                                                                "pool": "gpu-a100-0", "device": device}]}},
+                       "reservedFor": [{"resource": "pods", "name": "x", "uid": pod_uid}]}}
+
+
+def _consumer(name: str, uid: str, claim: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"nodeName": "gpu-a100-0", "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+                     "containers": [{"name": "workload"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+A100_SLICE = {"metadata": {"name": "s"}, "spec": {
+    "driver": "gpu.nvidia.com", "nodeName": "gpu-a100-0", "pool": {"name": "gpu-a100-0", "generation": 1,
+                                                                    "resourceSliceCount": 1},
+    "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{i}"}}}
+                for i in range(2)]}}
+GPU_CLASS = {"metadata": {"name": "gpu.nvidia.com"}, "spec": {"selectors": [{"cel": {
+    "expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}
+
+
+def test_one_device_in_two_claims_is_allocation_invalid():
+    claims = [_claim_on("first", "gpu-1", "p1"), _claim_on("second", "gpu-1", "p2")]
+    snap = Snapshot(namespace="ns", pods=[_consumer("a", "p1", "first"), _consumer("b", "p2", "second")],
+                    claims=claims, all_claims=claims, slices=[A100_SLICE], device_classes=[GPU_CLASS],
+                    control_plane={"kube-scheduler": "x"})
+    code, reason = classify(build_facts(snap, builtin("nvidia")), "allocation", UNRELATED)
+    assert code == "allocation-invalid"
+    assert "device gpu.nvidia.com/gpu-a100-0/gpu-1 is allocated to both first and second" in reason
+
+
+def test_right_allocations_are_not_allocation_invalid():
+    claims = [_claim_on("first", "gpu-0", "p1"), _claim_on("second", "gpu-1", "p2")]
+    snap = Snapshot(namespace="ns", pods=[_consumer("a", "p1", "first"), _consumer("b", "p2", "second")],
+                    claims=claims, all_claims=claims, slices=[A100_SLICE], device_classes=[GPU_CLASS],
+                    control_plane={"kube-scheduler": "x"})
+    facts = build_facts(snap, builtin("nvidia"))
+    assert facts.allocation_problems == []
+    assert classify(facts, "allocation", UNRELATED)[0] != "allocation-invalid"

@@ -20,6 +20,8 @@ attribute-missing    the scheduler reports a CEL runtime error (no such key), or
                      unallocated claim reads an attribute/capacity some published device lacks
 scheduler-without-  a pod is bound to a node while a claim it uses is unallocated or was never
  dra                 generated: the scheduler that bound it does not run DRA
+allocation-invalid   a scheduled pod's allocation breaks a promise draconf.allocation.judge checks
+                     (a device in two claims or unpublished, wrong count, selectors, node ...)
 node-excluded        an unschedulable pod is kept off every node holding a candidate device by
                      an untolerated taint, its nodeSelector or required node affinity
 capacity-exhausted   the scheduler cannot allocate and every node's matching devices are taken
@@ -61,8 +63,8 @@ from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_devi
 from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict, rule_quota
 from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_image_pull,
                                           rule_intermittent, rule_plugin_unhealthy)
-from draconf.diagnosis.rules.placement import (rule_allocation, rule_node_excluded,
-                                               rule_scheduler_without_dra)
+from draconf.diagnosis.rules.placement import (rule_allocation, rule_allocation_invalid,
+                                               rule_node_excluded, rule_scheduler_without_dra)
 
 
 def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str]:
@@ -80,7 +82,7 @@ def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str
 RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_plane,
          # A pod bound with its claims unallocated never happens under a scheduler running DRA,
          # whatever else is wrong with the claim (a missing class keeps a pod Pending there).
-         rule_scheduler_without_dra,
+         rule_scheduler_without_dra, rule_allocation_invalid,
          rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
          rule_feature_disabled,
          rule_node_excluded, rule_allocation, rule_image_pull,

@@ -27,6 +27,19 @@ def rule_scheduler_without_dra(facts: Facts, check, error_text):
     return None
 
 
+def rule_allocation_invalid(facts: Facts, check, error_text):
+    """The namespace's scheduled pods hold allocations that break DRA's promises (the same
+    judgement as the allocation check, :mod:`draconf.allocation`, over the gathered objects)."""
+    if not facts.allocation_problems:
+        return None
+    shown = "; ".join(facts.allocation_problems[:4])
+    more = f" (and {len(facts.allocation_problems) - 4} more)" if len(facts.allocation_problems) > 4 else ""
+    return ("allocation-invalid",
+            f"Allocations break DRA's promises: {shown}{more}. The scheduler allocates right, so look "
+            "for what else writes claims' status (an external allocator or controller) or publishes "
+            "devices (a driver publishing one GPU twice, a slice naming the wrong node).")
+
+
 def rule_node_excluded(facts: Facts, check, error_text):
     for pod in pending_pods(facts):
         nodes, _ = candidate_nodes(facts, pod)
