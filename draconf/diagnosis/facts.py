@@ -21,6 +21,7 @@ from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.claims import Claim
 from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
+from draconf.namespaces import MANAGED_BY
 from draconf.pods import Pod, describe_pod
 
 if TYPE_CHECKING:
@@ -219,6 +220,8 @@ class QuotaFacts:
     #: key -> what the namespace's objects amount to, counted from them (claims, and devices
     #: their requests ask of each DeviceClass): the quota controller's status may lag them
     counted: dict[str, int] = field(default_factory=dict)
+    #: made by draconf (labelled app.kubernetes.io/managed-by=draconf): a quota check's own
+    managed_by_draconf: bool = False
 
     def exceeded(self) -> list[str]:
         """Keys whose used amount, or the amount counted from the namespace's objects, is above
@@ -473,7 +476,9 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     facts.quotas = [QuotaFacts(name=(q.get("metadata") or {}).get("name", ""),
                                namespace=(q.get("metadata") or {}).get("namespace", ""),
                                hard=dict(((q.get("status") or {}).get("hard")) or (q.get("spec") or {}).get("hard") or {}),
-                               used=dict(((q.get("status") or {}).get("used")) or {}))
+                               used=dict(((q.get("status") or {}).get("used")) or {}),
+                               managed_by_draconf=((q.get("metadata") or {}).get("labels") or {}).get(
+                                   MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
                     for q in snap.quotas]
     for q in facts.quotas:
         q.counted = _counted(q.hard, [c for c in facts.claims if not c.deleting])
@@ -600,6 +605,8 @@ def _untolerated_taints(claims: list[dict], slices: list[dict]) -> dict[str, lis
             found[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = problems
     return found
 
+
+(MANAGED_BY_LABEL, MANAGED_BY_VALUE), = MANAGED_BY.items()
 
 #: Branches of :func:`draconf.allocation.judge` that say an allocation is wrong, not that it has
 #: not happened yet (those are the scheduling rules' to explain).

@@ -20,12 +20,15 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
 
 from . import kubectl
 
@@ -181,4 +184,72 @@ def test_a_webhook_denying_the_suites_pods_is_admission_denied_naming_it(healthy
     junit = (tmp_path / "junit.xml").read_text()
     assert hook in junit
     assert seconds < 90, f"the denied run took {seconds:.0f}s"
+    assert not leftovers(api)
+
+
+@contextmanager
+def generated_in_each_namespace(api, docs: list[dict]):
+    """``docs`` created in every draconf namespace as soon as it appears, the way a policy
+    engine's "generate" rule (Kyverno, Gatekeeper mutation) gives each new namespace its
+    LimitRange or ResourceQuota: a thread watching namespaces."""
+    stop = threading.Event()
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+
+    def follow():
+        seen = set()
+        while not stop.is_set():
+            for event in watch.Watch().stream(api.core.list_namespace, label_selector=selector, timeout_seconds=2):
+                name = event["object"].metadata.name
+                if event["type"] != "ADDED" or name in seen:
+                    continue
+                seen.add(name)
+                for doc in docs:
+                    try:
+                        kubectl.apply(api, [dict(doc, metadata=dict(doc["metadata"], namespace=name))])
+                    except ApiException as err:
+                        if err.status not in (404, 409):  # the namespace went already
+                            raise
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+#: What a policy engine might give every new namespace, and what the API server then answers a pod.
+#: LimitRange: containers get a 2Mi default limit and a pod may use at most 1Mi, so every pod
+#: is refused (a LimitRange's own validation only compares a default with its entry's max).
+NAMESPACE_POLICIES = {
+    "limitrange": ({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "tiny-pods"},
+                    "spec": {"limits": [{"type": "Container", "default": {"memory": "2Mi"},
+                                         "defaultRequest": {"memory": "2Mi"}},
+                                        {"type": "Pod", "max": {"memory": "1Mi"}}]}},
+                   "maximum memory usage per Pod is 1Mi, but limit is 2Mi"),
+    "resourcequota": ({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
+                       "spec": {"hard": {"pods": "0"}}},
+                      "exceeded quota: no-pods"),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(NAMESPACE_POLICIES))
+def test_a_limit_or_quota_the_suite_did_not_create_is_admission_denied_not_permission_denied(
+        healthy_bed, api, tmp_path, policy):
+    """LimitRanger and ResourceQuota answer 403 Forbidden, as RBAC does: the verdict must still be
+    the admission's (quoting the limit or the quota), never ``permission-denied``, and the
+    suite's own quota checks keep their meaning only for quotas the suite made."""
+    doc, quoted = NAMESPACE_POLICIES[policy]
+    with generated_in_each_namespace(api, [doc]):
+        proc, seconds = run(healthy_bed, tmp_path, "-k", "single-gpu")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "ForbiddenException" not in out
+    rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    (denied,) = [r for r in rows if r["outcome"] == "failed"]
+    assert denied["check"] == "allocation" and denied["diagnosis"] == "admission-denied", denied
+    assert quoted in denied["reason"], denied
+    assert not [r for r in rows if r["diagnosis"] in ("permission-denied", "quota-not-enforced")]
+    assert denied["duration"] < 20 and seconds < 90, (denied["duration"], seconds)
     assert not leftovers(api)

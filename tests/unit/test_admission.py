@@ -65,9 +65,12 @@ def test_rbac_forbidden_stays_permission_denied():
 
 def test_the_suites_own_quota_is_not_an_admission_denial():
     text = 'resourceclaims "gpu-claim-b" is forbidden: exceeded quota: gpu-quota, requested: x=1'
-    own = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"})])
+    own = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"}, managed_by_draconf=True)])
     assert classify(own, "deviceclass-quota", text)[0] != "admission-denied"
     assert classify(Facts(), "allocation", text)[0] == "admission-denied"
+    # The same quota in the namespace, put there by a policy engine (not labelled as draconf's).
+    theirs = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"})])
+    assert classify(theirs, "allocation", text)[0] == "admission-denied"
 
 
 def test_denial_in_text_names_limitrange():

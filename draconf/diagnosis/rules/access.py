@@ -45,15 +45,16 @@ def rule_permission_denied(facts: Facts, check, error_text):
 
 def rule_admission_denied(facts: Facts, check, error_text):
     """The server's answer (to the suite's create, or a controller's, as an event) names the
-    admission control that refused it.  A quota the suite set up in the namespace is the quota
-    checks' own subject, not an admin's denial."""
+    admission control that refused it.  A quota the suite set up in the namespace (labelled
+    managed-by draconf) is the quota checks' own subject, not an admin's denial; one a policy
+    engine put there is."""
     from draconf.admission import denial_in_text
 
     # A controller held back by a quota retries until there is room (the quota checks wait
     # for that): only a policy, webhook or LimitRange in its events is a denial for good.
     texts = [(error_text, True)] + [(e.message, False) for e in reversed(facts.events)
                                     if e.reason in ("FailedCreate", "FailedResourceClaimCreation")]
-    own_quotas = {q.name for q in facts.quotas}
+    own_quotas = {q.name for q in facts.quotas if q.managed_by_draconf}
     for text, direct in texts:
         by = denial_in_text(text)
         if not by or (by.startswith("ResourceQuota ")
