@@ -122,17 +122,10 @@ def requested_count(claim: Claim, request: str) -> int | None:
     >>> requested_count(c, "g"), requested_count(c, "a"), requested_count(c, "f/big"), requested_count(c, "f/one")
     (2, None, 3, 1)
     """
-    name, _, sub = request.partition("/")
-    for r in claim.requests:
-        if r.get("name") != name:
-            continue
-        spec = r.get("exactly") or {}
-        if sub:
-            spec = next((a for a in r.get("firstAvailable") or [] if a.get("name") == sub), {})
-        if spec.get("allocationMode") == "All":
-            return None
-        return int(spec.get("count", 1))
-    return None
+    spec = claim.request_spec(request)
+    if spec is None or spec.get("allocationMode") == "All":
+        return None
+    return int(spec.get("count", 1))
 
 
 def judge(snapshot: Snapshot, *, expected_pods: int, extended_resources: bool = False,

@@ -66,6 +66,23 @@ class Claim:
     def requests(self) -> list[dict]:
         return (self.raw.get("spec") or {}).get("devices", {}).get("requests", [])
 
+    def request_spec(self, request: str) -> dict | None:
+        """The spec an allocation result's request names: ``req`` (its ``exactly``) or
+        ``req/sub`` (that ``firstAvailable`` alternative); None when the claim has no such request.
+
+        >>> c = Claim({"spec": {"devices": {"requests": [{"name": "f", "firstAvailable": [
+        ...     {"name": "big", "count": 2}]}]}}})
+        >>> c.request_spec("f/big"), c.request_spec("f/small"), c.request_spec("g")
+        ({'name': 'big', 'count': 2}, {}, None)
+        """
+        name, _, sub = request.partition("/")
+        for r in self.requests:
+            if r.get("name") == name:
+                if sub:
+                    return next((a for a in r.get("firstAvailable") or [] if a.get("name") == sub), {})
+                return r.get("exactly") or {}
+        return None
+
     def request_selectors(self, request: str) -> tuple[str | None, list[str]]:
         """The DeviceClass and CEL selectors of the request an allocation result names
         (``req`` of ``exactly``, or ``req/sub`` of a ``firstAvailable`` alternative).
@@ -75,16 +92,11 @@ class Claim:
         >>> c.request_selectors("gpu"), c.request_selectors("other")
         (('gpu.nvidia.com', ['true']), (None, []))
         """
-        name, _, sub = request.partition("/")
-        for r in self.requests:
-            if r.get("name") != name:
-                continue
-            spec = r.get("exactly") or {}
-            if sub:
-                spec = next((a for a in r.get("firstAvailable") or [] if a.get("name") == sub), {})
-            return spec.get("deviceClassName"), [s["cel"]["expression"] for s in spec.get("selectors") or []
-                                                 if (s.get("cel") or {}).get("expression")]
-        return None, []
+        spec = self.request_spec(request)
+        if spec is None:
+            return None, []
+        return spec.get("deviceClassName"), [s["cel"]["expression"] for s in spec.get("selectors") or []
+                                             if (s.get("cel") or {}).get("expression")]
 
     @property
     def is_allocated(self) -> bool:
