@@ -11,6 +11,8 @@ Each workload follows the source documents' walkthrough: apply the manifest from
 
 Selectors are chosen from what the cluster publishes: the model-selected workload asks for a
 model that exists, the memory-selected one for a threshold some but not all GPUs pass.
+With ``--all-models`` both also run once per published class (``model-selected/<model>``,
+``memory-selected/<size>``), each selecting exactly that class (:func:`all_workloads`).
 
 A workload that never started (the cluster refused or never ran it) still gets an allocation
 verdict, read from its pods and claims with the cluster's reason; injection and cleanup then
