@@ -9,6 +9,8 @@ point, so ``pytest suites/`` works from anywhere.  Options::
     --profile NAME|FILE           how to talk to the driver (default: nvidia; also: example)
     --keep-on-failure             keep a failed test's namespace for inspection
     --testbed-name NAME           which embedded test bed to start or reuse
+    --all-models                  model-selected and memory-selected once more per published
+                                  product name and memory size (reads the cluster at collection)
 """
 
 from __future__ import annotations
@@ -100,6 +102,10 @@ def pytest_addoption(parser):
                     help="name of the embedded test bed to start or reuse (target testbed)")
     group.addoption("--no-preflight-gate", action="store_true",
                     help="run workload tests even when a blocking preflight check fails")
+    group.addoption("--all-models", action="store_true",
+                    help="also run model-selected and memory-selected once per published product "
+                         "name and memory size (a test id and a report row per class); reads the "
+                         "cluster's devices when the session starts")
     reporting.pytest_addoption(parser)
 
 
@@ -155,6 +161,8 @@ def pytest_sessionstart(session):
     """An unusable ``--target kubeconfig`` ends the run before any test, in one line
     (``ERROR: draconf: ...``, exit status 4, pytest's usage error), with nothing created."""
     config = session.config
+    if config.getoption("--all-models"):
+        _read_devices_for_collection(config)
     if config.option.collectonly or config.getoption("--target") == "testbed":
         return
     try:
@@ -165,6 +173,43 @@ def pytest_sessionstart(session):
         unusable = str(err)
     if unusable:
         raise pytest.UsageError(f"draconf: {unusable}")
+
+
+#: ``--all-models``: the devices published when the session started, which the workload classes
+#: are collected from (each pytest process, xdist workers too, reads them once).
+COLLECTED_DEVICES = pytest.StashKey["PublishedDevices"]()
+
+
+def _read_devices_for_collection(config) -> None:
+    """Read the published devices before collection; no usable cluster is a usage error in one
+    line (``ERROR: draconf: --all-models ...``, exit status 4).  The bed is not started here:
+    ``draconf run`` starts it before pytest; plain pytest needs ``draconf testbed up`` first."""
+    from draconf.devices import PublishedDevices
+    from draconf.preflight.runner import probe
+    target = config.getoption("--target")
+    try:
+        if target == "testbed":
+            from draconf.testbed.cluster import Testbed
+            bed = Testbed.named(config.getoption("--testbed-name"))
+            if not bed.is_up:
+                raise DraconfError(f"test bed {bed.name!r} is not up (start it with `draconf testbed up`, "
+                                   f"or use `draconf run --all-models`)")
+            api = connect(bed.kubeconfig)
+        else:
+            api = connect_target(target, config.getoption("--kube-context"))
+        unusable = probe(api)
+        if unusable:
+            raise DraconfError(unusable)
+        config.stash[COLLECTED_DEVICES] = PublishedDevices.read(api, config.draconf_profile.driver)
+    except Exception as err:  # DraconfError, or the API refusing the read
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise pytest.UsageError(f"draconf: --all-models reads the published devices to collect the "
+                                f"model and memory classes, and cannot: {reason}") from None
+
+
+def collected_devices(config):
+    """The devices ``--all-models`` collects its classes from (read at session start)."""
+    return config.stash[COLLECTED_DEVICES]
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

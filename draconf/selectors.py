@@ -58,11 +58,41 @@ def model(domain: str, attribute: str, product_name: str) -> Selector:
         description=f"{attribute} matching {product_name!r}")
 
 
+def model_exactly(domain: str, attribute: str, product_name: str) -> Selector:
+    """The walkthrough's model selector anchored at both ends: this product name and no longer
+    one (``--all-models``: one workload per model, so "NVIDIA H100" must not take an H100 NVL).
+
+    >>> print(model_exactly("gpu.nvidia.com", "productName", "NVIDIA A100-SXM4-40GB").cel)
+    device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^nvidia a100.sxm4.40gb$')
+    """
+    token = model_token(product_name)
+    return Selector(
+        cel=f"device.attributes['{domain}'].{attribute}.lowerAscii().matches('^{token}$')",
+        description=f"{attribute} is {product_name!r}")
+
+
 def memory_above(domain: str, capacity: str, threshold: int) -> Selector:
     q = format_binary(threshold)
     return Selector(
         cel=f"device.capacity['{domain}'].{capacity}.isGreaterThan(quantity(\"{q}\"))",
         description=f"{capacity} > {q}")
+
+
+def memory_exactly(domain: str, capacity: str, size: int) -> Selector:
+    """The memory class ``size`` and no other (``--all-models``: one workload per size).
+
+    >>> from draconf.devices import Device
+    >>> s = memory_exactly("gpu.nvidia.com", "memory", 40 * 2**30)
+    >>> print(s.cel, "|", s)
+    device.capacity['gpu.nvidia.com'].memory.compareTo(quantity("40Gi")) == 0 | memory == 40Gi
+    >>> [s.matches(Device("gpu.nvidia.com", "n", "g", "n", {}, {"gpu.nvidia.com/memory": m * 2**30}))
+    ...  for m in (40, 80)]
+    [True, False]
+    """
+    q = format_binary(size)
+    return Selector(
+        cel=f"device.capacity['{domain}'].{capacity}.compareTo(quantity(\"{q}\")) == 0",
+        description=f"{capacity} == {q}")
 
 
 def architecture_and_memory_above(domain: str, arch_attribute: str, architecture: str,

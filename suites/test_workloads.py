@@ -11,6 +11,8 @@ Each workload follows the source documents' walkthrough: apply the manifest from
 
 Selectors are chosen from what the cluster publishes: the model-selected workload asks for a
 model that exists, the memory-selected one for a threshold some but not all GPUs pass.
+With ``--all-models`` both also run once per published class (``model-selected/<model>``,
+``memory-selected/<size>``), each selecting exactly that class (:func:`all_workloads`).
 
 A workload that never started (the cluster refused or never ran it) still gets an allocation
 verdict, read from its pods and claims with the cluster's reason; injection and cleanup then
@@ -20,6 +22,7 @@ when nothing was allocated.  The start outcome travels as the ``started`` fixtur
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import allure
@@ -28,6 +31,7 @@ import pytest
 from draconf import manifests
 from draconf import selectors as sel
 from draconf.errors import NoVerdict
+from draconf.quantity import format_binary
 from draconf.reporting import diagnosis_prefix, show_templated
 from draconf.workload import DeployedWorkload, Start, Workload, prove_allocatable
 
@@ -64,8 +68,73 @@ def memory_threshold(sizes: list[int]) -> int:
     return distinct[-2] if len(distinct) > 1 else distinct[0] // 2
 
 
+#: ``--all-models``: these workloads run once more per published class (``<workload>/<class>``).
+CLASS_WORKLOADS = ("model-selected", "memory-selected")
+
+
+def class_slug(product_name: str) -> str:
+    """A model class's name in test ids and report rows: the product name, lowercase, without
+    the vendor, punctuation and spaces as ``-`` (``NVIDIA A100-SXM4-40GB``: ``a100-sxm4-40gb``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", product_name.lower()).strip("-")
+    return slug.removeprefix("nvidia-") or slug or "unnamed"
+
+
+def model_classes(published, profile) -> dict[str, str]:
+    """``model-selected/<slug>`` -> product name, for every product name ``published`` devices
+    publish (none when the profile has no model attribute)."""
+    if not profile.has("model"):
+        return {}
+    names = sorted(str(v) for v in published.values_of(profile.attributes["model"]))
+    return {f"model-selected/{class_slug(n)}": n for n in names}
+
+
+def memory_classes(published, profile) -> dict[str, int]:
+    """``memory-selected/<size>`` -> size in bytes, for every distinct memory size published,
+    smallest first (``81559Mi``: the quantity as the selector writes it)."""
+    sizes = sorted({int(d.memory(profile.memory_capacity)) for d in published
+                    if d.memory(profile.memory_capacity)})
+    return {f"memory-selected/{format_binary(size)}": size for size in sizes}
+
+
+def all_workloads(published, profile) -> list[str]:
+    """WORKLOADS with each class workload right after its own (``--all-models``)."""
+    classes = {"model-selected": list(model_classes(published, profile)),
+               "memory-selected": list(memory_classes(published, profile))}
+    return [n for name in WORKLOADS for n in [name, *classes.get(name, [])]]
+
+
+def pytest_generate_tests(metafunc):
+    """``--all-models``: TestWorkload's workloads are :func:`all_workloads` of the devices read
+    when the session started (the params of ``started`` otherwise)."""
+    if metafunc.cls is not TestWorkload or not metafunc.config.getoption("--all-models", False):
+        return
+    from draconf.pytest_plugin import collected_devices
+    names = all_workloads(collected_devices(metafunc.config), metafunc.config.draconf_profile)
+    # A parametrize mark takes precedence over the fixture's own params.
+    metafunc.definition.add_marker(pytest.mark.parametrize("started", names, indirect=True, scope="class"))
+
+
+def build_class_workload(name: str, published, profile) -> Workload:
+    """One class of ``--all-models``: the workload's first manifest with a selector that only
+    that class passes (exactly that product name; exactly that memory size)."""
+    domain, attrs, memory = profile.domain, profile.attributes, profile.memory_capacity
+    if name.startswith("model-selected/"):
+        product = model_classes(published, profile).get(name)
+        if product is None:
+            raise NotBuildable(f"no published device is of model class {name!r} any more")
+        return Workload(name, ["02-model-selected.yaml"], expected_pods=1,
+                        selectors={"h100-gpu": [sel.model_exactly(domain, attrs["model"], product)]})
+    size = memory_classes(published, profile).get(name)
+    if size is None:
+        raise NotBuildable(f"no published device is of memory class {name!r} any more")
+    return Workload(name, ["03-memory-selected.yaml"], expected_pods=1,
+                    selectors={"large-memory-gpu": [sel.memory_exactly(domain, memory, size)]})
+
+
 def build_workload(name: str, published, profile) -> Workload:
     domain, attrs, memory = profile.domain, profile.attributes, profile.memory_capacity
+    if name.split("/")[0] in CLASS_WORKLOADS and "/" in name:
+        return build_class_workload(name, published, profile)
     if name == "single-gpu":
         return Workload(name, ["01-single-gpu.yaml"], expected_pods=1)
     if name == "model-selected":
@@ -113,8 +182,13 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
 
     It is written for the devices of the GPU nodes the run validates and kept off the others."""
     from draconf.pytest_plugin import make_namespace
+    validated = validated_nodes.devices(published_devices)
+    if "/" in request.param and request.param not in all_workloads(validated, profile) \
+            and request.param in all_workloads(published_devices, profile):
+        raise NoVerdict(f"every GPU of class {request.param!r} is on a node the run does not validate "
+                        f"({validated_nodes.describe()})")
     try:
-        workload = replace(build_workload(request.param, validated_nodes.devices(published_devices), profile),
+        workload = replace(build_workload(request.param, validated, profile),
                            avoid_nodes=validated_nodes.avoid)
     except NotBuildable as err:
         return Start(None, str(err))

@@ -16,3 +16,10 @@ def test_an_existing_path_is_kept_as_given(tmp_path, monkeypatch):
     (tmp_path / "test_mine.py").write_text("")
     monkeypatch.chdir(tmp_path)
     assert cli.selects_tests("test_mine.py") and cli._from_checkout("test_mine.py") == "test_mine.py"
+
+
+def test_all_models_goes_to_pytest():
+    """`draconf run --all-models` is pytest's option (draconf/pytest_plugin.py), passed through."""
+    args, rest = cli.build_parser().parse_known_args(["run", "--all-models", "-x"])
+    assert args.passthrough and rest == ["--all-models", "-x"]
+    assert not cli.selects_tests("--all-models")

@@ -34,3 +34,10 @@ def test_a_listed_gap_is_still_a_gap(checks):
 def test_same_assertion_points_at_a_check_a_fault_fails():
     for pattern, check in coverage.SAME_ASSERTION.items():
         assert coverage.catching_faults(check), f"{pattern} -> {check}, which no fault fails"
+
+
+@pytest.mark.parametrize("workload", ["model-selected/h100-80gb-hbm3", "memory-selected/81559Mi"])
+@pytest.mark.parametrize("check", ["allocation", "cdi-injection", "cleanup"])
+def test_the_all_models_classes_are_failed_like_their_workload(workload, check):
+    """--all-models adds checks like ``model-selected/h200/allocation`` (not collected here)."""
+    assert not coverage.explain(f"{workload}/{check}").startswith("GAP")
