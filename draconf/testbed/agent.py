@@ -184,10 +184,11 @@ def driver_rbac() -> list[dict]:
              rule("resource.k8s.io", ["resourceslices"], ["create"]),
              rule("resource.k8s.io", ["resourceclaims"], ["list", "patch"]),
              # kubelet: the pods bound to its nodes, marked prepared; events (plugin-unhealthy);
-             # exec into a container to see that kwok serves its rule.
+             # exec into a container to see that kwok serves its rule (a websocket upgrade: get, and
+             # create since Kubernetes 1.35, AuthorizePodWebsocketUpgradeCreatePermission).
              rule("", ["pods"], ["list", "patch"]),
              rule("", ["events"], ["create"]),
-             rule("", ["pods/exec"], ["create"]),
+             rule("", ["pods/exec"], ["get", "create"]),
              # CDI / container runtime: kwok's Exec rule per prepared pod.
              rule("kwok.x-k8s.io", ["execs"], ["create", "delete"]),
          ]},
