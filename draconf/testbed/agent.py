@@ -50,12 +50,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from draconf.testbed import pki
-
 from draconf.kube import connect
 from draconf.pods import exec_in_container
 from draconf.quantity import format_binary
 from draconf.testbed import faults as faults_mod
+from draconf.testbed import pki
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
                                     device_class, install_gpu_view, node_labels, plugin_daemonset,
