@@ -1,16 +1,24 @@
 """The NVIDIA DRA driver's install, and its simulation on KWOK nodes.
 
 Run by ``draconf testbed up`` as ``python -m draconf.testbed.agent --state-dir DIR``.  It does,
-through the real API server, what the real components do on a GPU cluster:
+through the real API server, what the real components do on a GPU cluster, each with the
+identity it would have there:
 
-* the **Helm chart / GPU Operator** (every bed): installs the DeviceClasses, the GPUCluster
-  singleton, and the kubelet-plugin DaemonSet with its ServiceAccount and RBAC
-  (:mod:`draconf.testbed.nvidia`).  On real nodes that DaemonSet's pods are the real DRA
-  kubelet plugin; nothing below applies to them.
+* the **Helm chart** (every bed), as the cluster admin (``admin.kubeconfig``, as ``helm install``
+  runs): installs the CRDs, the DeviceClasses, the GPUCluster singleton, the kubelet-plugin
+  DaemonSet with its ServiceAccount and RBAC (:mod:`draconf.testbed.nvidia`), and the
+  ServiceAccount and ClusterRole of what runs afterwards (:func:`driver_rbac`).  On real nodes
+  that DaemonSet's pods are the real DRA kubelet plugin; nothing below applies to them.
+
+Afterwards the agent runs as ``system:serviceaccount:gpu-operator:nvidia-dra-driver``, in no
+group, with only what :func:`driver_rbac` grants (a 403 in its log is a rule missing there):
+
+* the **GPU Operator**'s status reporting: GPUCluster ``status.state`` from the plugin DaemonSet;
 
 For **KWOK nodes** only (large simulated fleets), where no kubelet runs:
 
-* **kubelet registration**: creates the Node objects that kwok then keeps Ready;
+* **kubelet registration** (part of the install, as the admin): creates the Node objects that
+  kwok then keeps Ready;
 * the **kubelet plugin**: publishes one ResourceSlice pool per GPU node, with the attributes and
   types of kubernetes-sigs/dra-driver-nvidia-gpu (cmd/gpu-kubelet-plugin/deviceinfo.go);
   "prepares" a pod's allocated claims once the scheduler has allocated and reserved them,
@@ -46,6 +54,7 @@ from draconf.kube import connect
 from draconf.pods import exec_in_container
 from draconf.quantity import format_binary
 from draconf.testbed import faults as faults_mod
+from draconf.testbed import pki
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
                                     device_class, install_gpu_view, node_labels, plugin_daemonset,
@@ -139,6 +148,55 @@ def admin_access_everywhere_policy() -> list[dict]:
     ]
 
 
+#: What the agent runs as once the install is done (a key of :data:`pki.IDENTITIES`).
+DRIVER_IDENTITY = "nvidia-dra-driver"
+#: Its ServiceAccount: the identity's user name is that ServiceAccount's.
+DRIVER_SERVICE_ACCOUNT = pki.IDENTITIES[DRIVER_IDENTITY][0].rsplit(":", 1)[1]
+
+
+def driver_rbac() -> list[dict]:
+    """The ServiceAccount, ClusterRole and binding of the agent after its install: exactly the
+    calls of :meth:`Agent.run` (GPU Operator status, and the kubelet plugin, kubelet and CDI
+    runtime of KWOK GPU nodes), nothing more.
+
+    >>> account, role, binding = driver_rbac()
+    >>> account["metadata"], binding["subjects"][0]["name"] == account["metadata"]["name"]
+    ({'name': 'nvidia-dra-driver', 'namespace': 'gpu-operator'}, True)
+    >>> sorted((g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"])[:3]
+    [('', 'events'), ('', 'pods'), ('', 'pods/exec')]
+    """
+    name = DRIVER_SERVICE_ACCOUNT
+
+    def rule(group: str, resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict:
+        return {"apiGroups": [group], "resources": resources, "verbs": verbs,
+                **({"resourceNames": names} if names else {})}
+
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": PLUGIN_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [
+             # GPU Operator: GPUCluster ready when every kubelet-plugin pod is.
+             rule("apps", ["daemonsets"], ["get"], [PLUGIN_DAEMONSET]),
+             rule("nvidia.com", ["gpuclusters/status"], ["patch"], ["gpu-cluster"]),
+             # kubelet plugin on KWOK GPU nodes: its pools; the claims of the pods it prepares
+             # (patch: the finalizer of claims-not-released).
+             rule("resource.k8s.io", ["resourceslices"], ["create"]),
+             rule("resource.k8s.io", ["resourceclaims"], ["list", "patch"]),
+             # kubelet: the pods bound to its nodes, marked prepared; events (plugin-unhealthy);
+             # exec into a container to see that kwok serves its rule (a websocket upgrade: get, and
+             # create since Kubernetes 1.35, AuthorizePodWebsocketUpgradeCreatePermission).
+             rule("", ["pods"], ["list", "patch"]),
+             rule("", ["events"], ["create"]),
+             rule("", ["pods/exec"], ["get", "create"]),
+             # CDI / container runtime: kwok's Exec rule per prepared pod.
+             rule("kwok.x-k8s.io", ["execs"], ["create", "delete"]),
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PLUGIN_NAMESPACE}]},
+    ]
+
+
 class Agent:
     def __init__(self, state_dir: Path, crd_dir: Path, faults: list[str], nvidia: bool = True):
         self.dir = state_dir
@@ -146,7 +204,10 @@ class Agent:
         self.nvidia = nvidia
         self.crd_dir = crd_dir
         self.faults = set(faults)
-        self.api = connect(state_dir / "nvidia-dra-driver.kubeconfig")
+        #: The install's client: the cluster admin, as Helm runs.
+        self.admin = connect(state_dir / "admin.kubeconfig")
+        #: Everything after the install: the driver's own identity, bound to driver_rbac().
+        self.api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
         self.inventory = json.loads((state_dir / "inventory.json").read_text())
         # The nodes this agent plays kubelet and plugin for; real nodes have their own.
         self.kwok_nodes = [n for n in self.inventory["nodes"] if n["kind"] == "kwok"]
@@ -176,17 +237,46 @@ class Agent:
         for name, device_type in DEVICE_CLASSES.items():
             if name == "gpu.nvidia.com" and "missing-deviceclass" in self.faults:
                 continue
-            self._create(lambda body: self.api.resource.create_device_class(body),
+            self._create(lambda body: self.admin.resource.create_device_class(body),
                          device_class(name, device_type))
         self._install_operator_footprint()
         if "admin-access-everywhere" in self.faults:
             self._grant_admin_access_everywhere()
-        if "no-resourceslices" not in self.faults:
-            for node in self.gpu_nodes.values():
-                self._create(lambda body: self.api.resource.create_resource_slice(body),
-                             resource_slice(node, drift="attribute-drift" in self.faults))
+        self._wait_until_granted()
         log.info("install complete: %d GPU nodes, faults=%s", len(self.gpu_nodes),
                  sorted(self.faults) or "none")
+
+    def _wait_until_granted(self, timeout: float = 30.0) -> None:
+        """Until the API server's authorizer holds driver_rbac()'s binding (its RBAC cache
+        follows a watch): asked as the driver, SelfSubjectAccessReview, every rule's verbs."""
+        authz = client.AuthorizationV1Api(self.api.api_client)
+        _, role, _ = driver_rbac()
+        wanted = [(rule["apiGroups"][0], resource, verb, (rule.get("resourceNames") or [None])[0])
+                  for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]]
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = []
+            for group, resource, verb, name in wanted:
+                base, _, sub = resource.partition("/")
+                review = authz.create_self_subject_access_review(client.V1SelfSubjectAccessReview(
+                    spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=client.V1ResourceAttributes(
+                        group=group, resource=base, subresource=sub or None, verb=verb, name=name,
+                        namespace=PLUGIN_NAMESPACE if group == "apps" else None))))
+                if not review.status.allowed:
+                    missing.append(f"{verb} {resource}")
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{DRIVER_IDENTITY} is still not allowed: {', '.join(missing)}")
+            time.sleep(0.2)
+
+    def publish_slices(self) -> None:
+        """As the kubelet plugin of each KWOK GPU node: its ResourceSlice pool."""
+        if "no-resourceslices" in self.faults:
+            return
+        for node in self.gpu_nodes.values():
+            self._create(lambda body: self.api.resource.create_resource_slice(body),
+                         resource_slice(node, drift="attribute-drift" in self.faults))
 
     def _create(self, create, body) -> None:
         try:
@@ -197,10 +287,10 @@ class Agent:
 
     def _apply_crd(self, path: Path) -> None:
         body = yaml.safe_load(path.read_text())
-        self._create(lambda b: self.api.extensions.create_custom_resource_definition(b), body)
+        self._create(lambda b: self.admin.extensions.create_custom_resource_definition(b), body)
         name = body["metadata"]["name"]
         for _ in range(100):
-            crd = self.api.extensions.read_custom_resource_definition(name)
+            crd = self.admin.extensions.read_custom_resource_definition(name)
             if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
                 return
             time.sleep(0.1)
@@ -220,27 +310,28 @@ class Agent:
                                  "annotations": {"node.alpha.kubernetes.io/ttl": "0",
                                                  "kwok.x-k8s.io/node": "fake"}},
                     "spec": {"taints": taints} if taints else {}}
-            self._create(lambda b: self.api.core.create_node(b), body)
+            self._create(lambda b: self.admin.core.create_node(b), body)
 
     def _install_operator_footprint(self) -> None:
-        self._create(lambda b: self.api.core.create_namespace(b),
+        admin = self.admin
+        self._create(lambda b: admin.core.create_namespace(b),
                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}})
         # KWOK nodes crash-loop the plugin pods by annotation; on real nodes the plugin itself
         # is told to fail (nvidia.PLUGIN_FAULTS).
         template_annotations = {SIMULATE_ANNOTATION: "crash-loop"} if "plugin-unhealthy" in self.faults else {}
-        account, role, binding = plugin_rbac()
-        self._create(lambda b: self.api.core.create_namespaced_service_account(PLUGIN_NAMESPACE, b), account)
-        self._create(lambda b: self.api.rbac.create_cluster_role(b), role)
-        self._create(lambda b: self.api.rbac.create_cluster_role_binding(b), binding)
-        self._create(lambda b: self.api.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b),
+        for account, role, binding in (plugin_rbac(), driver_rbac()):
+            self._create(lambda b: admin.core.create_namespaced_service_account(PLUGIN_NAMESPACE, b), account)
+            self._create(lambda b: admin.rbac.create_cluster_role(b), role)
+            self._create(lambda b: admin.rbac.create_cluster_role_binding(b), binding)
+        self._create(lambda b: admin.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b),
                      plugin_daemonset(sorted(self.faults), template_annotations))
-        self._create(lambda b: self.api.custom.create_cluster_custom_object(
+        # Its status is the operator's to report (run(), as the driver).
+        self._create(lambda b: admin.custom.create_cluster_custom_object(
             "nvidia.com", "v1alpha1", "gpuclusters", b),
             {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
              "metadata": {"name": "gpu-cluster"}, "spec": {"draDriver": {"enabled": True}}})
-        self._report_gpucluster_state()
         if "clusterpolicy-conflict" in self.faults:
-            self._create(lambda b: self.api.custom.create_cluster_custom_object(
+            self._create(lambda b: admin.custom.create_cluster_custom_object(
                 "nvidia.com", "v1", "clusterpolicies", b),
                 {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
                  "metadata": {"name": "cluster-policy"}, "spec": {"devicePlugin": {"enabled": True}}})
@@ -250,7 +341,7 @@ class Agent:
         one to "let monitoring work everywhere") labels every new namespace for admin access,
         through the API server's own MutatingAdmissionPolicy (admissionregistration.k8s.io/v1)."""
         from kubernetes.dynamic import DynamicClient
-        dynamic = DynamicClient(self.api.api_client)
+        dynamic = DynamicClient(self.admin.api_client)
         for body in admin_access_everywhere_policy():
             resource = dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
             self._create(lambda b: resource.create(body=b), body)
@@ -269,12 +360,18 @@ class Agent:
 
     # --- kubelet plugin loop -----------------------------------------------------------------
     def run(self) -> None:
+        """As the driver (``self.api``): publish the KWOK GPU nodes' pools, then report the
+        GPUCluster's state and play kubelet plugin until stopped."""
         last_report = 0.0
+        published = False
         while not self.stopping:
             if not self.nvidia:
                 time.sleep(0.25)  # nothing to simulate: no KWOK GPU node has this driver
                 continue
             try:
+                if not published:
+                    self.publish_slices()
+                    published = True
                 if time.monotonic() - last_report > 1:
                     last_report = time.monotonic()
                     self._report_gpucluster_state()

@@ -29,15 +29,22 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: Identity per client, mapped to the same users and groups a kubeadm cluster gives them, so
-#: RBAC is the real bootstrap policy (the scheduler and controller manager are not masters;
-#: kwok has the ClusterRole kwok releases, the suite's user only manifests/rbac/).
+#: RBAC is the real bootstrap policy.  Only the admin is in system:masters: the scheduler and
+#: controller manager have the bootstrap policy's roles, kwok the ClusterRole kwok releases,
+#: the simulated driver the ClusterRole its install creates, the suite's user only
+#: manifests/rbac/.
 IDENTITIES = {
+    # The cluster admin: `kubectl`, the bed's own set-up, and the driver's install (CRDs,
+    # DeviceClasses, RBAC, the plugin DaemonSet), which a real cluster's admin runs with Helm.
     "admin": ("kubernetes-admin", "system:masters"),
     "kube-scheduler": ("system:kube-scheduler", ""),
     "kube-controller-manager": ("system:kube-controller-manager", ""),
     # kwok: the ClusterRole kwok releases (data/rbac/kwok-controller.yaml), nothing more.
     "kwok": ("system:kwok-controller", ""),
-    "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", "system:masters"),
+    # The simulated driver once installed (agent.Agent.run: GPU Operator status; kubelet plugin,
+    # kubelet and runtime of KWOK GPU nodes): the ServiceAccount's name, in no group, bound
+    # only to the ClusterRole of agent.driver_rbac(), which the install creates.
+    "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", ""),
     # The suite as a platform team runs it: no group, only what manifests/rbac/ binds to it
     # (`draconf-suite.kubeconfig` in the bed's directory).
     "draconf-suite": ("draconf-suite", ""),

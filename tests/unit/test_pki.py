@@ -150,9 +150,27 @@ def _handshake(pki, cert, key, server_name, client=None) -> dict:
     return seen.get("peer") or {}
 
 
-def test_only_the_admin_and_the_driver_install_are_masters():
+def test_only_the_admin_is_a_master():
     masters = {i for i, (_, group) in pki_mod.IDENTITIES.items() if group == "system:masters"}
-    assert masters == {"admin", "nvidia-dra-driver"}
+    assert masters == {"admin"}
+    assert pki_mod.IDENTITIES["nvidia-dra-driver"][1] == ""
+
+
+def test_the_driver_is_bound_to_the_role_its_install_creates():
+    from draconf.testbed import agent
+    account, role, binding = agent.driver_rbac()
+    # The identity's user name is the ServiceAccount's, so the binding's subject is that identity.
+    user = pki_mod.IDENTITIES[agent.DRIVER_IDENTITY][0]
+    assert user == f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **account["metadata"]}]
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert ("", "pods", "list") in granted and ("nvidia.com", "gpuclusters/status", "patch") in granted
+    # Nothing of an install: no CRDs, RBAC, DeviceClasses, nodes, namespaces; no wildcards.
+    assert not {r for _, r, _ in granted} & {"customresourcedefinitions", "clusterroles", "deviceclasses",
+                                              "nodes", "namespaces", "*"}
+    assert "*" not in {v for *_, v in granted}
 
 
 def test_kwok_is_bound_to_its_upstream_role():
