@@ -29,29 +29,76 @@ GROUP_PREFIX = "draconf:"
 
 def workload_group(nodeid: str) -> str:
     """The xdist group of a workload check: its module, class and parameter id, so the three
-    checks of one workload (and nothing else) share it.
+    checks of one workload (and nothing else) share it.  No brackets: xdist's loadgroup reads
+    an ``@`` after the last ``]`` of a node id as its group.
 
     >>> workload_group("suites/test_workloads.py::TestWorkload::test_cleanup[shared-claim]")
-    'draconf:test_workloads.TestWorkload[shared-claim]'
+    'draconf:test_workloads.TestWorkload/shared-claim'
     >>> workload_group("suites/test_features.py::TestFeatureWorkload::test_allocation[admin-access]")
-    'draconf:test_features.TestFeatureWorkload[admin-access]'
+    'draconf:test_features.TestFeatureWorkload/admin-access'
     >>> workload_group("suites/test_workloads.py::TestWorkload::test_allocation[single-gpu-H100]")
-    'draconf:test_workloads.TestWorkload[single-gpu-H100]'
+    'draconf:test_workloads.TestWorkload/single-gpu-H100'
     """
     path, _, rest = nodeid.partition("::")
     module = path.rsplit("/", 1)[-1].removesuffix(".py")
     parts = rest.split("::")
     test = parts[-1]
     scope = ".".join([module, *parts[:-1]])
-    param = test[test.index("["):] if "[" in test else ""
-    return f"{GROUP_PREFIX}{scope}{param}"
+    param = test[test.index("[") + 1:].removesuffix("]") if "[" in test else ""
+    return f"{GROUP_PREFIX}{scope}/{param}"
+
+
+def is_class_param_test(nodeid: str) -> bool:
+    """A parametrized method of a test class: in the suites, a check of a class-scoped workload.
+
+    >>> is_class_param_test("suites/test_workloads.py::TestWorkload::test_cleanup[two-gpu]")
+    True
+    >>> is_class_param_test("suites/test_preflight.py::test_preflight[server-version]")
+    False
+    >>> is_class_param_test("suites/test_x.py::TestX::test_plain")
+    False
+    """
+    return nodeid.count("::") >= 2 and nodeid.endswith("]")
+
+
+def scheduling_scope(nodeid: str) -> str:
+    """The unit pytest-xdist hands one worker, for a node id as the controller sees it: a
+    workload's checks together, every other test alone (``--dist load``).  A node id already
+    carrying our ``@group`` (an xdist that applies the marks) gives that group.
+
+    >>> scheduling_scope("suites/test_workloads.py::TestWorkload::test_allocation[two-gpu]")
+    'draconf:test_workloads.TestWorkload/two-gpu'
+    >>> scheduling_scope("suites/test_workloads.py::TestWorkload::test_cleanup[two-gpu]@draconf:test_workloads.TestWorkload/two-gpu")
+    'draconf:test_workloads.TestWorkload/two-gpu'
+    >>> scheduling_scope("suites/test_quota.py::test_claim_count_quota_rejects_second_claim")
+    'suites/test_quota.py::test_claim_count_quota_rejects_second_claim'
+    """
+    at = nodeid.rfind("@" + GROUP_PREFIX)
+    if at >= 0:
+        return nodeid[at + 1:]
+    return workload_group(nodeid) if is_class_param_test(nodeid) else nodeid
+
+
+def make_scheduler(config, log):
+    """pytest-xdist's loadgroup scheduling with :func:`scheduling_scope` as its grouping.
+
+    xdist 3.8 marks a group by rewriting ``item._nodeid``, which pytest 9 no longer reads (node
+    ids live in ``_id``): with it, every test is its own group and a workload's checks scatter
+    over the workers.  The controller sees node ids only, so the grouping is read from them."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    class WorkloadGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_scope(nodeid)
+
+    return WorkloadGroupScheduling(config, log)
 
 
 def plain_nodeid(nodeid: str) -> str:
     """A node id without the ``@<group>`` pytest-xdist's loadgroup appends to it, so a parallel
     run's report rows carry the ids of a serial run.
 
-    >>> plain_nodeid("suites/test_workloads.py::TestWorkload::test_cleanup[two-gpu]@draconf:test_workloads.TestWorkload[two-gpu]")
+    >>> plain_nodeid("suites/test_workloads.py::TestWorkload::test_cleanup[two-gpu]@draconf:test_workloads.TestWorkload/two-gpu")
     'suites/test_workloads.py::TestWorkload::test_cleanup[two-gpu]'
     >>> plain_nodeid("suites/test_quota.py::test_x[a@b]")
     'suites/test_quota.py::test_x[a@b]'

@@ -166,6 +166,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(workload_group(item.nodeid)))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (set by ``draconf run -n N``): a workload's checks on one worker,
+    grouped by node id (draconf.parallel.make_scheduler says why the marks alone do not)."""
+    if config.getvalue("dist") == "loadgroup":
+        from draconf.parallel import make_scheduler
+        return make_scheduler(config, log)
+    return None
+
+
 def is_workload_check(item) -> bool:
     """A check of a class-scoped, parametrized workload (the ``started`` fixture)."""
     return (getattr(item, "cls", None) is not None and "started" in getattr(item, "fixturenames", ())

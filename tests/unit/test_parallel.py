@@ -107,7 +107,41 @@ def pytest_collection_finish(session):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "draconf.pytest_plugin",
                                            "--collect-only", "-s", "-q")
     lines = [line for line in result.outlines if line.startswith("GROUP ")]
-    assert "GROUP test_grouped.py::TestWorkload::test_allocation[a] ['draconf:test_grouped.TestWorkload[a]']" in lines
-    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[a] ['draconf:test_grouped.TestWorkload[a]']" in lines
-    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[b] ['draconf:test_grouped.TestWorkload[b]']" in lines
+    assert "GROUP test_grouped.py::TestWorkload::test_allocation[a] ['draconf:test_grouped.TestWorkload/a']" in lines
+    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[a] ['draconf:test_grouped.TestWorkload/a']" in lines
+    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[b] ['draconf:test_grouped.TestWorkload/b']" in lines
     assert "GROUP test_grouped.py::test_plain []" in lines
+
+
+SCATTERED = """
+import os, time
+from pathlib import Path
+import pytest
+
+@pytest.fixture(scope="class", params=["w1", "w2", "w3", "w4"])
+def started(request):
+    Path(f"deployed-{request.param}-{os.getpid()}").write_text("")  # one per deployment
+    return request.param
+
+class TestWorkload:
+    def test_allocation(self, started): time.sleep(0.05)
+    def test_cdi_injection(self, started): time.sleep(0.05)
+    def test_cleanup(self, started): time.sleep(0.05)
+
+@pytest.mark.parametrize("n", range(6))
+def test_other(n): time.sleep(0.05)
+"""
+
+
+def test_under_xdist_each_workload_is_deployed_once_on_one_worker(pytester, monkeypatch):
+    """Real pytest-xdist, 3 workers, ``--dist loadgroup`` as ``draconf run -n N`` sets it: every
+    workload's three checks run on one worker, so its class fixture is set up once."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("DRACONF_BREAKER_FILE", raising=False)
+    monkeypatch.delenv("DRACONF_CAPACITY_LOCK", raising=False)
+    pytester.makepyfile(test_scattered=SCATTERED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "xdist", "-p", "draconf.pytest_plugin",
+                                           "-n", "3", "--dist", "loadgroup")
+    result.assert_outcomes(passed=18)
+    deployed = sorted(p.name.rsplit("-", 1)[0] for p in pytester.path.glob("deployed-*"))
+    assert deployed == ["deployed-w1", "deployed-w2", "deployed-w3", "deployed-w4"], deployed
