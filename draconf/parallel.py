@@ -8,8 +8,8 @@ Two things:
 * **a per-run capacity lock** (:class:`CapacityLock`): a test that creates objects holds it
   shared while its namespace lives (a workload: across its three checks), and a test that needs
   the cluster's free GPUs to itself (``@pytest.mark.exclusive_capacity``: capacity-exhausted
-  holds every free GPU of one model and expects the one it frees to go to its own pod) holds it
-  exclusive.  One ``flock`` file per run, made by the xdist controller (:data:`LOCK_FILE_ENV`,
+  holds every free GPU of one model and expects the one it frees to go to its own pod; the
+  workloads of :data:`EXCLUSIVE_WORKLOADS`, marked at collection) holds it exclusive.  One ``flock`` file per run, made by the xdist controller (:data:`LOCK_FILE_ENV`,
   inherited by its workers); without it (a serial run) the lock is a no-op.  It cannot
   deadlock: a test takes it once, before it creates anything, and no test waits for another
   while holding it.
@@ -23,6 +23,10 @@ import re
 
 #: The flock file every worker of one xdist run shares (set by the controller).
 LOCK_FILE_ENV = "DRACONF_CAPACITY_LOCK"
+#: Workloads that need the free GPUs to themselves under xdist: shared-claim pins two pods and
+#: three GPUs to the one node that has them; partly placed beside other workloads it could wait on
+#: them while they wait on it.
+EXCLUSIVE_WORKLOADS = frozenset({"shared-claim"})
 #: Prefix of the xdist group names draconf sets; xdist appends ``@<group>`` to a node id.
 GROUP_PREFIX = "draconf:"
 

@@ -160,10 +160,12 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """One xdist group per workload (before pytest-xdist reads the groups): its three checks
     share its class-scoped deployment, so they run on one worker, in order."""
-    from draconf.parallel import workload_group
+    from draconf.parallel import EXCLUSIVE_WORKLOADS, workload_group
     for item in items:
         if is_workload_check(item):
             item.add_marker(pytest.mark.xdist_group(workload_group(item.nodeid)))
+            if EXCLUSIVE_WORKLOADS & {str(v) for v in item.callspec.params.values()}:
+                item.add_marker(pytest.mark.exclusive_capacity)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -339,7 +341,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
     # namespace's devices are (finalizers run last-in, first-out).
     from draconf.parallel import run_lock
     lock = run_lock()
-    lock.acquire(exclusive=request.node.get_closest_marker("exclusive_capacity") is not None)
+    # A class-scoped workload's request names the class; the check that set it up carries the mark.
+    test = getattr(request, "_pyfuncitem", None) or request.node
+    lock.acquire(exclusive=test.get_closest_marker("exclusive_capacity") is not None)
     request.addfinalizer(lock.release)
     # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
     profile = request.config.draconf_profile

@@ -83,7 +83,7 @@ def test_one_process_takes_the_lock_once_however_many_namespaces_it_makes(tmp_pa
 GROUPED = """
 import pytest
 
-@pytest.fixture(scope="class", params=["a", "b"])
+@pytest.fixture(scope="class", params=["a", "shared-claim"])
 def started(request):
     return request.param
 
@@ -102,15 +102,16 @@ def test_the_plugin_groups_workload_checks_and_nothing_else(pytester, monkeypatc
 def pytest_collection_finish(session):
     for item in session.items:
         marks = [m.args[0] for m in item.iter_markers("xdist_group")]
-        print("GROUP", item.nodeid, marks)
+        print("GROUP", item.nodeid, marks, item.get_closest_marker("exclusive_capacity") is not None)
 """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "draconf.pytest_plugin",
                                            "--collect-only", "-s", "-q")
     lines = [line for line in result.outlines if line.startswith("GROUP ")]
-    assert "GROUP test_grouped.py::TestWorkload::test_allocation[a] ['draconf:test_grouped.TestWorkload/a']" in lines
-    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[a] ['draconf:test_grouped.TestWorkload/a']" in lines
-    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[b] ['draconf:test_grouped.TestWorkload/b']" in lines
-    assert "GROUP test_grouped.py::test_plain []" in lines
+    assert "GROUP test_grouped.py::TestWorkload::test_allocation[a] ['draconf:test_grouped.TestWorkload/a'] False" in lines
+    assert "GROUP test_grouped.py::TestWorkload::test_cleanup[a] ['draconf:test_grouped.TestWorkload/a'] False" in lines
+    assert ("GROUP test_grouped.py::TestWorkload::test_cleanup[shared-claim] "
+            "['draconf:test_grouped.TestWorkload/shared-claim'] True") in lines
+    assert "GROUP test_grouped.py::test_plain [] False" in lines
 
 
 SCATTERED = """
