@@ -122,6 +122,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "quota: ResourceQuota behaviour for DRA claims")
     config.addinivalue_line("markers", "failure_modes: the source documents' failure scenarios")
     config.addinivalue_line("markers", "audit: read-only audit of the cluster's quotas")
+    config.addinivalue_line("markers", "exclusive_capacity: under pytest-xdist, runs while no other "
+                                       "test of the run holds objects (draconf.parallel)")
     if not config.pluginmanager.hasplugin("xdist"):
         # Set on every workload check; pytest-xdist registers it, and without xdist (an optional
         # extra) it must still be a known marker.
@@ -139,6 +141,13 @@ def pytest_configure(config):
         os.unlink(path)  # tripping creates it; its absence means closed
         os.environ[BREAKER_FILE_ENV] = path
         config.add_cleanup(lambda: (Path(path).unlink(missing_ok=True), os.environ.pop(BREAKER_FILE_ENV, None)))
+        # ... and one capacity lock (draconf.parallel): tests needing the free GPUs to themselves
+        # run while no other worker holds objects.
+        from draconf.parallel import LOCK_FILE_ENV
+        handle, lock = tempfile.mkstemp(prefix="draconf-capacity-", suffix=".lock")
+        os.close(handle)
+        os.environ[LOCK_FILE_ENV] = lock
+        config.add_cleanup(lambda: (Path(lock).unlink(missing_ok=True), os.environ.pop(LOCK_FILE_ENV, None)))
     if getattr(config.option, "reruns", None) and not getattr(config.option, "only_rerun", None):
         # pytest-rerunfailures: only failures that may not persist are run again.  A verdict
         # read from the cluster (a scheduler message that stood, a failed preflight, a wrong
@@ -151,6 +160,34 @@ def pytest_configure(config):
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (CI cancel, kill) unwinds like Ctrl-C, so fixtures and the sweep below run.
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """One xdist group per workload (before pytest-xdist reads the groups): its three checks
+    share its class-scoped deployment, so they run on one worker, in order."""
+    from draconf.parallel import EXCLUSIVE_WORKLOADS, workload_group
+    for item in items:
+        if is_workload_check(item):
+            item.add_marker(pytest.mark.xdist_group(workload_group(item.nodeid)))
+            if EXCLUSIVE_WORKLOADS & {str(v) for v in item.callspec.params.values()}:
+                item.add_marker(pytest.mark.exclusive_capacity)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (set by ``draconf run -n N``): a workload's checks on one worker,
+    grouped by node id (draconf.parallel.make_scheduler says why the marks alone do not)."""
+    if config.getvalue("dist") == "loadgroup":
+        from draconf.parallel import make_scheduler
+        return make_scheduler(config, log)
+    return None
+
+
+def is_workload_check(item) -> bool:
+    """A check of a class-scoped, parametrized workload (the ``started`` fixture)."""
+    return (getattr(item, "cls", None) is not None and "started" in getattr(item, "fixturenames", ())
+            and hasattr(item, "callspec"))
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -344,6 +381,15 @@ def make_namespace(request, api, run_id, label: str) -> str:
         raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict
     from draconf.podsecurity import namespace_labels
     from draconf.workload import stall_after
+    # Under pytest-xdist: hold the run's capacity lock (draconf.parallel) while this namespace
+    # lives, exclusive for a test that needs the free GPUs to itself.  Released after the
+    # namespace's devices are (finalizers run last-in, first-out).
+    from draconf.parallel import run_lock
+    lock = run_lock()
+    # A class-scoped workload's request names the class; the check that set it up carries the mark.
+    test = getattr(request, "_pyfuncitem", None) or request.node
+    lock.acquire(exclusive=test.get_closest_marker("exclusive_capacity") is not None)
+    request.addfinalizer(lock.release)
     # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
     profile = request.config.draconf_profile
     name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),

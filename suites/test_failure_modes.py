@@ -262,6 +262,9 @@ def test_unmatched_selector_is_reported(request, cluster, namespace, profile, ru
 
 
 @pytest.mark.failure_modes
+# Holds every free GPU of one model and expects the one it frees to go to its own pod: under
+# pytest-xdist it runs while no other test of the run holds objects (draconf.parallel).
+@pytest.mark.exclusive_capacity
 @pytest.mark.draconf(workload="failure-modes", check="capacity-exhausted")
 def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, profile, run_id,
                                                validated_nodes):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from draconf.parallel import plain_nodeid
 from draconf.nodescope import scope_line
 from draconf.reporting.allure_extras import write_allure_extras
 from draconf.reporting.diagnoses import diagnosis_prefix
@@ -78,10 +79,10 @@ class ReportingPlugin:
         self.started = _now()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.collected = {item.nodeid: marker_fields(item) for item in session.items}
+        self.collected = {plain_nodeid(item.nodeid): marker_fields(item) for item in session.items}
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
-        self.running = nodeid
+        self.running = plain_nodeid(nodeid)
 
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
         self.running = None
@@ -161,18 +162,20 @@ class ReportingPlugin:
         phase = getattr(report, "draconf_phase", None) or {
             # A process without this plugin made the report: classify with what we have.
             "outcome": phase_outcome(report, None), "message": phase_message(report, None)}
+        # A parallel run's ids lose the "@group" pytest-xdist adds: its rows are a serial run's.
+        nodeid = plain_nodeid(report.nodeid)
         if report.outcome == "rerun":
             # pytest-rerunfailures: this attempt failed and the test runs again.  Keep what
             # failed; the next attempt's setup starts the row afresh.
-            self.failed_attempts.setdefault(report.nodeid, []).append(
+            self.failed_attempts.setdefault(nodeid, []).append(
                 {"message": phase.get("message"), "diagnosis": phase.get("diagnosis")})
             return
-        if report.when == "setup" or report.nodeid not in self.rows:
-            self.rows[report.nodeid] = new_row(report.nodeid, phase)
-        row = self.rows[report.nodeid]
+        if report.when == "setup" or nodeid not in self.rows:
+            self.rows[nodeid] = new_row(nodeid, phase)
+        row = self.rows[nodeid]
         fold_phase(row, report.when, phase, report.duration)
-        if report.when == "teardown" and report.nodeid in self.failed_attempts:
-            mark_reruns(row, self.failed_attempts[report.nodeid])
+        if report.when == "teardown" and nodeid in self.failed_attempts:
+            mark_reruns(row, self.failed_attempts[nodeid])
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
