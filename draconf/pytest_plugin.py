@@ -135,7 +135,12 @@ def pytest_configure(config):
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        # The controller of a pytest-xdist run: one breaker file for every worker it starts.
+        # The controller of a pytest-xdist run: one run id (namespace labels) for every worker it
+        # starts, so that it can sweep what they leave (draconf run sets it already) ...
+        if "DRACONF_RUN_ID" not in os.environ:
+            os.environ["DRACONF_RUN_ID"] = namespaces.RunId.for_this_run().value
+            config.add_cleanup(lambda: os.environ.pop("DRACONF_RUN_ID", None))
+        # ... one breaker file for every worker.
         handle, path = tempfile.mkstemp(prefix="draconf-breaker-", suffix=".json")
         os.close(handle)
         os.unlink(path)  # tripping creates it; its absence means closed
@@ -182,6 +187,35 @@ def pytest_xdist_make_scheduler(config, log):
         from draconf.parallel import make_scheduler
         return make_scheduler(config, log)
     return None
+
+
+def is_xdist_controller(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _sweep_what_workers_left(config) -> None:
+    """Delete and wait out this run's namespaces still there once the workers are gone (a
+    worker interrupted mid-test never reaches its own session end).  The controller runs no
+    fixture, so it connects here, to a target that is already up (it starts nothing)."""
+    if config.option.collectonly:
+        return
+    run = namespaces.RunId.for_this_run()
+    try:
+        target = config.getoption("--target")
+        if target == "testbed":
+            from draconf.testbed.cluster import Testbed
+            bed = Testbed.named(config.getoption("--testbed-name"))
+            if not bed.is_up:
+                return
+            api = connect(bed.kubeconfig)
+        else:
+            api = connect_target(target, config.getoption("--kube-context"))
+        left = namespaces.leftovers(api, run)
+        if left:
+            log.warning("deleting %d namespace(s) of this run the workers left: %s", len(left), ", ".join(left))
+            namespaces.sweep(api, run, wait=120, log_fn=log.info)
+    except Exception as err:  # best effort: report, never mask the run's own outcome
+        log.warning("could not delete this run's namespaces (%s); run `draconf sweep`", err)
 
 
 def is_workload_check(item) -> bool:
@@ -294,9 +328,15 @@ def pytest_runtest_makereport(item, call):
             node.stash[FAILED] = True
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """Whatever a test could not delete (interrupted, crashed fixture), delete it now; then wait,
-    once for the whole run, until every namespace it deleted is gone: nothing is left behind."""
+    once for the whole run, until every namespace it deleted is gone: nothing is left behind.
+    The controller of a pytest-xdist run (after xdist has stopped its workers: ``trylast``)
+    sweeps what workers killed by Ctrl-C or SIGTERM could not delete, by the run's label."""
+    if is_xdist_controller(session.config):
+        _sweep_what_workers_left(session.config)
+        return
     api = getattr(session.config, "draconf_api", None)
     if api is None:
         return

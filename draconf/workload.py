@@ -1,8 +1,8 @@
 """A GPU workload deployed into a test namespace, and the three checks every workload gets.
 
-``Workload`` is what a scenario declares: which manifests, which selectors to put into which
-claim (template), how many pods consume it.  ``DeployedWorkload`` is that workload running in
-a cluster, with ``check_allocation``, ``check_injection`` and ``check_cleanup``; each raises
+``Workload`` (:mod:`draconf.builder`, re-exported here) is what a scenario declares: which
+manifests, which selectors to put into which claim (template), how many pods consume it.
+``DeployedWorkload`` is that workload running in a cluster, with ``check_allocation``, ``check_injection`` and ``check_cleanup``; each raises
 ``AssertionError`` with a message an operator can act on, or
 :class:`~draconf.errors.NoVerdict` naming what kept it from a verdict, and returns the
 evidence it read.
@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import allocation, manifests, nodescope, podsecurity, waits
+from draconf import allocation, manifests, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.errors import NoVerdict
 from draconf.pods import Pod, delete_pods, exec_in_container
-from draconf.profile import Injection, Profile
+from draconf.builder import Workload, match_labels, pod_spec
+from draconf.profile import Profile
 
 log = logging.getLogger("draconf.workload")
 
@@ -85,95 +86,6 @@ def is_definitive(message: str) -> bool:
     """
     return any(m in message for m in DEFINITIVE_UNSCHEDULABLE) and \
         not any(m in message for m in TRANSIENT_UNSCHEDULABLE)
-
-
-@dataclass
-class Workload:
-    name: str
-    manifests: list[str]
-    expected_pods: int
-    #: claim or template name -> selectors to set on its (first) request
-    selectors: dict[str, list[sel.Selector]] = field(default_factory=dict)
-    #: label selector finding the pods of a controller (Deployment); None: the manifest's pods
-    pod_selector: str | None = None
-    #: run every pod on this node (kubernetes.io/hostname); None: the scheduler chooses
-    node: str | None = None
-    #: the pods ask for devices as extended resources (``nvidia.com/gpu: 1``), served through
-    #: the claim the scheduler creates (``status.extendedResourceClaimStatus``)
-    extended_resources: bool = False
-    #: keep every pod off these nodes: the GPU nodes preflight left out of the run
-    avoid_nodes: frozenset[str] = frozenset()
-
-    def documents(self, profile: Profile) -> list[dict]:
-        """The manifests with the profile's class, image and tolerations and this run's selectors
-        and node scope."""
-        docs = [doc for name in self.manifests for doc in manifests.load(name)]
-        for doc in docs:
-            spec = _claim_spec(doc)
-            if spec is not None:
-                for request in spec.get("devices", {}).get("requests", []):
-                    exactly = request.get("exactly", {})
-                    exactly["deviceClassName"] = profile.device_class
-                    if doc["metadata"]["name"] in self.selectors:
-                        exactly["selectors"] = [{"cel": {"expression": s.cel}}
-                                                for s in self.selectors[doc["metadata"]["name"]]]
-            pod_spec = _pod_spec(doc)
-            if pod_spec is not None:
-                podsecurity.conform(pod_spec, profile.pod_security)
-                pod_spec["tolerations"] = [dict(t) for t in profile.tolerations]
-                for container in pod_spec.get("containers", []):
-                    container["image"] = profile.image
-                    _read_injection_with(container, profile.injection)
-                if self.node:
-                    pod_spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = self.node
-                nodescope.avoiding(pod_spec, self.avoid_nodes)
-        return docs
-
-
-#: The command the manifests run to show what a container received (the NVIDIA guide's).
-MANIFEST_INJECTION = Injection()
-
-
-def _read_injection_with(container: dict, injection: Injection) -> None:
-    """Make a manifest's container show what it received the way the profile reads it: its
-    ``nvidia-smi -L`` (as the command, or inside a shell line) becomes the profile's command.
-
-    >>> c = {"command": ["bash", "-c"], "args": ["nvidia-smi -L; sleep 3600"]}
-    >>> _read_injection_with(c, Injection(("env",), "env", variable="X")); c["args"]
-    ['env; sleep 3600']
-    >>> c = {"command": ["nvidia-smi", "-L"]}
-    >>> _read_injection_with(c, Injection(("env",), "env", variable="X")); c["command"]
-    ['env']
-    """
-    if injection.command == MANIFEST_INJECTION.command:
-        return
-    if container.get("command") == list(MANIFEST_INJECTION.command):
-        container["command"] = list(injection.command)
-    shell = MANIFEST_INJECTION.describe()
-    if "args" in container:
-        container["args"] = [a.replace(shell, injection.describe()) if isinstance(a, str) else a
-                             for a in container["args"]]
-
-
-def _claim_spec(doc: dict) -> dict | None:
-    if doc["kind"] == "ResourceClaim":
-        return doc.setdefault("spec", {})
-    if doc["kind"] == "ResourceClaimTemplate":
-        return doc.setdefault("spec", {}).setdefault("spec", {})
-    return None
-
-
-def _match_labels(doc: dict) -> str:
-    """The label selector of a controller's ``spec.selector.matchLabels``."""
-    return ",".join(f"{k}={v}" for k, v in doc["spec"]["selector"]["matchLabels"].items())
-
-
-def _pod_spec(doc: dict) -> dict | None:
-    if doc["kind"] == "Pod":
-        return doc["spec"]
-    if doc["kind"] in {"Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet"}:
-        return doc["spec"]["template"]["spec"]
-    return None
 
 
 @dataclass(frozen=True)
@@ -531,7 +443,7 @@ class DeployedWorkload:
     def delete_consumers(self) -> None:
         """Delete what consumes the claims (pods, controllers); claims and templates stay."""
         for doc in self.documents:
-            if _pod_spec(doc) is None:
+            if pod_spec(doc) is None:
                 continue
             kind, name = doc["kind"], doc["metadata"]["name"]
             try:
@@ -541,7 +453,7 @@ class DeployedWorkload:
                     # The garbage collector would delete the pods with their own grace period
                     # (30 s for `sleep`): orphan them from the Deployment and its ReplicaSets,
                     # then delete them with the suite's.
-                    selector = _match_labels(doc)
+                    selector = match_labels(doc)
                     self.api.apps.delete_namespaced_deployment(name, self.namespace, propagation_policy="Orphan")
                     for rs in self.api.apps.list_namespaced_replica_set(self.namespace, label_selector=selector).items:
                         self.api.apps.delete_namespaced_replica_set(rs.metadata.name, self.namespace,

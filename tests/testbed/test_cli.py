@@ -154,10 +154,13 @@ def test_bad_kubeconfig_is_one_clear_line_and_its_exit_code(tmp_path, healthy_be
     assert took < 5, took
 
 
-def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed):
+@pytest.mark.parametrize("parallel", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed, parallel):
+    """Under pytest-xdist the workers are stopped mid-test and never reach their own session
+    end: the controller sweeps the run's namespaces by its label."""
     api = connect(healthy_bed.kubeconfig)
     proc = subprocess.Popen([sys.executable, "-m", "draconf.cli", "run", "--testbed-name", healthy_bed.name,
-                             "--reports", str(tmp_path / "reports"), "-k", "TestWorkload"],
+                             "--reports", str(tmp_path / "reports"), "-k", "TestWorkload", *parallel],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     waits.wait_until("the run to create a namespace", lambda: namespaces.leftovers(api), bool,
                      timeout=120, interval=0.2, describe=lambda left: ", ".join(left) or "none")
