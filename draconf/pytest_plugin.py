@@ -189,6 +189,23 @@ def pytest_xdist_make_scheduler(config, log):
     return None
 
 
+def target_api(config, start=None, down_hint: str = ""):
+    """An API connection to the run's target (``--target``, ``--testbed-name``,
+    ``--kube-context``).  A test bed that is down is started by ``start(bed)``; without
+    ``start`` it is a :class:`DraconfError` naming it (``down_hint`` adds a way out)."""
+    target = config.getoption("--target")
+    if target != "testbed":
+        return connect_target(target, config.getoption("--kube-context"))
+    from draconf.testbed.cluster import Testbed
+    bed = Testbed.named(config.getoption("--testbed-name"))
+    if not bed.is_up:
+        if start is None:
+            raise DraconfError(f"test bed {bed.name!r} is not up (start it with `draconf testbed up`"
+                               + (f", {down_hint}" if down_hint else "") + ")")
+        start(bed)
+    return connect(bed.kubeconfig)
+
+
 def is_xdist_controller(config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
@@ -201,15 +218,7 @@ def _sweep_what_workers_left(config) -> None:
         return
     run = namespaces.RunId.for_this_run()
     try:
-        target = config.getoption("--target")
-        if target == "testbed":
-            from draconf.testbed.cluster import Testbed
-            bed = Testbed.named(config.getoption("--testbed-name"))
-            if not bed.is_up:
-                return
-            api = connect(bed.kubeconfig)
-        else:
-            api = connect_target(target, config.getoption("--kube-context"))
+        api = target_api(config)
         left = namespaces.leftovers(api, run)
         if left:
             log.warning("deleting %d namespace(s) of this run the workers left: %s", len(left), ", ".join(left))
@@ -257,17 +266,8 @@ def _read_devices_for_collection(config) -> None:
     ``draconf run`` starts it before pytest; plain pytest needs ``draconf testbed up`` first."""
     from draconf.devices import PublishedDevices
     from draconf.preflight.runner import probe
-    target = config.getoption("--target")
     try:
-        if target == "testbed":
-            from draconf.testbed.cluster import Testbed
-            bed = Testbed.named(config.getoption("--testbed-name"))
-            if not bed.is_up:
-                raise DraconfError(f"test bed {bed.name!r} is not up (start it with `draconf testbed up`, "
-                                   f"or use `draconf run --all-models`)")
-            api = connect(bed.kubeconfig)
-        else:
-            api = connect_target(target, config.getoption("--kube-context"))
+        api = target_api(config, down_hint="or use `draconf run --all-models`")
         unusable = probe(api)
         if unusable:
             raise DraconfError(unusable)
@@ -378,18 +378,15 @@ def run_id():
 def cluster(pytestconfig):
     """An API connection to the cluster under test; starts the embedded test bed if needed."""
     target = pytestconfig.getoption("--target")
+
+    def start(bed):
+        from draconf.testbed import inventory
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        say = (lambda m: reporter.write_line(f"[draconf] {m}")) if reporter else print
+        bed.up(inventory.load(), faults=[], log=say)
+
     try:
-        if target == "testbed":
-            from draconf.testbed.cluster import Testbed
-            from draconf.testbed import inventory
-            bed = Testbed.named(pytestconfig.getoption("--testbed-name"))
-            if not bed.is_up:
-                reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-                say = (lambda m: reporter.write_line(f"[draconf] {m}")) if reporter else print
-                bed.up(inventory.load(), faults=[], log=say)
-            api = connect(bed.kubeconfig)
-        else:
-            api = connect_target(target, pytestconfig.getoption("--kube-context"))
+        api = target_api(pytestconfig, start=start)
         from draconf.preflight.runner import probe
         unreachable = probe(api)
         if unreachable:
