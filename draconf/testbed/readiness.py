@@ -40,7 +40,15 @@ def observe(api, inventory, faults, driver: str = "nvidia") -> dict[str, tuple[b
         plugin_pods = api.core.list_namespaced_pod(plugin_namespace, label_selector=plugin_selector).items
     except ApiException:
         plugin_pods = []
-    running = {p.spec.node_name for p in plugin_pods if p.status.phase == "Running"}
+    # Ready, not just Running: with the GPUCluster's state fixed by a fault (gpu-cluster-not-ready)
+    # nothing else waits for the plugin, and a preflight run before it is Ready blames it.  A
+    # crash-looping plugin (plugin-unhealthy) runs between its crashes but is never Ready.
+    def up(pod) -> bool:
+        if pod.status.phase != "Running":
+            return False
+        return "plugin-unhealthy" in faults or any(
+            c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    running = {p.spec.node_name for p in plugin_pods if up(p)}
     # Why a plugin pod does not run, in the kubelet's words (a bad image, a failing mount ...).
     stuck = sorted({f"{s.state.waiting.reason}: {(s.state.waiting.message or '')[:200]}"
                     for p in plugin_pods if p.status.phase != "Running"

@@ -29,14 +29,18 @@ from draconf.workload import DeployedWorkload, Workload
 REPO = Path(__file__).resolve().parents[2]
 RUN = namespaces.RunId("selftest")
 PROFILE = for_target(builtin("example"), "testbed")
-#: Checks that do not apply to the example driver, and the capability each one needs.
+#: Checks that do not apply to the example driver, and the capability each one needs (or why
+#: there is nothing to check).
 NOT_APPLICABLE = {("preflight", "gpu-cluster"): "capabilities.gpuCluster",
                   ("preflight", "policy-conflict"): "capabilities.clusterPolicy",
                   ("audit", "gpu-quota"): "capabilities.extendedResource",
                   ("quota", "extended-resource-trap"): "capabilities.extendedResource",
                   # the feature workloads (suites/test_features.py): no extended resource to ask for
                   **{("extended-resource", check): "capabilities.extendedResource"
-                     for check in ("allocation", "cdi-injection", "cleanup", "quota")}}
+                     for check in ("allocation", "cdi-injection", "cleanup", "quota")},
+                  # the device-taints workload: the bed's example driver taints no device
+                  **{("device-taints", check): "no tainted device published"
+                     for check in ("allocation", "cdi-injection", "cleanup", "untolerated")}}
 
 
 @pytest.fixture(scope="module")

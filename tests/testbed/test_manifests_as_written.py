@@ -396,6 +396,22 @@ def case_44(bed, api, ns):
     return proc.stderr.strip()
 
 
+def placeholder_stays_pending(bed, api, ns, name: str, pod: str) -> str:
+    """45, 46 as written: the placeholder uuid matches no GPU (draconf puts a tainted GPU's there),
+    so the pod stays Pending with the scheduler's "cannot allocate all claims"."""
+    apply(bed, ns, name)
+    unschedulable(api, ns, pod, NO_CAPACITY)
+    return f"the placeholder uuid matches no published device: Pending, '{NO_CAPACITY}'"
+
+
+def case_45(bed, api, ns):
+    return placeholder_stays_pending(bed, api, ns, "features/45-device-taint-tolerated.yaml", "gpu-tolerating")
+
+
+def case_46(bed, api, ns):
+    return placeholder_stays_pending(bed, api, ns, "features/46-device-taint-untolerated.yaml", "gpu-untolerated")
+
+
 CASES = {
     "01-single-gpu.yaml": case_01,
     "02-model-selected.yaml": lambda b, a, n: runs_on_matching_device(b, a, n, "02-model-selected.yaml"),
@@ -418,6 +434,8 @@ CASES = {
     "features/42-gpu-in-use.yaml": case_42,
     "features/43-admin-access-monitor.yaml": case_43,
     "features/44-extended-resource-quota.yaml": case_44,
+    "features/45-device-taint-tolerated.yaml": case_45,
+    "features/46-device-taint-untolerated.yaml": case_46,
 }
 
 
