@@ -81,6 +81,14 @@ class ReportingPlugin:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.collected = {plain_nodeid(item.nodeid): marker_fields(item) for item in session.items}
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        """The controller of a pytest-xdist run collects nothing itself: what its workers
+        collected is what an interrupted run lists as never run (their markers stay on the
+        workers, so those rows name no workload)."""
+        for nodeid in ids:
+            self.collected.setdefault(plain_nodeid(nodeid), (None, None))
+
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self.running = plain_nodeid(nodeid)
 
