@@ -66,9 +66,6 @@ KNOWN_GAPS: dict[str, str] = {
     "device-taints/allocation":
         "its own promise (the tolerating claim gets the tainted GPU) needs a scheduler that refuses a "
         "tolerated taint; device-taints-ignored fails device-taints/untolerated instead",
-    "quota/generated-claim":
-        "quota-not-enforced drags it (the claim is then generated and the pod runs) but its "
-        "diagnosis there is not pinned",
 }
 
 
