@@ -2,8 +2,9 @@
 
 ``Workload`` (:mod:`draconf.builder`, re-exported here) is what a scenario declares: which
 manifests, which selectors to put into which claim (template), how many pods consume it.
-``DeployedWorkload`` is that workload running in a cluster, with ``check_allocation``, ``check_injection`` and ``check_cleanup``; each raises
-``AssertionError`` with a message an operator can act on, or
+``DeployedWorkload`` is that workload running in a cluster, with ``check_allocation``,
+``check_injection`` and ``check_cleanup``; each raises ``AssertionError`` with a message an
+operator can act on, or
 :class:`~draconf.errors.NoVerdict` naming what kept it from a verdict, and returns the
 evidence it read.
 
@@ -27,12 +28,12 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf import allocation, manifests, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
+from draconf.builder import Workload, match_labels, pod_spec
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.errors import NoVerdict
 from draconf.pods import Pod, delete_pods, exec_in_container
-from draconf.builder import Workload, match_labels, pod_spec
 from draconf.profile import Profile
 
 log = logging.getLogger("draconf.workload")
@@ -216,28 +217,25 @@ class DeployedWorkload:
             message = pod.unschedulable_message
             if message and is_definitive(message):
                 # The scheduler retries; a verdict needs the same answer to stand for a while.
-                first = self._unschedulable_since.setdefault((pod.uid, message), now)
-                if now - first >= VERDICT_AFTER and not self._held_by_this_run(message):
+                if self._standing((pod.uid, message), now) >= VERDICT_AFTER \
+                        and not self._held_by_this_run(message):
                     return f"the scheduler cannot place pod {pod.name}: {message}"
             if message and not pod.node and denial_in_text(message):
                 # The scheduler could not create the claim it makes for the pod (an extended
                 # resource's): admission refused it.  It retries, so the refusal standing is it.
-                first = self._unschedulable_since.setdefault((pod.uid, "claim-denied"), now)
-                if now - first >= VERDICT_AFTER:
+                if self._standing((pod.uid, "claim-denied"), now) >= VERDICT_AFTER:
                     return f"admission refused the claim the scheduler creates for pod {pod.name}: {message}"
             if pod.phase == "Failed":
                 ended = "; ".join(pod.end_reasons) or "no reason given"
                 return f"pod {pod.name} failed: {pod.summary()} ({ended})"
             if pod.image_pull_failures:
                 # A kubelet retries pulls with back-off; the same failure standing is a verdict.
-                first = self._unschedulable_since.setdefault((pod.uid, "image-pull"), now)
-                if now - first >= VERDICT_AFTER:
+                if self._standing((pod.uid, "image-pull"), now) >= VERDICT_AFTER:
                     return (f"pod {pod.name} cannot pull its image: {'; '.join(pod.image_pull_failures)} "
                             "(set the profile's `image` to one the nodes can pull)")
             if pod.phase == "Pending" and pod.node and not pod.is_deleting and pod.spec.get("resourceClaims"):
                 unallocated = self._unallocated_claims(pod)
-                if unallocated and now - self._unschedulable_since.setdefault((pod.uid, "bound-unallocated"),
-                                                                             now) >= VERDICT_AFTER:
+                if unallocated and self._standing((pod.uid, "bound-unallocated"), now) >= VERDICT_AFTER:
                     return (f"pod {pod.name} was bound to {pod.node} with its claims unallocated "
                             f"({', '.join(unallocated)}): {pod.spec.get('schedulerName') or 'its scheduler'} "
                             "placed it without allocating them (does it run DRA's DynamicResources "
@@ -284,11 +282,8 @@ class DeployedWorkload:
         now = time.monotonic() if now is None else now
         limit = stall_after(self.profile)
 
-        def standing(key) -> float:
-            return now - self._unschedulable_since.setdefault(key, now)
-
         if not pods:
-            if self.workload.pod_selector and standing(("no-pods",)) >= limit:
+            if self.workload.pod_selector and self._standing(("no-pods",), now) >= limit:
                 raise self._stalled("kube-controller-manager", "controller-manager-unavailable",
                                     f"no pod of {self.workload.name} ({self.workload.pod_selector}) was "
                                     f"created in {limit:.0f}s: its controller did not act")
@@ -299,7 +294,7 @@ class DeployedWorkload:
             self._unschedulable_since.pop(("claims-not-generated",), None)
         if not all(p.unseen_by_scheduler for p in pods):
             self._unschedulable_since.pop(("unseen-by-scheduler",), None)
-        if ungenerated and standing(("claims-not-generated",)) >= limit:
+        if ungenerated and self._standing(("claims-not-generated",), now) >= limit:
             refused = [e for e in self.events() if "FailedResourceClaimCreation" in e]
             if not refused:
                 raise self._stalled("kube-controller-manager", "controller-manager-unavailable",
@@ -308,7 +303,7 @@ class DeployedWorkload:
                                     "FailedResourceClaimCreation event: the resourceclaim controller "
                                     "did not act")
         elif not ungenerated and all(p.unseen_by_scheduler for p in pods) \
-                and standing(("unseen-by-scheduler",)) >= limit:
+                and self._standing(("unseen-by-scheduler",), now) >= limit:
             scheduling = [e for e in self.events() if " Scheduled " in e or "FailedScheduling" in e]
             if not scheduling:
                 raise self._stalled("kube-scheduler", "scheduler-unavailable",
@@ -321,11 +316,15 @@ class DeployedWorkload:
         return ControlPlaneStalled(code, f"[{code}] {observed}; {component}: {health(self.api, component)}",
                                    self.describe())
 
+    def _standing(self, key, now: float) -> float:
+        """Seconds the state ``key`` names has lasted, since this workload first saw it (the
+        cluster retries; a state becomes a verdict only once it has stood for a while)."""
+        return now - self._unschedulable_since.setdefault(key, now)
+
     def _standing_event(self, pod: Pod, reason: str, now: float) -> str | None:
         """The last ``reason`` event of ``pod``, once the pod has been in that state for
         VERDICT_AFTER seconds (its controller retries; a passing failure is no verdict)."""
-        first = self._unschedulable_since.setdefault((pod.uid, reason), now)
-        if now - first < VERDICT_AFTER:
+        if self._standing((pod.uid, reason), now) < VERDICT_AFTER:
             return None
         events = [e for e in self.events() if reason in e and f"Pod/{pod.name}:" in e]
         return events[-1] if events else None
