@@ -134,7 +134,7 @@ def pytest_configure(config):
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+    if is_xdist_controller(config):
         # The controller of a pytest-xdist run: one run id (namespace labels) for every worker it
         # starts, so that it can sweep what they leave (draconf run sets it already) ...
         if "DRACONF_RUN_ID" not in os.environ:

@@ -24,6 +24,9 @@ from draconf.kube import seconds_since
 from draconf.namespaces import MANAGED_BY
 from draconf.pods import Pod, describe_pod
 
+#: draconf's own objects carry this label (a quota the suite made is its checks' subject)
+(MANAGED_BY_LABEL, MANAGED_BY_VALUE), = MANAGED_BY.items()
+
 if TYPE_CHECKING:
     from draconf.diagnosis.gather import Snapshot
 
@@ -606,8 +609,6 @@ def _untolerated_taints(claims: list[dict], slices: list[dict]) -> dict[str, lis
     return found
 
 
-(MANAGED_BY_LABEL, MANAGED_BY_VALUE), = MANAGED_BY.items()
-
 #: Branches of :func:`draconf.allocation.judge` that say an allocation is wrong, not that it has
 #: not happened yet (those are the scheduling rules' to explain).
 BROKEN_ALLOCATION = frozenset({"not-owned", "not-extended", "not-reserved", "wrong-count", "device-twice",
@@ -625,6 +626,6 @@ def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
     judgement = allocation.judge(
         allocation.Snapshot(pods, {c.name: c for c in (Claim(raw) for raw in snap.claims)},
                             PublishedDevices(profile.driver, facts.devices),
-                            {name: facts.device_classes.get(name) for name in facts.device_classes}),
+                            dict(facts.device_classes)),
         expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"))
     return [str(p) for p in judgement.problems if p.kind in BROKEN_ALLOCATION]
