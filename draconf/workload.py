@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import allocation, manifests, podsecurity, waits
+from draconf import allocation, availability, manifests, podsecurity, waits
 from draconf.admission import AdmissionDenied, denial_in_text
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import selectors as sel
 from draconf.claims import Claim
-from draconf.devices import PublishedDevices, class_selectors
+from draconf.devices import PublishedDevices, class_selectors, devices_from_slices
 from draconf.errors import NoVerdict
 from draconf.pods import Pod, delete_pods, exec_in_container
 from draconf.profile import Profile
@@ -215,11 +215,13 @@ class DeployedWorkload:
         self.check_moving(pods, now)
         for pod in pods:
             message = pod.unschedulable_message
-            if message and is_definitive(message):
-                # The scheduler retries; a verdict needs the same answer to stand for a while.
-                if self._standing((pod.uid, message), now) >= VERDICT_AFTER \
-                        and not self._held_by_this_run(message):
+            if message and is_definitive(message) and not self._held_by_this_run(message):
+                # The scheduler retries; a verdict needs the same answer to stand for a while,
+                # or the cluster's state to confirm it now.
+                if self._standing((pod.uid, message), now) >= VERDICT_AFTER:
                     return f"the scheduler cannot place pod {pod.name}: {message}"
+                if confirmed := self._confirmed_now(pod, message):
+                    return f"the scheduler cannot place pod {pod.name}: {message} (the cluster confirms: {confirmed})"
             if message and not pod.node and denial_in_text(message):
                 # The scheduler could not create the claim it makes for the pod (an extended
                 # resource's): admission refused it.  It retries, so the refusal standing is it.
@@ -253,6 +255,70 @@ class DeployedWorkload:
                 if refused:
                     return f"the claim of pod {pod.name} cannot be created: {refused}"
         return self._controller_denied(pods)
+
+    def _confirmed_now(self, pod: Pod, message: str) -> str | None:
+        """:meth:`confirm_unschedulable` for :meth:`verdict`: asked once per pod and message
+        (it reads every slice and claim of the cluster), and again on each poll while a
+        device the pod could use is being released; meanwhile the message does not count as
+        standing (a GPU a deleted pod frees is the scheduler's next answer, however long its
+        grace period)."""
+        key = (pod.uid, message, "confirmed")
+        if key in self._unschedulable_since:
+            return None
+        reading = self.read_availability(pod, message)
+        if reading is not None and reading.releasing:
+            self._unschedulable_since[(pod.uid, message)] = time.monotonic()
+            return None
+        self._unschedulable_since[key] = time.monotonic()
+        return self.confirm_unschedulable(pod, message, reading)
+
+    def read_availability(self, pod: Pod, message: str) -> availability.Availability | None:
+        """For "cannot allocate all claims": how the pod's unallocated claims stand against every
+        published device and every claim of the cluster (None for other messages)."""
+        if "cannot allocate all claims" not in message:
+            return None
+        mine = self.claims()
+        unallocated = [mine[n] for n in pod.claim_names().values() if n in mine and not mine[n].is_allocated]
+        if not unallocated:
+            return None
+        classes = {name: class_selectors(self.api, name) for name in allocation.class_names(unallocated)}
+        published = devices_from_slices(self.api.resource.list_resource_slice().items)
+        everyone = [Claim(self.api.api_client.sanitize_for_serialization(c))
+                    for c in self.api.resource.list_resource_claim_for_all_namespaces().items]
+        reading = availability.Availability()
+        for claim in unallocated:
+            availability.shortage(claim, published, classes, everyone, self._consumers_leaving, into=reading)
+        return reading
+
+    def confirm_unschedulable(self, pod: Pod, message: str,
+                              reading: availability.Availability | None = None) -> str | None:
+        """What the cluster's state says now about the scheduler's ``message`` for ``pod``: a
+        DeviceClass its claims name that does not exist, or, for "cannot allocate all claims",
+        the requests that fewer free devices pass than they want, with no matching device being
+        released (:mod:`draconf.availability`).  None when the state does not confirm the
+        message: then it must stand VERDICT_AFTER seconds."""
+        if "does not exist" in message:
+            mine = self.claims()
+            unallocated = [mine[n] for n in pod.claim_names().values() if n in mine and not mine[n].is_allocated]
+            missing = sorted(n for n in allocation.class_names(unallocated) if class_selectors(self.api, n) is None)
+            return f"DeviceClass {', '.join(missing)} does not exist" if missing else None
+        reading = reading or self.read_availability(pod, message)
+        return str(reading) if reading is not None and reading.confirmed else None
+
+    def _consumers_leaving(self, holder: Claim) -> bool:
+        """Whether a pod ``holder`` is reserved for is being deleted (or already gone)."""
+        for ref in holder.status.get("reservedFor") or []:
+            if ref.get("resource") != "pods":
+                continue
+            try:
+                consumer = self.api.core.read_namespaced_pod(ref.get("name"), holder.namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    return True
+                raise
+            if consumer.metadata.deletion_timestamp or consumer.metadata.uid != ref.get("uid"):
+                return True
+        return False
 
     def _unallocated_claims(self, pod: Pod) -> list[str]:
         """The claims of a bound pod that are not allocated (or not even generated): a

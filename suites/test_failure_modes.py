@@ -34,7 +34,7 @@ from draconf.pods import delete_pods
 from draconf.pods import Pod
 from draconf.quantity import format_binary
 from draconf.errors import NoVerdict
-from draconf.reporting import diagnosis_prefix, record_diagnosis, show_templated
+from draconf.reporting import diagnosis_prefix, note, record_diagnosis, show_templated
 from draconf.workload import VERDICT_AFTER, DeployedWorkload, Workload, is_definitive
 
 # Quota and failure behaviour only means something on a cluster that passes preflight.
@@ -54,10 +54,21 @@ def report_time(request, what: str, seconds: float) -> None:
     request.node.user_properties.append((f"seconds to verdict: {what}", round(seconds, 2)))
 
 
+def report_unschedulable(request, what: str, seconds: float, confirmed: str | None) -> None:
+    """The seconds to the scheduler's message, and how the verdict was made sure of: the
+    cluster's state read just then, or the message standing VERDICT_AFTER seconds."""
+    report_time(request, what, seconds)
+    note(request.node, f"the scheduler's message confirmed by the cluster's state: {confirmed}" if confirmed
+         else f"the scheduler's message stood {VERDICT_AFTER:g}s (the cluster's state did not confirm it)")
+
+
 def wait_unschedulable(deployed: DeployedWorkload, pod_name: str, text: str,
-                       hold: float = VERDICT_AFTER) -> tuple[Pod, float]:
-    """Wait until the scheduler says ``text`` about ``pod_name`` and keeps saying it for
-    ``hold`` seconds without placing the pod; returns the pod and seconds to the first message.
+                       hold: float = VERDICT_AFTER) -> tuple[Pod, float, str | None]:
+    """Wait until the scheduler says ``text`` about ``pod_name`` and the cluster's state
+    confirms it (:meth:`DeployedWorkload.confirm_unschedulable`: the class is missing, too few
+    free devices pass the request's selectors), or else the scheduler keeps saying it for
+    ``hold`` seconds without placing the pod; returns the pod, seconds to the first message,
+    and the confirmation (None when it stood instead).
 
     Fails at once (no timeout) if the pod is scheduled, fails, or gets a different definitive
     verdict that stands for ``hold`` seconds.
@@ -94,8 +105,12 @@ def wait_unschedulable(deployed: DeployedWorkload, pod_name: str, text: str,
                      timeout=profile.timeouts.schedule, describe=describe, verdict=verdict,
                      interval=0.25)
     seconds = time.monotonic() - started
+    pod = Pod.read(api, namespace, pod_name)
+    if not pod.node and text in (pod.unschedulable_message or "") and \
+            (confirmed := deployed.confirm_unschedulable(pod, pod.unschedulable_message)):
+        return pod, seconds, confirmed
 
-    # A verdict must stand: the pod stays unscheduled with the same reason.
+    # Not confirmed by the state: the verdict must stand, the pod unscheduled with the same reason.
     def no_longer(pod):
         if pod is None or pod.node or text not in (pod.unschedulable_message or ""):
             return f"pod {pod_name} no longer reports {text!r}: {describe(pod)}"
@@ -105,7 +120,7 @@ def wait_unschedulable(deployed: DeployedWorkload, pod_name: str, text: str,
     waits.wait_until(f"pod {pod_name} to stay unscheduled for {hold:g}s", observe,
                      lambda pod: time.monotonic() >= until and no_longer(pod) is None,
                      timeout=hold + 30, describe=describe, verdict=no_longer, interval=0.25)
-    return Pod.read(api, namespace, pod_name), seconds
+    return Pod.read(api, namespace, pod_name), seconds, None
 
 
 def scheduler_events(api, namespace: str, pod: str) -> list[str]:
@@ -197,8 +212,8 @@ def test_missing_deviceclass_is_reported(request, cluster, namespace, profile, r
     pod_name = manifests.find(docs, "Pod")["metadata"]["name"]
 
     text = f"device class {missing} does not exist"
-    pod, seconds = wait_unschedulable(deployed, pod_name, text)
-    report_time(request, f"'{text}'", seconds)
+    pod, seconds, confirmed = wait_unschedulable(deployed, pod_name, text)
+    report_unschedulable(request, f"'{text}'", seconds, confirmed)
     message = pod.unschedulable_message
     assert f"request {request_name}: {text}" in message, (
         f"the scheduler's message does not name request {request_name!r}: {message}")
@@ -250,11 +265,11 @@ def test_unmatched_selector_is_reported(request, cluster, namespace, profile, ru
     deployed = DeployedWorkload.deploy(api, namespace, workload, profile, run_id.labels)
     pod_name = manifests.find(deployed.documents, "Pod")["metadata"]["name"]
     try:
-        pod, seconds = wait_unschedulable(deployed, pod_name, NO_CAPACITY)
+        pod, seconds, confirmed = wait_unschedulable(deployed, pod_name, NO_CAPACITY)
     except waits.WaitFailed as err:
         diagnose_start_failure(request, str(err))
         raise AssertionError(f"{summary}, yet: {err}") from None
-    report_time(request, f"'{NO_CAPACITY}'", seconds)
+    report_unschedulable(request, f"'{NO_CAPACITY}'", seconds, confirmed)
     claims = [c for c in Claim.list(api, namespace) if c.is_generated]
     assert claims and not any(c.is_allocated for c in claims), (
         f"{summary}, but a claim was allocated: " + "; ".join(c.summary() for c in claims))
@@ -351,9 +366,9 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
     extra = DeployedWorkload(api, namespace, Workload("capacity-extra", [], 1, selectors), profile,
                              [template, extra_doc])
     extra_name = extra_doc["metadata"]["name"]
-    pod, seconds = wait_unschedulable(extra, extra_name, NO_CAPACITY)
-    report_time(request, f"'{NO_CAPACITY}' with all {len(matching)} {product} GPU(s) allocated",
-                seconds)
+    pod, seconds, confirmed = wait_unschedulable(extra, extra_name, NO_CAPACITY)
+    report_unschedulable(request, f"'{NO_CAPACITY}' with all {len(matching)} {product} GPU(s) allocated",
+                         seconds, confirmed)
 
     # Release one: delete a holder; its generated claim is deallocated and deleted, the
     # scheduler retries the extra pod.
