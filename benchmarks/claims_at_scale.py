@@ -1,0 +1,99 @@
+"""800 single-GPU claims on a 100 x 8 KWOK fleet: create -> all Running, delete -> all released
+(issue 13's targets: ≥ 40 claims/s and ≥ 80 claims/s on this 2-core machine).
+
+    python benchmarks/claims_at_scale.py [--times 3] [--nodes 100] [--gpus 8]
+
+Brings up its own bed (``bench-scale``: NODES KWOK nodes of GPUS GPUs each, the simulated
+driver preparing what the scheduler allocates), then per round, in a fresh namespace: a
+ResourceClaimTemplate of one GPU and NODES x GPUS pods using it, sent by a thread pool as
+``kubectl apply`` sends them; the time until every pod is Running; then every pod deleted (grace
+period 0) and the time until no claim is left.  Prints each round (pods/s sent, claims/s
+Running, claims/s released, the load), then min/median of each figure.  The bed is stopped at
+the end.  Timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from draconf import namespaces, waits  # noqa: E402
+from draconf.kube import connect  # noqa: E402
+from draconf.profile import TESTBED_IMAGE  # noqa: E402
+from draconf.testbed import inventory  # noqa: E402
+from draconf.testbed.cluster import Testbed  # noqa: E402
+
+
+def one_round(api, count: int, index: int) -> tuple[float, float, float]:
+    """(seconds to send, seconds to all Running, seconds to all claims gone)."""
+    ns = namespaces.create(api, namespaces.RunId("bench"), f"scale-{index}")
+    api.resource.create_namespaced_resource_claim_template(ns, {
+        "metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
+
+    def create(i: int) -> None:
+        api.core.create_namespaced_pod(ns, {"metadata": {"name": f"gpu-{i}"}, "spec": {
+            "restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            "containers": [{"name": "c", "image": TESTBED_IMAGE, "command": ["sleep", "1d"],
+                            "resources": {"claims": [{"name": "gpu"}]}}]}})
+
+    def running() -> int:
+        return sum(1 for p in api.core.list_namespaced_pod(ns).items if p.status.phase == "Running")
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, range(count)))
+    sent = time.monotonic() - started
+    waits.wait_until(f"{count} pods to run", running, lambda n: n == count, timeout=600, interval=0.5,
+                     describe=lambda n: f"{n} of {count} Running")
+    up = time.monotonic() - started
+
+    started = time.monotonic()
+    api.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    waits.wait_until(f"{count} claims to be released",
+                     lambda: len(api.resource.list_namespaced_resource_claim(ns).items), lambda n: n == 0,
+                     timeout=600, interval=0.5, describe=lambda n: f"{n} claims left")
+    down = time.monotonic() - started
+    namespaces.delete(api, ns, wait=120)
+    return sent, up, down
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--times", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8)
+    args = parser.parse_args(argv)
+    count = args.nodes * args.gpus
+    bed = Testbed.named("bench-scale")
+    bed.down(log=lambda *_: None)
+    bed.up(inventory.uniform(args.nodes, args.gpus), faults=[], log=lambda *_: None, timeout=600)
+    try:
+        api = connect(bed.kubeconfig)
+        print(f"{count} claims on {args.nodes} x {args.gpus} KWOK nodes, {os.cpu_count()} CPUs")
+        rates = {"sent": [], "running": [], "released": []}
+        for i in range(args.times):
+            sent, up, down = one_round(api, count, i)
+            rates["sent"].append(count / sent)
+            rates["running"].append(count / up)
+            rates["released"].append(count / down)
+            print(f"  round {i}: sent in {sent:.1f} s ({count / sent:.0f} pods/s), all Running in {up:.1f} s "
+                  f"({count / up:.1f} claims/s), all released in {down:.1f} s ({count / down:.1f} claims/s), "
+                  f"load {os.getloadavg()[0]:.2f}")
+        for what, values in rates.items():
+            print(f"{what}: min {min(values):.1f}/s, median {statistics.median(values):.1f}/s")
+    finally:
+        bed.down(log=lambda *_: None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
