@@ -74,13 +74,7 @@ FAULTS: dict[str, str] = {
 #: the gate off, does).
 SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
                        "prioritized-list-off": "DRAPrioritizedList",
-                       "sharing-config-ignored":
-        "the kubelet plugin reads no opaque claim config (a driver without GpuConfig support): a "
-        "TimeSlicing or MPS claim is prepared as a plain one, and an invalid config is not refused",
-    "sharing-gates-off":
-        "the driver is installed without the chart's featureGates TimeSlicingSettings and MPSSupport "
-        "(the chart's default): the kubelet plugin refuses every claim with a sharing config",
-    "device-taints-ignored": "DRADeviceTaints"}
+                       "device-taints-ignored": "DRADeviceTaints"}
 
 #: Faults that need an unhealthy (tainted) GPU in the fleet to show (``inventory.with_unhealthy_gpu``).
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
