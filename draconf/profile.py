@@ -154,7 +154,7 @@ class Capabilities:
     extended_resource: str | None = "nvidia.com/gpu"
     #: the driver takes an opaque GpuConfig (resource.nvidia.com/v1beta1) with a TimeSlicing or
     #: MPS sharing strategy (the gpu-sharing workload); a driver without it skips them
-    gpu_sharing: bool = False
+    gpu_sharing: bool = True
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,13 @@ from draconf.testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
-#: Checks that need containers that really run and exit: on KWOK GPU nodes they are skipped,
+#: Checks that need containers that really run (and exit; gpu-sharing reads nvidia-smi in them):
+#: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).
-REAL_NODES_ONLY = ("job/",)
+REAL_NODES_ONLY = ("job/", "gpu-sharing/")
 #: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
-REAL_NODE_FAULTS = ("exec-flaky",)
+REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off")
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
