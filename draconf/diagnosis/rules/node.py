@@ -56,9 +56,13 @@ def rule_config_rejected(facts: Facts, check, error_text):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
         refused = [e for e in failed if any(r in e.message for r in CONFIG_REFUSALS)]
         if refused:
+            message = refused[-1].message
+            # The driver's own words close the message; the kubelet's prefix says little.
+            at = min(message.find(r) for r in CONFIG_REFUSALS if r in message)
+            shown = ("..." if at > 60 else "") + message[max(0, at - 60):][:400]
             return ("config-rejected",
                     f"Pod {pod.name} cannot start on {pod.node}: the driver refuses the opaque config of "
-                    f"claim {', '.join(c.name for c in configured)}: {refused[-1].message[:400]}")
+                    f"claim {', '.join(c.name for c in configured)}: {shown}")
     return None
 
 
