@@ -15,8 +15,9 @@
 // # What it mirrors
 //
 // kubernetes-sigs/dra-driver-nvidia-gpu at tag v0.4.1 (commit 764900e7833798a1528bd52a2af3e1b2d5f7a616),
-// cmd/gpu-kubelet-plugin, with the chart's default feature gates (no DynamicMIG,
-// passthrough, MPS or time-slicing; MIG disabled):
+// cmd/gpu-kubelet-plugin, with the chart's default feature gates (no DynamicMIG or
+// passthrough; MIG disabled) except the GPU-sharing gates TimeSlicingSettings and MPSSupport,
+// which --feature-gates turns on (the bed installs the chart with both; see "GPU sharing"):
 //
 //   - flags and environment variables (main.go, pkg/flags/kubeclient.go): --node-name
 //     NODE_NAME, --namespace NAMESPACE, --cdi-root CDI_ROOT, --nvidia-driver-root
