@@ -114,10 +114,9 @@ class ClaimFacts:
     deleting_for: float | None = None
     #: each request as its alternatives (one for ``exactly``, several for ``firstAvailable``)
     requests: list[list[RequestFacts]] = field(default_factory=list)
-    #: allocated devices (driver/pool/device) by the request their result names (``req`` or
-    #: ``req/sub``): a container listing one request gets only those
+    #: as draconf.claims.Claim.request_devices and .opaque_config_drivers (same names, so the
+    #: rules read either model)
     request_devices: dict[str, list[str]] = field(default_factory=dict)
-    #: the drivers the claim gives opaque configuration to (spec.devices.config[].opaque.driver)
     opaque_config_drivers: list[str] = field(default_factory=list)
 
     @property
@@ -410,17 +409,7 @@ def _claim_facts(raw: dict) -> ClaimFacts:
         admin_devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results
                        if r.get("adminAccess")],
         deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}),
-        request_devices=_by_request(results),
-        opaque_config_drivers=sorted({(c.get("opaque") or {}).get("driver") or "" for c in
-                                      ((raw.get("spec") or {}).get("devices") or {}).get("config") or []
-                                      if c.get("opaque")}))
-
-
-def _by_request(results: list[dict]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for r in results:
-        out.setdefault(r.get("request") or "", []).append(f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}")
-    return out
+        request_devices=Claim(raw).request_devices, opaque_config_drivers=Claim(raw).opaque_config_drivers)
 
 
 def build_facts(snap: Snapshot, profile) -> Facts:
