@@ -158,3 +158,64 @@ def device_taints(api, namespace: str, device_class: str) -> Capability:
                                   "effect": "NoSchedule"}]}}]}}}
     return served_field(api, namespace, "device taints (tolerations)", claim,
                         "spec.devices.requests.0.exactly.tolerations.0.key")
+
+
+#: The annotation KWOK puts on the nodes it simulates: API objects only, no container runs there.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def kwok_nodes(api) -> set[str]:
+    """The nodes KWOK simulates (annotation ``kwok.x-k8s.io/node``)."""
+    return {n.metadata.name for n in api.core.list_node().items
+            if KWOK_NODE_ANNOTATION in (n.metadata.annotations or {})}
+
+
+def gpu_sharing(api, profile, published, avoid=frozenset(), gpus: int = 2) -> tuple[Capability, list[str]]:
+    """:func:`sharing_nodes` with the cluster's KWOK nodes read."""
+    return sharing_nodes(profile, published, kwok_nodes(api) if profile.capabilities.gpu_sharing else set(),
+                         avoid, gpus)
+
+
+def sharing_nodes(profile, published, kwok: set[str], avoid=frozenset(),
+                  gpus: int = 2) -> tuple[Capability, list[str]]:
+    """GpuConfig sharing (TimeSlicing, MPS): the profile's driver takes it
+    (``capabilities.gpuSharing``), and some node that runs containers (not a KWOK node, not left
+    out of the run) publishes at least ``gpus`` full GPUs.  With the capability, those nodes,
+    most GPUs first.
+
+    A driver with the sharing feature gates off still has the capability: it refuses the config
+    when it prepares the claim, which the suite reports (config-rejected) rather than skips.
+
+    >>> from draconf.devices import Device
+    >>> from draconf.profile import builtin
+    >>> gpu = lambda node, n: Device("gpu.nvidia.com", node, f"gpu-{n}", node,
+    ...                              {"gpu.nvidia.com/type": "gpu"})
+    >>> published = [gpu("a", 0), gpu("a", 1), gpu("b", 0), gpu("b", 1), gpu("b", 2), gpu("c", 0)]
+    >>> sharing_nodes(builtin("nvidia"), published, kwok=set())[1]
+    ['b', 'a']
+    >>> cap, nodes = sharing_nodes(builtin("nvidia"), published, kwok={"a", "b"})
+    >>> cap.available, nodes, cap.evidence
+    (False, [], 'no node that runs containers publishes 2 gpu.nvidia.com GPUs (per node: a: 2 (KWOK), b: 3 (KWOK), c: 1); KWOK nodes run no container, so what the driver does to a GPU cannot be observed there')
+    >>> sharing_nodes(builtin("example"), published, kwok=set())[0].skip_reason
+    'GPU sharing (GpuConfig TimeSlicing/MPS) is not available on this cluster: profile example: driver gpu.example.com takes no GpuConfig sharing config (capabilities.gpuSharing)'
+    """
+    name = "GPU sharing (GpuConfig TimeSlicing/MPS)"
+    if not profile.capabilities.gpu_sharing:
+        return Capability(name, False, f"profile {profile.name}: driver {profile.driver} takes no GpuConfig "
+                                       "sharing config (capabilities.gpuSharing)"), []
+    counts: dict[str, int] = {}
+    role = profile.attributes.get("type")
+    for device in published:
+        if role and device.attribute(role) not in (None, profile.device_type):
+            continue  # a MIG slice or a passthrough device: not a full GPU
+        if device.node:
+            counts[device.node] = counts.get(device.node, 0) + 1
+    nodes = sorted((n for n, c in counts.items() if c >= gpus and n not in kwok and n not in avoid),
+                   key=lambda n: (-counts[n], n))
+    if nodes:
+        return Capability(name, True, f"{', '.join(nodes)} publish {gpus}+ GPUs and run containers"), nodes
+    seen = ", ".join(f"{n}: {c}{' (KWOK)' if n in kwok else ''}{' (left out)' if n in avoid else ''}"
+                     for n, c in sorted(counts.items())) or "none"
+    return Capability(name, False, f"no node that runs containers publishes {gpus} {profile.driver} GPUs "
+                                   f"(per node: {seen}); KWOK nodes run no container, so what the driver "
+                                   "does to a GPU cannot be observed there"), []

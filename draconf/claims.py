@@ -137,6 +137,32 @@ class Claim:
                 for r in (alloc.get("devices") or {}).get("results") or []]
 
     @property
+    def request_devices(self) -> dict[str, list[str]]:
+        """Allocated devices (driver/pool/device) by the request their result names (``req`` or
+        ``req/sub``): a container that lists one request of the claim gets only those.
+
+        >>> Claim({"status": {"allocation": {"devices": {"results": [
+        ...     {"request": "ts", "driver": "d", "pool": "n", "device": "gpu-0"},
+        ...     {"request": "mps", "driver": "d", "pool": "n", "device": "gpu-1"}]}}}}).request_devices
+        {'ts': ['d/n/gpu-0'], 'mps': ['d/n/gpu-1']}
+        """
+        out: dict[str, list[str]] = {}
+        for r in self.results:
+            out.setdefault(r.request, []).append(r.key)
+        return out
+
+    @property
+    def opaque_config_drivers(self) -> list[str]:
+        """The drivers the claim gives opaque configuration to (``spec.devices.config[].opaque``).
+
+        >>> Claim({"spec": {"devices": {"config": [{"opaque": {"driver": "gpu.nvidia.com",
+        ...     "parameters": {}}}]}}}).opaque_config_drivers
+        ['gpu.nvidia.com']
+        """
+        configs = ((self.raw.get("spec") or {}).get("devices") or {}).get("config") or []
+        return sorted({(c.get("opaque") or {}).get("driver") or "" for c in configs if c.get("opaque")})
+
+    @property
     def reserved_for_uids(self) -> set[str]:
         return {r.get("uid") for r in self.status.get("reservedFor") or []}
 

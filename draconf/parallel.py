@@ -25,8 +25,9 @@ import re
 LOCK_FILE_ENV = "DRACONF_CAPACITY_LOCK"
 #: Workloads that need the free GPUs to themselves under xdist: shared-claim pins two pods and
 #: three GPUs to the one node that has them; partly placed beside other workloads it could wait on
-#: them while they wait on it.
-EXCLUSIVE_WORKLOADS = frozenset({"shared-claim"})
+#: them while they wait on it.  gpu-sharing pins its pod (two GPUs) to one node: beside other
+#: workloads it could stand unschedulable long enough to be judged.
+EXCLUSIVE_WORKLOADS = frozenset({"shared-claim", "gpu-sharing"})
 #: Prefix of the xdist group names draconf sets; xdist appends ``@<group>`` to a node id.
 GROUP_PREFIX = "draconf:"
 

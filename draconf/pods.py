@@ -45,6 +45,15 @@ EXTENDED_CLAIM = "(extended resources)"
 IMAGE_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
+def request_matches(result_request: str, request: str | None) -> bool:
+    """Whether an allocation result (``req`` or ``req/sub``) belongs to ``request`` (None: any).
+
+    >>> request_matches("gpu/first", "gpu"), request_matches("gpu", None), request_matches("a", "b")
+    (True, True, False)
+    """
+    return request is None or result_request == request or result_request.startswith(request + "/")
+
+
 def parse_nvidia_smi_uuids(text: str) -> list[str]:
     """The GPU UUIDs in ``nvidia-smi -L`` output (MIG lines are not full GPUs)."""
     from draconf.profile import Injection
@@ -236,6 +245,23 @@ class Pod:
                 if any(m.get("containerName") == container for m in self.extended_request_mappings):
                     listed.append(EXTENDED_CLAIM)
                 return listed
+        raise KeyError(container)
+
+    def container_claim_requests(self, container: str) -> list[tuple[str, str | None]]:
+        """Like :meth:`container_claims`, with the request each entry names
+        (``resources.claims[].request``: the container gets only that request's devices; None:
+        every request of the claim).
+
+        >>> Pod({"spec": {"containers": [{"name": "c", "resources": {"claims": [
+        ...     {"name": "shared", "request": "ts-gpu"}, {"name": "own"}]}}]}}).container_claim_requests("c")
+        [('shared', 'ts-gpu'), ('own', None)]
+        """
+        for c in self.spec.get("containers") or []:
+            if c["name"] == container:
+                return [(r["name"], r.get("request") or None)
+                        for r in (c.get("resources") or {}).get("claims") or []] + \
+                    [(ref, None) for ref in self.container_claims(container)
+                     if ref == EXTENDED_CLAIM]
         raise KeyError(container)
 
     def summary(self) -> str:

@@ -152,6 +152,9 @@ class Capabilities:
     #: the device plugin's extended resource for these devices (quota extended-resource-trap,
     #: the quota audit); None: the driver has no device-plugin predecessor
     extended_resource: str | None = "nvidia.com/gpu"
+    #: the driver takes an opaque GpuConfig (resource.nvidia.com/v1beta1) with a TimeSlicing or
+    #: MPS sharing strategy (the gpu-sharing workload); a driver without it skips them
+    gpu_sharing: bool = True
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,7 @@ _INJECTION_KEYS = {"command": "command", "format": "format", "variable": "variab
 _PLUGIN_KEYS = {"daemonSets": "daemonsets", "podSelectors": "pod_selectors",
                 "gpuNodeLabels": "gpu_node_labels"}
 _CAPABILITY_KEYS = {"gpuCluster": "gpu_cluster", "clusterPolicy": "cluster_policy",
-                    "extendedResource": "extended_resource"}
+                    "extendedResource": "extended_resource", "gpuSharing": "gpu_sharing"}
 
 
 def _strings(value) -> bool:
@@ -419,7 +422,7 @@ def _plugin(value, base: Plugin, fail) -> Plugin:
 def _capabilities(value, base: Capabilities, fail) -> Capabilities:
     _require_section("capabilities", value, _CAPABILITY_KEYS, fail)
     fields = {}
-    for key in ("gpuCluster", "clusterPolicy"):
+    for key in ("gpuCluster", "clusterPolicy", "gpuSharing"):
         if key in value:
             if not isinstance(value[key], bool):
                 raise fail(f"`capabilities.{key}` must be true or false")

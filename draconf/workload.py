@@ -33,7 +33,7 @@ from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors, devices_from_slices
 from draconf.errors import NoVerdict
-from draconf.pods import Pod, delete_pods, exec_in_container
+from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
 
 log = logging.getLogger("draconf.workload")
@@ -457,9 +457,11 @@ class DeployedWorkload:
         device name) of each device allocated to the claims it lists."""
         names = pod.claim_names()
         found = []
-        for ref in pod.container_claims(container):
+        for ref, request in pod.container_claim_requests(container):
             claim = claims.get(names.get(ref, ""))
             for result in claim.results if claim else []:
+                if not request_matches(result.request, request):
+                    continue
                 device = published.lookup(result.driver, result.pool, result.device)
                 if device is not None:
                     found.append(self.profile.identity(device))

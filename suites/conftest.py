@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 CHECK_OF_TEST = {"test_allocation": "allocation", "test_cdi_injection": "cdi-injection",
-                 "test_cleanup": "cleanup"}
+                 "test_cleanup": "cleanup", "test_sharing": "sharing"}
 
 
 #: Run order: read-only checks first, then the workloads, then quota and failure scenarios.

@@ -596,3 +596,182 @@ def holders_of(api, device: taints.TaintedDevice) -> list[str]:
         if any(r.key == device.key for r in claim.results):
             found.append(f"{claim.meta.get('namespace')}/{claim.meta.get('name')}")
     return found
+
+
+# --- GPU sharing ------------------------------------------------------------------------------
+
+SHARING_WORKLOAD = "gpu-sharing"
+SHARING_TEMPLATE = "multiple-gpus"
+#: 48-gpu-sharing-invalid.yaml: claim (and pod) name -> what the driver's refusal must name.
+INVALID_CONFIGS = {"bad-field": "quantum", "bad-strategy": "Exclusive"}
+#: How long an invalid config's pod is watched for the driver's refusal.
+INVALID_VERDICT_TIMEOUT = 60
+
+
+@dataclass
+class SharingWorkload(Workload):
+    """A manifest whose claims' opaque configs go to the profile's driver."""
+
+    def documents(self, profile):
+        docs = super().documents(profile)
+        for doc in docs:
+            spec = doc.get("spec") or {}
+            spec = spec.get("spec", spec) if doc["kind"] == "ResourceClaimTemplate" else spec
+            for config in (spec.get("devices") or {}).get("config") or []:
+                if config.get("opaque"):
+                    config["opaque"]["driver"] = profile.driver
+        return docs
+
+
+def sharing_target(cluster, profile, published, avoid, gpus: int) -> list[str]:
+    """The nodes the sharing scenarios may run on, or a skip with the reason."""
+    capability, nodes = capabilities.gpu_sharing(cluster, profile, published, avoid, gpus)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+    return nodes
+
+
+class TestGpuSharing(test_workloads.TestWorkload):
+    """47-gpu-sharing.yaml (NVIDIA quickstart gpu-test5): allocation, cdi-injection, cleanup
+    (inherited), and ``sharing``: each container shows its request's sharing config."""
+
+    @pytest.fixture(scope="class", params=[SHARING_WORKLOAD])
+    @classmethod
+    def started(cls, request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
+        from draconf.pytest_plugin import make_namespace
+        avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
+        nodes = sharing_target(cluster, profile, published, avoid, gpus=2)
+        ns = make_namespace(request, cluster, run_id, SHARING_WORKLOAD)
+        # One pod, two GPUs: on a node that runs containers (a KWOK node would be as good to
+        # the scheduler).
+        workload = SharingWorkload(SHARING_WORKLOAD, ["features/47-gpu-sharing.yaml"], expected_pods=1,
+                                   node=nodes[0], avoid_nodes=avoid)
+        start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
+        if start.stalled:
+            from draconf.pytest_plugin import trip_breaker
+            trip_breaker(request.config, start.stalled, start.failure)
+        return start
+
+    def test_allocation(self, request, started, published_devices):
+        super().test_allocation(request, started, published_devices)
+
+    def test_cdi_injection(self, started, published_devices):
+        super().test_cdi_injection(started, published_devices)
+
+    def test_sharing(self, request, started, profile):
+        """Both containers of each request see the same GPU, and the request's config reached
+        the driver: TimeSlicing GPUs in compute mode Default with the configured time slice, MPS
+        GPUs in Exclusive_Process with the control daemon's pipe directory in the containers."""
+        if started.never_started:
+            # The driver refusing the config (or anything else keeping the pod from running) is
+            # this check failing; the diagnosis reads the node's FailedPrepareDynamicResources.
+            pytest.fail(f"the sharing workload never ran: {started.failure}", pytrace=False)
+        deployed = started.deployed
+        evidence, problems, summary = sharing_evidence(deployed, profile)
+        test_workloads.attach_evidence("sharing", evidence)
+        if problems:
+            record_diagnosis(request.node, "config-ignored", {"containers": "\n".join(evidence)})
+            pytest.fail(diagnosis_prefix("config-ignored") + "the claim's GpuConfig sharing did not reach "
+                        "the containers: " + "; ".join(problems), pytrace=False)
+        note(request.node, "gpu-test5: " + "; ".join(summary))
+
+    @pytest.mark.flaky(reruns=0)  # as the inherited one: a rerun would find nothing to release
+    def test_cleanup(self, started, published_devices, cluster, profile, run_id):
+        super().test_cleanup(started, published_devices, cluster, profile, run_id)
+
+
+def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]]:
+    """Run :data:`draconf.sharing.PROBE` in every container of a sharing request; the evidence
+    lines, the problems :func:`draconf.sharing.judge` finds, and a line per request."""
+    from draconf import sharing
+    from draconf.pods import exec_in_container, request_matches
+    claims = deployed.claims()
+    evidence, problems, summary = [], [], []
+    for pod in deployed.pods():
+        names = pod.claim_names()
+        groups: dict[tuple[str, str], dict] = {}
+        for container in pod.containers:
+            for ref, request in pod.container_claim_requests(container):
+                claim = claims.get(names.get(ref, ""))
+                if claim is None:
+                    continue
+                configs = sharing.sharing_configs(claim.raw, profile.driver)
+                wanted = next((cfg for req, cfg in configs.items() if req and request and
+                               request_matches(request, req)), configs.get(""))
+                if wanted is None:
+                    continue
+                result = exec_in_container(deployed.api, deployed.namespace, pod.name, container,
+                                           list(sharing.PROBE), timeout=profile.timeouts.exec)
+                view = sharing.parse_probe(result.stdout)
+                evidence.append(f"{pod.name}/{container} ({claim.name}, request {request}: {wanted.strategy}"
+                                f"{' ' + wanted.interval if wanted.interval else ''}) -> modes {view.modes}, "
+                                f"time slices {view.time_slices}, CUDA_MPS_PIPE_DIRECTORY="
+                                f"{view.mps_pipe_directory or '(unset)'}, control pipe {view.mps_control_pipe}"
+                                f": sees {result.describe()}")
+                group = groups.setdefault((claim.name, request or ""), {"sharing": wanted, "views": {}})
+                group["views"][container] = view
+        for (claim_name, request), group in sorted(groups.items()):
+            problems += [f"{claim_name}/{request}: {p}" for p in sharing.judge(group["sharing"], group["views"])]
+            views, cfg = group["views"], group["sharing"]
+            gpus = sorted({u for v in views.values() for u in v.uuids})
+            modes = sorted({m for v in views.values() for m in v.modes.values()})
+            slices = sorted({t for v in views.values() for t in v.time_slices.values()})
+            summary.append(f"request {request} ({cfg.strategy}{' ' + cfg.interval if cfg.interval else ''}): "
+                           f"{', '.join(sorted(views))} see {', '.join(gpus)}, compute mode {'/'.join(modes)}, "
+                           f"time slice {'/'.join(slices) or '?'}"
+                           + (f", CUDA_MPS_PIPE_DIRECTORY={sharing.MPS_PIPE_DIRECTORY} with its control pipe"
+                              if cfg.strategy == sharing.MPS and not problems else ""))
+    if not evidence:
+        problems.append("no container lists a request with a GpuConfig sharing config")
+    return evidence, problems, summary
+
+
+@pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload=SHARING_WORKLOAD, check="invalid-config")
+def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, namespace, validated_nodes,
+                                           published_devices):
+    """48-gpu-sharing-invalid.yaml: a GpuConfig with an unknown field and one with an unknown
+    strategy.  The driver refuses each when it prepares the claim: the pod never starts, and the
+    node's FailedPrepareDynamicResources event carries the driver's message naming what is wrong.
+    (The ``namespace`` fixture: the diagnosis of a failure reads that namespace.)"""
+    from draconf.pods import Pod
+    ns = namespace
+    avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
+    nodes = sharing_target(cluster, profile, published, avoid, gpus=1)
+    kwok_or_left_out = {d.node for d in published if d.node and d.node not in nodes}
+    workload = SharingWorkload(SHARING_WORKLOAD, ["features/48-gpu-sharing-invalid.yaml"],
+                               expected_pods=len(INVALID_CONFIGS),
+                               avoid_nodes=frozenset(avoid) | frozenset(kwok_or_left_out))
+    manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
+
+    def observe():
+        events = cluster.core.list_namespaced_event(
+            ns, field_selector="reason=FailedPrepareDynamicResources").items
+        refusals = {name: [e.message or "" for e in events if e.involved_object.name == name]
+                    for name in INVALID_CONFIGS}
+        return {name: Pod.read(cluster, ns, name) for name in INVALID_CONFIGS}, refusals
+
+    def decided(state):
+        pods, refusals = state
+        return all(pods[n].is_running or any(word in m for m in refusals[n])
+                   for n, word in INVALID_CONFIGS.items())
+
+    try:
+        pods, refusals = waits.wait_until(
+            "the driver's verdict on the invalid sharing configs", observe, decided,
+            timeout=INVALID_VERDICT_TIMEOUT,
+            describe=lambda s: "; ".join(f"{p.summary()}: {s[1][n][-1][:200] if s[1][n] else 'no refusal yet'}"
+                                         for n, p in s[0].items()))
+    except waits.WaitFailed as err:
+        raise AssertionError(f"no verdict from the driver on the invalid sharing configs: {err}") from None
+    accepted = [n for n in INVALID_CONFIGS if pods[n].is_running]
+    if accepted:
+        claims = {n: json.dumps(Claim.read(cluster, ns, n).raw.get("spec", {}).get("devices", {}).get("config"))
+                  for n in accepted}
+        record_diagnosis(request.node, "config-ignored",
+                         {"pods": "\n".join(pods[n].summary() for n in accepted), "configs": json.dumps(claims)})
+        pytest.fail(diagnosis_prefix("config-ignored") + "the driver prepared claims whose GpuConfig is invalid "
+                    f"and their pods run: {', '.join(f'{n} ({claims[n]})' for n in accepted)}", pytrace=False)
+    note(request.node, "the driver refused the invalid configs: " + "; ".join(
+        f"{n}: {next(m for m in refusals[n] if w in m)}" for n, w in INVALID_CONFIGS.items()))

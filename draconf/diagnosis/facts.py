@@ -22,7 +22,7 @@ from draconf.claims import Claim
 from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.namespaces import MANAGED_BY
-from draconf.pods import Pod, describe_pod
+from draconf.pods import Pod, describe_pod, request_matches
 
 #: draconf's own objects carry this label (a quota the suite made is its checks' subject)
 (MANAGED_BY_LABEL, MANAGED_BY_VALUE), = MANAGED_BY.items()
@@ -114,6 +114,10 @@ class ClaimFacts:
     deleting_for: float | None = None
     #: each request as its alternatives (one for ``exactly``, several for ``firstAvailable``)
     requests: list[list[RequestFacts]] = field(default_factory=list)
+    #: as draconf.claims.Claim.request_devices and .opaque_config_drivers (same names, so the
+    #: rules read either model)
+    request_devices: dict[str, list[str]] = field(default_factory=dict)
+    opaque_config_drivers: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -404,7 +408,8 @@ def _claim_facts(raw: dict) -> ClaimFacts:
         finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
         admin_devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results
                        if r.get("adminAccess")],
-        deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}))
+        deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}),
+        request_devices=Claim(raw).request_devices, opaque_config_drivers=Claim(raw).opaque_config_drivers)
 
 
 def build_facts(snap: Snapshot, profile) -> Facts:
@@ -525,12 +530,15 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
                 continue
             listed = pod.container_claims(container)
             expected: list[str] | None = []
-            for ref in listed:
+            for ref, request in pod.container_claim_requests(container):
                 claim = claims.get(names.get(ref, ""))
                 if claim is None or not claim.allocated:
                     expected = None
                     break
-                expected += [u for key in claim.devices if (u := uuids.get(key))]
+                keys = claim.devices if request is None else [
+                    key for req, keys in claim.request_devices.items() if request_matches(req, request)
+                    for key in keys]
+                expected += [u for key in keys if (u := uuids.get(key))]
             text = read.get("stdout") or ""
             terminated = ended.get(container) or {}
             message = f"{read.get('error') or ''} {read.get('stderr') or ''} {terminated.get('message') or ''}"

@@ -110,6 +110,19 @@ DIAGNOSES: dict[str, str] = {
         "as monitoring agents and the GPU Operator's validator need), but the node's DRA driver "
         "refuses to prepare it while another claim holds that GPU: the driver treats admin access "
         "as exclusive. Upgrade the driver to a release that supports admin access.",
+    "config-rejected":
+        "The node's DRA driver refused to prepare a claim because of the claim's opaque "
+        "configuration (for the NVIDIA driver a GpuConfig: an unknown field or strategy, a value "
+        "out of range, or a sharing strategy whose feature gate, TimeSlicingSettings or "
+        "MPSSupport, is off in the driver's chart): the pod never starts. The message is the "
+        "driver's own (event FailedPrepareDynamicResources): fix the config, or enable the gate "
+        "(`--set featureGates.TimeSlicingSettings=true,featureGates.MPSSupport=true`).",
+    "config-ignored":
+        "A claim's opaque configuration had no effect: its containers run, but do not show what "
+        "the config asks (a TimeSlicing GPU without its time slice, an MPS GPU without the MPS "
+        "control daemon's pipe directory or EXCLUSIVE_PROCESS mode), or an invalid config was "
+        "accepted. The node's DRA driver does not read or apply claim configuration: upgrade it "
+        "to a release that supports GpuConfig sharing.",
     "admin-access-unrestricted":
         "The API server admitted an adminAccess claim in a namespace the suite did not label "
         "`resource.kubernetes.io/admin-access: \"true\"`: something (a mutating policy or webhook, "

@@ -57,6 +57,12 @@ FAULTS: dict[str, str] = {
     "admin-access-everywhere":
         "a MutatingAdmissionPolicy labels every new namespace resource.kubernetes.io/admin-access=true, "
         "so any namespace may claim GPUs other workloads hold",
+    "sharing-config-ignored":
+        "the kubelet plugin reads no opaque claim config (a driver without GpuConfig support): a "
+        "TimeSlicing or MPS claim is prepared as a plain one, and an invalid config is not refused",
+    "sharing-gates-off":
+        "the driver is installed without the chart's featureGates TimeSlicingSettings and MPSSupport "
+        "(the chart's default): the kubelet plugin refuses every claim with a sharing config",
     "device-taints-ignored":
         "kube-scheduler runs with DRADeviceTaints off while the driver taints an unhealthy GPU "
         "gpu.nvidia.com/xid=79:NoSchedule: the tainted GPU is allocated to claims that do not "
@@ -72,6 +78,22 @@ SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
 
 #: Faults that need an unhealthy (tainted) GPU in the fleet to show (``inventory.with_unhealthy_gpu``).
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
+
+
+#: The chart's ``featureGates`` the bed installs the driver with (GPU sharing is alpha upstream,
+#: off by default; ``sharing-gates-off`` installs it without them).
+SHARING_FEATURE_GATES = {"MPSSupport": True, "TimeSlicingSettings": True}
+
+
+def plugin_feature_gates(faults) -> dict[str, bool]:
+    """The driver's featureGates for ``faults``.
+
+    >>> plugin_feature_gates([])
+    {'MPSSupport': True, 'TimeSlicingSettings': True}
+    >>> plugin_feature_gates(["sharing-gates-off"])
+    {}
+    """
+    return {} if "sharing-gates-off" in faults else dict(SHARING_FEATURE_GATES)
 
 
 def scheduler_flags(faults) -> list[str]:

@@ -127,7 +127,16 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "cdi-not-injected": "cdi-not-injected", "cdi-wrong-device": "cdi-wrong-device",
                  "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash",
                  "admin-access-exclusive": "admin-access-exclusive",
-                 "exec-flaky": "nvml-flaky"}
+                 "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored"}
+
+
+def feature_gates_env(gates: dict[str, bool]) -> str:
+    """FEATURE_GATES as the chart renders ``featureGates`` (sorted keys, a trailing comma).
+
+    >>> feature_gates_env({"TimeSlicingSettings": True, "MPSSupport": True})
+    'MPSSupport=true,TimeSlicingSettings=true,'
+    """
+    return "".join(f"{k}={str(v).lower()}," for k, v in sorted(gates.items()))
 
 
 def plugin_rbac() -> list[dict]:
@@ -148,10 +157,13 @@ def plugin_rbac() -> list[dict]:
     ]
 
 
-def plugin_daemonset(faults: list[str], template_annotations: dict[str, str]) -> dict:
-    """The kubelet-plugin DaemonSet, shaped like the chart's; its pods run on every GPU node."""
+def plugin_daemonset(faults: list[str], template_annotations: dict[str, str],
+                     feature_gates: dict[str, bool] | None = None) -> dict:
+    """The kubelet-plugin DaemonSet, shaped like the chart's; its pods run on every GPU node.
+    ``feature_gates`` is the chart's ``featureGates`` value (FEATURE_GATES when not empty)."""
     labels = {"app": PLUGIN_DAEMONSET, PLUGIN_COMPONENT_LABEL: "kubelet-plugin"}
     simulated = ",".join(PLUGIN_FAULTS[f] for f in faults if f in PLUGIN_FAULTS)
+    gates = feature_gates_env(feature_gates or {})
 
     def host_path(name: str, path: str, kind: str = "DirectoryOrCreate") -> dict:
         return {"name": name, "hostPath": {"path": path, "type": kind}}
@@ -188,6 +200,7 @@ def plugin_daemonset(faults: list[str], template_annotations: dict[str, str]) ->
                             {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": "/var/lib/kubelet/plugins_registry"},
                             {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": "/var/lib/kubelet/plugins"},
                             {"name": "HEALTHCHECK_PORT", "value": str(HEALTHCHECK_PORT)},
+                            *([{"name": "FEATURE_GATES", "value": gates}] if gates else []),
                             *([{"name": "SIMULATE_FAULTS", "value": simulated}] if simulated else []),
                         ],
                         "startupProbe": {"grpc": {"port": HEALTHCHECK_PORT, "service": "liveness"},
@@ -199,7 +212,10 @@ def plugin_daemonset(faults: list[str], template_annotations: dict[str, str]) ->
                             {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins",
                              "mountPropagation": "Bidirectional"},
                             {"name": "cdi", "mountPath": "/var/run/cdi"},
-                            {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+                            # As the chart's gpus container: read-write (nvidia-smi changes
+                            # the GPUs' state there for GPU sharing).
+                            {"name": "driver-root", "mountPath": "/driver-root",
+                             "mountPropagation": "HostToContainer"},
                         ],
                     }],
                     "volumes": [

@@ -59,6 +59,8 @@ SAME_ASSERTION: dict[str, str] = {
     "*/cleanup": "single-gpu/cleanup",
     # The device-taints workload runs only where a GPU is tainted (not on the faults' fleet).
     "*/cdi-injection": "single-gpu/cdi-injection",
+    # gpu-sharing's allocation is DeployedWorkload.check_allocation, as single-gpu's.
+    "gpu-sharing/allocation": "single-gpu/allocation",
     # --all-models: a class's allocation is DeployedWorkload.check_allocation with that class's
     # selector, as the workload's own (the default collection, which this table is held to, has
     # no class checks; tests/unit/test_fault_coverage.py explains them all the same).

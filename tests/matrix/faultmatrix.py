@@ -33,12 +33,13 @@ from draconf.testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
-#: Checks that need containers that really run and exit: on KWOK GPU nodes they are skipped,
+#: Checks that need containers that really run (and exit; gpu-sharing reads nvidia-smi in them):
+#: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).
-REAL_NODES_ONLY = ("job/",)
+REAL_NODES_ONLY = ("job/", "gpu-sharing/")
 #: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
-REAL_NODE_FAULTS = ("exec-flaky",)
+REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off")
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
@@ -70,8 +71,11 @@ class Expectation:
 
 
 #: The feature workloads of suites/test_features.py (same three checks; admin-access adds
-#: unlabelled-namespace).
-FEATURE_WORKLOADS = ["extended-resource", "prioritized-list", "admin-access"]
+#: unlabelled-namespace, gpu-sharing adds sharing and invalid-config).
+FEATURE_WORKLOADS = ["extended-resource", "prioritized-list", "admin-access", "gpu-sharing"]
+#: gpu-sharing's own check reads the GPU state through nvidia-smi in the containers: a container
+#: given no GPU, or the wrong one, cannot show its request's config either.
+SHARING_DRAGGED = ("gpu-sharing/sharing",)
 
 
 def _all(check: str) -> tuple[str, ...]:
@@ -117,14 +121,14 @@ EXPECTED: dict[str, Expectation] = {
     "cdi-not-injected": Expectation(
         _all("cdi-injection") + ("job/completion",) + _features("cdi-injection"),
         {p: "cdi-not-injected" for p in _all("cdi-injection") + ("job/completion",)
-         + _features("cdi-injection")}),
+         + _features("cdi-injection")}, dragged=SHARING_DRAGGED),
     # two-gpu may land on a 2-GPU node: holding every GPU there, it cannot be given a wrong
     # one, so it is allowed to pass; every single-device workload must catch the fault.
     "cdi-wrong-device": Expectation(
         tuple(p for p in _all("cdi-injection") if not p.startswith("two-gpu/")) + ("job/completion",)
         + _features("cdi-injection"),
         {p: "cdi-wrong-device" for p in _all("cdi-injection") + ("job/completion",) + _features("cdi-injection")},
-        dragged=("two-gpu/cdi-injection",)),
+        dragged=("two-gpu/cdi-injection",) + SHARING_DRAGGED),
     # On real nodes the driver keeps the devices of claims it never unprepared and refuses them to
     # later claims ("already allocated to different claim"): after the first workload, which
     # must catch it, later ones may not start at all (their injection and cleanup then give no
@@ -182,6 +186,19 @@ EXPECTED: dict[str, Expectation] = {
     # allocated that GPU at once.  The tolerating workload gets it as on a healthy cluster.
     # (device-taints is not in FEATURE_WORKLOADS: on beds without a tainted GPU it is skipped,
     # so the walkthrough faults' feature expectations leave it out.)
+    # The plugin reads no opaque claim config: gpu-test5's pod runs (allocation and injection
+    # pass) but its containers show no time slice and no MPS daemon; the invalid configs'
+    # pods run too.  Measured on a one-node real bed: 21 s for the features run.
+    "sharing-config-ignored": Expectation(
+        ("gpu-sharing/sharing", "gpu-sharing/invalid-config"),
+        {"gpu-sharing/sharing": "config-ignored", "gpu-sharing/invalid-config": "config-ignored"},
+        run_args=FEATURES_ONLY),
+    # The chart's default featureGates: the plugin refuses gpu-test5's TimeSlicing config in the
+    # driver's words; the pod never starts, so injection and cleanup have nothing to judge.  The
+    # invalid configs are refused as on a healthy bed.
+    "sharing-gates-off": Expectation(
+        ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "config-rejected"},
+        no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup"), run_args=FEATURES_ONLY),
     "device-taints-ignored": Expectation(
         ("device-taints/untolerated",), {"device-taints/untolerated": "device-tainted"},
         run_args=FEATURES_ONLY),

@@ -227,6 +227,34 @@ def test_cdi_fault(fault, dg_beds, dg_namespaces):
     assert result.code == fault, result
 
 
+def sharing_workload(name: str, manifest: str, pods: int, node: str | None = None) -> Workload:
+    return Workload(name, [f"features/{manifest}"], expected_pods=pods, node=node)
+
+
+def test_sharing_gates_off(dg_beds, dg_namespaces):
+    """The chart's default featureGates: the driver refuses gpu-test5's sharing configs."""
+    api = dg_beds.get("sharing-gates-off")
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, sharing_workload("gpu-sharing", "47-gpu-sharing.yaml", 1, node="gpu-h100-0"))
+    error, took = failure_of(workload.wait_running)
+    # As test_sharing reports it when the workload never started.
+    result = diagnosed(api, ns, "sharing", f"the sharing workload never ran: {error}", "sharing-gates-off", took)
+    assert result.code == "config-rejected", result
+    assert '"TimeSlicingSettings" feature gate is not enabled' in result.reason
+
+
+def test_invalid_sharing_config_on_a_healthy_bed(dg_beds, dg_namespaces):
+    """48-gpu-sharing-invalid.yaml: the healthy driver refuses both configs; the pods' standing
+    state is diagnosed from the driver's FailedPrepareDynamicResources message."""
+    api = dg_beds.get(None)
+    ns = dg_namespaces(api, "w")
+    workload = deploy(api, ns, sharing_workload("gpu-sharing", "48-gpu-sharing-invalid.yaml", 2))
+    error, took = failure_of(workload.wait_running)
+    result = diagnosed(api, ns, "invalid-config", error, None, took)
+    assert result.code == "config-rejected", result
+    assert "strict decoding error" in result.reason or "unknown GPU sharing strategy" in result.reason
+
+
 def test_claims_not_released(dg_beds, dg_namespaces):
     api = dg_beds.get("claims-not-released")
     ns = dg_namespaces(api, "w")

@@ -38,6 +38,9 @@ NOT_APPLICABLE = {("preflight", "gpu-cluster"): "capabilities.gpuCluster",
                   # the feature workloads (suites/test_features.py): no extended resource to ask for
                   **{("extended-resource", check): "capabilities.extendedResource"
                      for check in ("allocation", "cdi-injection", "cleanup", "quota")},
+                  # gpu-sharing (suites/test_features.py): the example driver takes no GpuConfig
+                  **{("gpu-sharing", check): "capabilities.gpuSharing"
+                     for check in ("allocation", "cdi-injection", "sharing", "cleanup", "invalid-config")},
                   # the device-taints workload: the bed's example driver taints no device
                   **{("device-taints", check): "no tainted device published"
                      for check in ("allocation", "cdi-injection", "cleanup", "untolerated")}}

@@ -267,6 +267,36 @@ def test_admin_access_everywhere(start_fault_bed):
     assert created.spec.devices.requests[0].exactly.admin_access
 
 
+def test_sharing_config_ignored(start_fault_bed):
+    if not REAL_NODES:
+        pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")
+    bed, api = start_fault_bed("sharing-config-ignored")
+    # An invalid config is not even read: both pods run.
+    deployed = deploy(api, Workload("gpu-sharing", ["features/48-gpu-sharing-invalid.yaml"], 2))
+    pods = deployed.wait_running(timeout=60)
+    assert sorted(p.name for p in pods) == ["bad-field", "bad-strategy"]
+    # A valid TimeSlicing config is not applied: the GPU keeps the default time slice.
+    (device,) = Claim.read(api, deployed.namespace, "bad-field").results
+    out = exec_in_container(api, deployed.namespace, "bad-field", "workload",
+                            ["nvidia-smi", "compute-policy", "-l"])
+    assert out.succeeded and "Long" not in out.stdout and "Default" in out.stdout, out.describe()
+
+
+def test_sharing_gates_off(start_fault_bed):
+    if not REAL_NODES:
+        pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")
+    bed, api = start_fault_bed("sharing-gates-off")
+    ds = api.apps.read_namespaced_daemon_set(nvidia.PLUGIN_DAEMONSET, nvidia.PLUGIN_NAMESPACE)
+    env = {e.name for e in ds.spec.template.spec.containers[0].env}
+    assert "FEATURE_GATES" not in env  # the chart renders none for featureGates: {}
+    deployed = deploy(api, Workload("gpu-sharing", ["features/47-gpu-sharing.yaml"], 1, node="gpu-h100-0"))
+    events = waits.wait_until(
+        "the driver's refusal of the TimeSlicing config", deployed.events,
+        lambda events: any("FailedPrepareDynamicResources" in e and "feature gate is not enabled" in e
+                           for e in events), timeout=60)
+    assert any('"TimeSlicingSettings" feature gate is not enabled' in e for e in events), events
+
+
 def test_device_taints_ignored(start_fault_bed):
     bed, api = start_fault_bed("device-taints-ignored")
     from draconf import taints

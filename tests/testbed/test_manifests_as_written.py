@@ -412,6 +412,34 @@ def case_46(bed, api, ns):
     return placeholder_stays_pending(bed, api, ns, "features/46-device-taint-untolerated.yaml", "gpu-untolerated")
 
 
+def case_47(bed, api, ns):
+    """gpu-test5: the pod runs; each container logs one GPU, the same for the two containers of
+    a request, a different one for the other request (the driver applied both configs)."""
+    apply(bed, ns, "features/47-gpu-sharing.yaml")
+    running(api, ns, 1)
+
+    def logged(container):
+        return waits.wait_until(f"the GPU line of pod0/{container}",
+                                lambda: kubectl(bed, "logs", "-n", ns, "pod0", "-c", container).stdout,
+                                lambda out: "GPU " in out, timeout=15, interval=0.5, describe=repr).strip()
+    ts0, ts1, mps0, mps1 = (logged(c) for c in ("ts-ctr0", "ts-ctr1", "mps-ctr0", "mps-ctr1"))
+    assert ts0 == ts1 and mps0 == mps1 and ts0 != mps0, (ts0, ts1, mps0, mps1)
+    return f"TimeSlicing: {ts0}; MPS: {mps0}"
+
+
+def case_48(bed, api, ns):
+    """Both invalid configs are refused by the driver with its own words; the pods never start."""
+    apply(bed, ns, "features/48-gpu-sharing-invalid.yaml")
+    words = {"bad-field": 'unknown field "sharing.timeSlicingConfig.quantum"',
+             "bad-strategy": "unknown GPU sharing strategy: Exclusive"}
+    found = waits.wait_until(
+        "the driver's refusals", lambda: events(api, ns),
+        lambda es: all(any(w in e and e.startswith("FailedPrepareDynamicResources") for e in es)
+                       for w in words.values()), timeout=RUN_TIMEOUT, describe=lambda es: "; ".join(es[-3:]))
+    assert not any(Pod.read(api, ns, name).is_running for name in words)
+    return next(e for e in found if words["bad-strategy"] in e)[:200]
+
+
 CASES = {
     "01-single-gpu.yaml": case_01,
     "02-model-selected.yaml": lambda b, a, n: runs_on_matching_device(b, a, n, "02-model-selected.yaml"),
@@ -436,6 +464,8 @@ CASES = {
     "features/44-extended-resource-quota.yaml": case_44,
     "features/45-device-taint-tolerated.yaml": case_45,
     "features/46-device-taint-untolerated.yaml": case_46,
+    "features/47-gpu-sharing.yaml": case_47,
+    "features/48-gpu-sharing-invalid.yaml": case_48,
 }
 
 

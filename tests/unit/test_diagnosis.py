@@ -393,6 +393,29 @@ def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported():
     assert code == "admin-access-unsupported" and "adminAccess" in reason
 
 
+def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
+    # Recorded on the bed (manifests/features/48-gpu-sharing-invalid.yaml, and gpu-test5 under
+    # the sharing-gates-off fault).
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, dataclasses.replace(claim, opaque_config_drivers=[DRIVER]))
+    facts.events = [EventFacts("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: "
+                               "prepare dynamic resources: NodePrepareResources failed for ResourceClaim "
+                               "bad-field: error preparing devices for claim ns/bad-field:u1: prepare devices "
+                               "failed: error getting opaque device configs: error decoding config "
+                               "parameters: strict decoding error: unknown field "
+                               "\"sharing.timeSlicingConfig.quantum\"", name="gpu-pod")]
+    code, reason = classify(facts, "sharing", "the workload never started")
+    assert code == "config-rejected" and "sharing.timeSlicingConfig.quantum" in reason
+    gate = ('error validating GPU config: "TimeSlicing" is selected as the GPU sharing strategy, but '
+            'the "TimeSlicingSettings" feature gate is not enabled')
+    facts.events = [dataclasses.replace(facts.events[0], message=gate)]
+    assert classify(facts, "sharing", "")[0] == "config-rejected"
+    # A claim without opaque config for the driver: the same refusal is not about config.
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("FailedPrepareDynamicResources", gate, name="gpu-pod")]
+    assert classify(facts, "sharing", "")[0] != "config-rejected"
+
+
 def test_a_scheduler_with_the_prioritized_list_off_is_feature_disabled():
     # Recorded on the bed under the prioritized-list-off fault.
     pod, claim = pending(message="0/4 nodes are available: resource claim ns/gpu-pod-gpu-x, request gpu: "
@@ -735,7 +758,7 @@ def test_every_code_is_reachable_and_known():
             "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
             "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
-            "allocation-invalid"} == set(DIAGNOSES)
+            "allocation-invalid", "config-rejected", "config-ignored"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 

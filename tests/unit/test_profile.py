@@ -22,7 +22,8 @@ def test_the_example_profile_describes_dra_example_driver():
     assert p.attributes == {"model": "model", "uuid": "uuid"}
     assert not p.has("architecture") and not p.has("type")
     assert p.injection == Injection(("env",), "env", variable="GPU_DEVICE_[0-9]+", identity="name")
-    assert p.capabilities == Capabilities(gpu_cluster=False, cluster_policy=False, extended_resource=None)
+    assert p.capabilities == Capabilities(gpu_cluster=False, cluster_policy=False, extended_resource=None,
+                                          gpu_sharing=False)
     assert p.plugin.daemonsets == (("dra-example-driver", "dra-example-driver-kubeletplugin"),)
     assert p.plugin.gpu_node_labels == () and p.tolerations == ()
 

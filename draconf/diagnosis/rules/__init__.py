@@ -26,6 +26,8 @@ node-excluded        an unschedulable pod is kept off every node holding a candi
                      an untolerated taint, its nodeSelector or required node affinity
 capacity-exhausted   the scheduler cannot allocate and every node's matching devices are taken
 selector-unmatched   the scheduler cannot allocate and no node has enough matching devices
+config-rejected      a pod is bound, a claim of it carries opaque config for the driver, and
+                     FailedPrepareDynamicResources says the driver refused that config
 plugin-unhealthy     a pod is bound, its claims allocated and reserved, but it is not running,
                      with FailedPrepareDynamicResources or an unready/absent kubelet plugin
 cdi-not-injected     (injection check) the running container saw none/fewer of its GPUs
@@ -40,6 +42,8 @@ permission-denied    the server answered one of the suite's requests 403 Forbidd
 admission-denied     the server refused an object (or a controller's pod/claim, per its events)
                      by a ValidatingAdmissionPolicy, webhook, LimitRange or a quota the suite did
                      not create; named from the server's answer, with the policy read if readable
+config-ignored       (recorded by the gpu-sharing checks) the containers of a sharing request do
+                     not show the config, or an invalid config was accepted
 device-tainted       a claim's allocation result is a device carrying a NoSchedule/NoExecute
                      taint that the result's request does not tolerate (scheduler ignores taints)
 intermittent         cdi-injection failed, but every container shows its GPUs when read again
@@ -61,8 +65,8 @@ from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_devi
                                                rule_feature_disabled, rule_missing_class,
                                                rule_no_slices)
 from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict, rule_quota
-from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_image_pull,
-                                          rule_intermittent, rule_plugin_unhealthy)
+from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_config_rejected,
+                                          rule_image_pull, rule_intermittent, rule_plugin_unhealthy)
 from draconf.diagnosis.rules.placement import (rule_allocation, rule_allocation_invalid,
                                                rule_node_excluded, rule_scheduler_without_dra)
 
@@ -86,5 +90,5 @@ RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_p
          rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
          rule_feature_disabled,
          rule_node_excluded, rule_allocation, rule_image_pull,
-         rule_admin_access_unsupported, rule_plugin_unhealthy, rule_cdi,
+         rule_admin_access_unsupported, rule_config_rejected, rule_plugin_unhealthy, rule_cdi,
          rule_cleanup, rule_quota, rule_policy_conflict, rule_intermittent]

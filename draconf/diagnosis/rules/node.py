@@ -38,6 +38,34 @@ def rule_admin_access_unsupported(facts: Facts, check, error_text):
     return None
 
 
+#: How DRA drivers word a refused opaque claim config (the NVIDIA driver's GetOpaqueDeviceConfigs
+#: and GpuConfig validation; apimachinery's strict decoding; dra-example-driver says the same).
+CONFIG_REFUSALS = ("error decoding config parameters", "error validating GPU config",
+                   "strict decoding error", "error getting opaque device configs",
+                   "unknown GPU sharing strategy", "feature gate is not enabled",
+                   "error applying config", "is not a recognized configuration")
+
+
+def rule_config_rejected(facts: Facts, check, error_text):
+    """The driver refuses to prepare a claim that carries opaque config for it, and says the
+    config is why (its FailedPrepareDynamicResources message)."""
+    for pod in stuck_pods(facts):
+        configured = [c for c in facts.pod_claims(pod) if facts.driver in c.opaque_config_drivers]
+        if not configured:
+            continue
+        failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
+        refused = [e for e in failed if any(r in e.message for r in CONFIG_REFUSALS)]
+        if refused:
+            message = refused[-1].message
+            # The driver's own words close the message; the kubelet's prefix says little.
+            at = min(message.find(r) for r in CONFIG_REFUSALS if r in message)
+            shown = ("..." if at > 60 else "") + message[max(0, at - 60):][:400]
+            return ("config-rejected",
+                    f"Pod {pod.name} cannot start on {pod.node}: the driver refuses the opaque config of "
+                    f"claim {', '.join(c.name for c in configured)}: {shown}")
+    return None
+
+
 def rule_plugin_unhealthy(facts: Facts, check, error_text):
     for pod in stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")

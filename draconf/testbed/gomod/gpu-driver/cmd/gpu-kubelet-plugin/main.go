@@ -15,15 +15,16 @@
 // # What it mirrors
 //
 // kubernetes-sigs/dra-driver-nvidia-gpu at tag v0.4.1 (commit 764900e7833798a1528bd52a2af3e1b2d5f7a616),
-// cmd/gpu-kubelet-plugin, with the chart's default feature gates (no DynamicMIG,
-// passthrough, MPS or time-slicing; MIG disabled):
+// cmd/gpu-kubelet-plugin, with the chart's default feature gates (no DynamicMIG or
+// passthrough; MIG disabled) except the GPU-sharing gates TimeSlicingSettings and MPSSupport,
+// which --feature-gates turns on (the bed installs the chart with both; see "GPU sharing"):
 //
 //   - flags and environment variables (main.go, pkg/flags/kubeclient.go): --node-name
 //     NODE_NAME, --namespace NAMESPACE, --cdi-root CDI_ROOT, --nvidia-driver-root
 //     NVIDIA_DRIVER_ROOT|HOST_DRIVER_ROOT, --container-driver-root DRIVER_ROOT_CTR_PATH,
 //     --kubelet-registrar-directory-path KUBELET_REGISTRAR_DIRECTORY_PATH,
 //     --kubelet-plugins-directory-path KUBELET_PLUGINS_DIRECTORY_PATH, --healthcheck-port
-//     HEALTHCHECK_PORT, --kubeconfig KUBECONFIG, --kube-api-qps, --kube-api-burst, -v.
+//     HEALTHCHECK_PORT, --feature-gates FEATURE_GATES, --kubeconfig KUBECONFIG, --kube-api-qps, --kube-api-burst, -v.
 //     The chart also sets IMAGE_NAME, SERVICE_ACCOUNT_NAME, NVIDIA_VISIBLE_DEVICES=void,
 //     NVIDIA_MIG_CONFIG_DEVICES, LOG_VERBOSITY, MASK_NVIDIA_DRIVER_PARAMS; they are accepted
 //     and ignored.  Upstream's --cdi-root default is /etc/cdi (the chart sets /var/run/cdi);
@@ -46,7 +47,14 @@
 // # Simulated faults
 //
 // --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
-// cdi-not-injected, cdi-wrong-device, unprepare-fails, crash.  See internal/plugin.
+// cdi-not-injected, cdi-wrong-device, unprepare-fails, crash, admin-access-exclusive,
+// nvml-flaky, sharing-config-ignored.  See internal/plugin.
+//
+// # GPU sharing
+//
+// With --feature-gates TimeSlicingSettings=true,MPSSupport=true (the chart's featureGates,
+// off by default upstream) claims may carry an opaque GpuConfig with a TimeSlicing or MPS
+// sharing strategy; see internal/plugin/sharing.go.
 package main
 
 import (
@@ -125,6 +133,8 @@ func run(args []string) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", env("", "KUBECONFIG"), "Absolute path to the KUBECONFIG file; empty: in-cluster configuration. [$KUBECONFIG]")
 	fs.Float64Var(&qps, "kube-api-qps", envFloat(5, "KUBE_API_QPS"), "QPS to use while communicating with the Kubernetes apiserver. [$KUBE_API_QPS]")
 	fs.IntVar(&burst, "kube-api-burst", envInt(10, "KUBE_API_BURST"), "Burst to use while communicating with the Kubernetes apiserver. [$KUBE_API_BURST]")
+	gates := env("", "FEATURE_GATES")
+	fs.StringVar(&gates, "feature-gates", gates, "A set of key=value pairs that describe feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true. [$FEATURE_GATES]")
 	fs.Func("simulate-fault", "Simulate a malfunction (repeatable; also $SIMULATE_FAULTS, comma-separated): "+
 		faultNames()+".", func(v string) error { faults = append(faults, v); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -142,6 +152,10 @@ func run(args []string) int {
 	var err error
 	if cfg.Faults, err = plugin.ParseFaults(faults...); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		return 1
+	}
+	if cfg.FeatureGates, err = plugin.ParseFeatureGates(gates); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: invalid argument %q for \"--feature-gates\" flag: %v\n", gates, err)
 		return 1
 	}
 	if cfg.NodeName == "" {

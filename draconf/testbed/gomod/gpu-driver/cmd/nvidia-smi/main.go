@@ -22,6 +22,13 @@
 //     values, bus ids as "00000000:18:00.0"; an unknown field prints
 //     `Field "x" is not a valid field to query.` and exits 2;
 //   - -i/--id to select GPUs, --version, -h;
+//   - the GPU state upstream's plugin changes for GPU sharing: -c/--compute-mode
+//     (DEFAULT|EXCLUSIVE_PROCESS|PROHIBITED or 0|3|2, "Set compute mode to ... for GPU ...",
+//     "All done."), --query-gpu=compute_mode ("Default", "Exclusive_Process"), and
+//     `compute-policy [-i ID] --set-timeslice N` / `compute-policy -l` (the list's layout is
+//     the stand-in's: GPU index, UUID, Timeslice level Default|Short|Medium|Long).  The state
+//     is kept in <root>/run/nvidia-sim/gpus/<UUID>.json; a container sees it read-only, so
+//     setting it there fails "Insufficient Permissions", exit 4;
 //   - no arguments: the summary table (driver version, CUDA version, one block per GPU);
 //   - no GPU device node: "No devices were found", exit 6; no nvml.json (no driver):
 //     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. ...",

@@ -173,6 +173,17 @@ func (h *CDIHandler) commonEdits(uuids []string) (*cdispec.ContainerEdits, error
 			Options:       append([]string(nil), mountOptions...),
 		})
 	}
+	// The GPUs' mutable state (compute mode, time slice), which containers see through
+	// nvidia-smi as they see the hardware's on a real node; read-only, as nvidia-smi -c in a
+	// container is refused.
+	state := "/" + nvmlsim.StateRelDir
+	if fi, err := os.Stat(filepath.Join(h.containerDriverRoot, state)); err == nil && fi.IsDir() {
+		edits.Mounts = append(edits.Mounts, &cdispec.Mount{
+			HostPath:      filepath.Join(h.hostDriverRoot, state),
+			ContainerPath: state,
+			Options:       []string{"ro", "nosuid", "nodev", "rbind"},
+		})
+	}
 	return edits, nil
 }
 

@@ -46,6 +46,8 @@ type PreparedDevice struct {
 	UUID          string   `json:"uuid"`
 	AdminAccess   bool     `json:"adminAccess,omitempty"`
 	InjectedMinor *int     `json:"injectedMinor,omitempty"`
+	// Sharing is what the claim's GpuConfig did to this device (sharing.go), for unprepare.
+	Sharing *SharingState `json:"sharing,omitempty"`
 }
 
 type checkpointStore struct {

@@ -23,6 +23,9 @@
 //     any other (a driver without admin-access support), so a monitoring claim on a GPU that
 //     another prepared claim holds fails: "requested device gpu-N is already allocated to
 //     different claim <uid>";
+//   - sharing-config-ignored: the plugin reads no opaque claim config (as a driver without
+//     GpuConfig support): a claim's sharing config, valid or not, is neither decoded nor
+//     validated nor applied; its devices are prepared as with the default config;
 //   - nvml-flaky: containers get NVIDIA_SIM_FLAKY=exec-once, so nvidia-smi fails NVML
 //     initialisation once per container, in the first process exec'd into it (see
 //     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults.
@@ -63,7 +66,10 @@ type Config struct {
 	KubeletPluginsDirectoryPath   string
 	// HealthcheckPort: >0 serve the gRPC health service there, 0 on a random port, <0 off.
 	HealthcheckPort int
-	Faults          Faults
+	// FeatureGates are the chart's featureGates (FEATURE_GATES), e.g. TimeSlicingSettings and
+	// MPSSupport for GPU sharing (sharing.go).
+	FeatureGates FeatureGates
+	Faults       Faults
 }
 
 // DriverPluginPath is the plugin's data directory: its DRA socket and checkpoint live here.
@@ -91,6 +97,8 @@ const (
 	FaultAdminAccessExclusive Fault = "admin-access-exclusive"
 	// FaultNVMLFlaky makes nvidia-smi fail once per container, in its first exec.
 	FaultNVMLFlaky Fault = "nvml-flaky"
+	// FaultSharingConfigIgnored reads no opaque claim config.
+	FaultSharingConfigIgnored Fault = "sharing-config-ignored"
 )
 
 // FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
@@ -99,7 +107,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
-	FaultNVMLFlaky}
+	FaultNVMLFlaky, FaultSharingConfigIgnored}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

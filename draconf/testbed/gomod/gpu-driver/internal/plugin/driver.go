@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+
+	"draconf.local/testbed/gpu-driver/internal/nvmlsim"
 )
 
 // Driver is the DRA kubelet plugin (upstream cmd/gpu-kubelet-plugin/driver.go).
@@ -74,6 +76,11 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	if err != nil {
 		return nil, fmt.Errorf("failed to create device library: %w", err)
 	}
+	// The simulated GPUs' state lives in the driver root (mounted read-write, as the chart's
+	// gpus container mounts it); without it GPU sharing cannot be applied.
+	if err := os.MkdirAll(nvmlsim.StateDir(cfg.ContainerDriverRoot), 0o755); err != nil {
+		klog.Warningf("GPU state directory unavailable (is the driver root mounted read-only?): %v", err)
+	}
 	cdi, err := NewCDIHandler(cfg.CDIRoot, cfg.HostDriverRoot, cfg.ContainerDriverRoot, lib.nvidiaSMIPath)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create CDI handler: %w", err)
@@ -112,8 +119,8 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 		d.Shutdown()
 		return nil, err
 	}
-	klog.Infof("Publishing %d device(s) in pool %q (simulated faults: %s)", len(lib.GPUs), cfg.NodeName,
-		orNone(cfg.Faults.String()))
+	klog.Infof("Publishing %d device(s) in pool %q (feature gates: %v; simulated faults: %s)", len(lib.GPUs),
+		cfg.NodeName, cfg.FeatureGates, orNone(cfg.Faults.String()))
 	return d, nil
 }
 

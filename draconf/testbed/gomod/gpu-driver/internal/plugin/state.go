@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // DeviceState prepares and unprepares claims, as upstream's DeviceState
@@ -24,6 +25,7 @@ type DeviceState struct {
 	lib        *DeviceLib
 	cdi        *CDIHandler
 	checkpoint checkpointStore
+	sharing    *sharingManager
 }
 
 // NewDeviceState opens (or creates) the checkpoint.  A checkpoint from an earlier boot is
@@ -34,6 +36,7 @@ func NewDeviceState(cfg *Config, lib *DeviceLib, cdi *CDIHandler) (*DeviceState,
 		lib:        lib,
 		cdi:        cdi,
 		checkpoint: checkpointStore{path: filepath.Join(cfg.DriverPluginPath(), CheckpointFileBasename)},
+		sharing:    newSharingManager(cfg, lib),
 	}
 	bootID := currentBootID()
 	cp, err := s.checkpoint.read()
@@ -117,6 +120,15 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 		return nil, fmt.Errorf("unable to update checkpoint: %w", err)
 	}
 
+	// The claim's opaque configs (GPU sharing), decoded, validated and applied as upstream.
+	sharing := map[string]SharingState{}
+	if !s.cfg.Faults.Has(FaultSharingConfigIgnored) {
+		uuidOf := func(device string) string { return s.lib.ByName(device).UUID }
+		if sharing, err = s.sharing.prepareSharing(claim, results, uuidOf); err != nil {
+			return nil, fmt.Errorf("prepare devices failed: %w", err)
+		}
+	}
+
 	// Distinct GPUs of the claim, in result order; each becomes one CDI device.
 	var allocated []*GpuInfo
 	for _, r := range results {
@@ -144,6 +156,9 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 			UUID:        gpu.UUID,
 			AdminAccess: ptr.Deref(r.AdminAccess, false),
 		}
+		if st, ok := sharing[r.Device]; ok && st != (SharingState{}) {
+			d.Sharing = &st
+		}
 		if !s.cfg.Faults.Has(FaultCDINotInjected) {
 			d.CDIDeviceIDs = []string{ClaimDeviceName(claimUID, gpu)}
 			d.InjectedMinor = ptr.To(injectedFor[gpu.CanonicalName()].Minor)
@@ -156,6 +171,7 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 		if err != nil {
 			return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
 		}
+		addDeviceEdits(spec, claimUID, s.sharingEdits(devices))
 		if err := s.cdi.WriteClaimSpec(claimUID, spec); err != nil {
 			return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
 		}
@@ -201,6 +217,7 @@ func (s *DeviceState) ensureSpec(claimUID string, pc PreparedClaim) error {
 	if err != nil {
 		return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
 	}
+	addDeviceEdits(spec, claimUID, s.sharingEdits(pc.PreparedDevices))
 	return s.cdi.WriteClaimSpec(claimUID, spec)
 }
 
@@ -226,6 +243,9 @@ func (s *DeviceState) Unprepare(ref kubeletplugin.NamespacedObject) ([]PreparedD
 		}
 		return nil, false, nil
 	}
+	if err := s.sharing.unprepareSharing(pc.PreparedDevices); err != nil {
+		return nil, true, fmt.Errorf("unprepare devices failed for claim %s: %w", ref.String(), err)
+	}
 	if err := s.cdi.DeleteClaimSpec(claimUID); err != nil {
 		return nil, true, fmt.Errorf("unable to delete CDI spec file for claim: %w", err)
 	}
@@ -233,6 +253,17 @@ func (s *DeviceState) Unprepare(ref kubeletplugin.NamespacedObject) ([]PreparedD
 		return nil, true, fmt.Errorf("error deleting claim from checkpoint: %w", err)
 	}
 	return pc.PreparedDevices, true, nil
+}
+
+// sharingEdits are the container edits the claim's sharing configs add, by device name.
+func (s *DeviceState) sharingEdits(devices []PreparedDevice) map[string]cdispec.ContainerEdits {
+	out := map[string]cdispec.ContainerEdits{}
+	for _, d := range devices {
+		if d.Sharing != nil && d.Sharing.MpsControlDaemonID != "" {
+			out[d.DeviceName] = s.sharing.mpsEdits(d.Sharing.MpsControlDaemonID)
+		}
+	}
+	return out
 }
 
 // withoutAdminAccess is the admin-access-exclusive fault: the results as a driver that does

@@ -45,6 +45,7 @@ var fields = map[string]field{
 	"compute_cap": {"compute_cap", plain(func(g GPU, _ []GPU, _ *nvmlsim.Data) string {
 		return g.CudaComputeCapability
 	})},
+	"compute_mode": {"compute_mode", plain(func(g GPU, _ []GPU, _ *nvmlsim.Data) string { return g.State.Mode() })},
 	"memory.total": {"memory.total [MiB]", mib(totalMiB)},
 	"memory.used":  {"memory.used [MiB]", mib(func(GPU) uint64 { return 0 })},
 	"memory.free":  {"memory.free [MiB]", mib(totalMiB)},

@@ -33,6 +33,8 @@ const (
 type Env struct {
 	DevDir   string
 	NVMLPath string
+	// StateDir holds the GPUs' mutable state (nvmlsim.StateRelDir below the root).
+	StateDir string
 	// Stat reports a device node's rdev and whether it is a character device.
 	Stat func(path string) (rdev uint64, isChar bool, err error)
 	Now  func() time.Time
@@ -49,6 +51,7 @@ func Default() Env {
 	return Env{
 		DevDir:   filepath.Join(root, "dev"),
 		NVMLPath: nvmlsim.Path(root),
+		StateDir: nvmlsim.StateDir(root),
 		Stat:     statRdev,
 		Now:      time.Now,
 	}
@@ -69,10 +72,11 @@ func statRdev(path string) (uint64, bool, error) {
 	return uint64(st.Rdev), true, nil
 }
 
-// GPU is one visible GPU with its nvidia-smi index.
+// GPU is one visible GPU with its nvidia-smi index and its mutable state.
 type GPU struct {
 	Index int
 	nvmlsim.GPU
+	State nvmlsim.GPUState
 }
 
 // VisibleGPUs returns the GPUs whose device nodes are in env.DevDir, in PCI bus id order.
@@ -116,12 +120,14 @@ const driverFailed = "NVIDIA-SMI has failed because it couldn't communicate with
 const invalidArgs = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 
 type options struct {
-	list    bool
-	help    bool
-	version bool
-	query   []string
-	format  string
-	ids     []string
+	list bool
+	// computeMode is -c/--compute-mode's value ("" when not given).
+	computeMode string
+	help        bool
+	version     bool
+	query       []string
+	format      string
+	ids         []string
 }
 
 func parseArgs(args []string) (*options, error) {
@@ -143,6 +149,12 @@ func parseArgs(args []string) (*options, error) {
 		switch {
 		case a == "-L" || a == "--list-gpus":
 			o.list = true
+		case a == "-c" || a == "--compute-mode" || strings.HasPrefix(a, "--compute-mode="):
+			name := "--compute-mode"
+			if a == "-c" {
+				name = "-c"
+			}
+			o.computeMode, err = value(&i, a, name)
 		case a == "-h" || a == "--help":
 			o.help = true
 		case a == "--version":
@@ -176,6 +188,9 @@ func parseArgs(args []string) (*options, error) {
 
 // Run executes nvidia-smi with args and returns its exit status.
 func Run(args []string, stdout, stderr io.Writer, env Env) int {
+	if len(args) > 0 && args[0] == "compute-policy" {
+		return runComputePolicy(args[1:], stdout, stderr, env)
+	}
 	o, err := parseArgs(args)
 	if err != nil {
 		fmt.Fprint(stdout, invalidArgs)
@@ -226,6 +241,12 @@ func Run(args []string, stdout, stderr io.Writer, env Env) int {
 		fmt.Fprintln(stdout, "No devices were found")
 		return ExitNoDevices
 	}
+	for i := range gpus {
+		if gpus[i].State, err = nvmlsim.LoadState(env.StateDir, gpus[i].UUID); err != nil {
+			fmt.Fprint(stdout, driverFailed)
+			return ExitDriverFailed
+		}
+	}
 	all := gpus
 	if len(o.ids) > 0 {
 		if gpus, err = selectIDs(gpus, o.ids); err != nil {
@@ -234,6 +255,8 @@ func Run(args []string, stdout, stderr io.Writer, env Env) int {
 		}
 	}
 	switch {
+	case o.computeMode != "":
+		return setComputeMode(stdout, env, gpus, o.computeMode)
 	case o.list:
 		for _, g := range gpus {
 			fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s)\n", g.Index, g.ProductName, g.UUID)

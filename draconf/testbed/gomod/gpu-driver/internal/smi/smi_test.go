@@ -38,6 +38,7 @@ func container(t *testing.T, nodes map[string]int, withNVML bool) Env {
 	return Env{
 		DevDir:   dev,
 		NVMLPath: nvml,
+		StateDir: filepath.Join(root, "run/nvidia-sim/gpus"),
 		Stat: func(p string) (uint64, bool, error) {
 			m, ok := rdev[p]
 			if !ok || m < 0 {
