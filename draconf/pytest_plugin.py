@@ -40,6 +40,14 @@ FAILED = pytest.StashKey[bool]()
 #: gets no verdict with this cause at once, instead of waiting out its own timeout.  Kept in
 #: the config's stash: one per pytest process (per xdist worker, each of which trips it once).
 STALLED = pytest.StashKey[tuple[str, str]]()
+#: The API connection the ``cluster`` fixture made, for the hooks that read the cluster after a
+#: test (the diagnosis of a failure, the session's namespace sweep); absent until it ran.
+CLUSTER_API = pytest.StashKey[object]()
+
+
+def cluster_api(config):
+    """The run's API connection once the ``cluster`` fixture made it, else None."""
+    return config.stash.get(CLUSTER_API, None)
 
 
 #: A file every pytest-xdist worker of one run shares (made by the controller, whose environment
@@ -337,7 +345,7 @@ def pytest_sessionfinish(session, exitstatus):
     if is_xdist_controller(session.config):
         _sweep_what_workers_left(session.config)
         return
-    api = getattr(session.config, "draconf_api", None)
+    api = cluster_api(session.config)
     if api is None:
         return
     for name in namespaces.REGISTRY.pending():
@@ -393,7 +401,7 @@ def cluster(pytestconfig):
             raise DraconfError(unreachable)
     except DraconfError as err:
         pytest.exit(f"draconf: {err}", returncode=3)
-    pytestconfig.draconf_api = api
+    pytestconfig.stash[CLUSTER_API] = api
     from draconf import runinfo
     if runinfo.from_env() is None:
         try:
@@ -431,6 +439,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
     profile = request.config.draconf_profile
     name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),
                              sa_timeout=stall_after(profile))
+    # The diagnosis of a failing test of this scope reads this namespace (released after
+    # finish() below: finalizers run last-in, first-out).
+    reporting.record_namespace(request, name)
 
     def finish():
         failed = request.node.stash.get(FAILED, False)

@@ -85,27 +85,20 @@ def diagnose(api, profile, namespace: str | None, check: str | None, error_text:
 def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     """Diagnose a failing draconf test item (for the pytest plugin's hook).
 
-    Finds the cluster (``config.draconf_api``), the profile, the test's namespace (its
-    workload's, found among its fixtures, or the ``namespace`` fixture's) and its check
-    (``draconf`` marker).
+    Finds the cluster (:func:`draconf.pytest_plugin.cluster_api`), the profile, the test's namespace (the one
+    the fixture that made it recorded for the test's scope:
+    :func:`draconf.reporting.recording.recorded_namespace`) and its check (``draconf`` marker).
     Returns None when there is no cluster connection to read from.
     """
+    from draconf.pytest_plugin import cluster_api
+    from draconf.reporting.recording import recorded_namespace
+
     config = item.config
-    api = getattr(config, "draconf_api", None)
+    api = cluster_api(config)
     profile = getattr(config, "draconf_profile", None)
     if api is None or profile is None:
         return None
-    funcargs = getattr(item, "funcargs", {}) or {}
-    namespace = None
-    # The test's workload: a DeployedWorkload among its fixtures, or one a fixture carries as
-    # ``.deployed`` (a Start of suites/test_workloads.py, the FinishedJob of suites/test_jobs.py).
-    from draconf.workload import DeployedWorkload
-    deployed = next((d for value in funcargs.values()
-                     for d in (value, getattr(value, "deployed", None)) if isinstance(d, DeployedWorkload)), None)
-    if deployed is not None and getattr(deployed, "namespace", None):
-        namespace = deployed.namespace
-    elif isinstance(funcargs.get("namespace"), str):
-        namespace = funcargs["namespace"]
+    namespace = recorded_namespace(item)
     marker = item.get_closest_marker("draconf")
     check = marker.kwargs.get("check") if marker else None
     text = str(exc) if exc is not None else ""
