@@ -16,7 +16,7 @@ The work is split so the rules can be tested without a cluster::
     evidence.evidence(snapshot, facts)     -> {name: text}    (what the report attaches)
 
 and this module is the glue: :func:`diagnose` runs the four, and the pytest hook's
-:func:`record_failure_diagnosis` records the result on the test item.  The rules and their
+:func:`record_failure_diagnosis` records the result in the test's verdict (its stash).  The rules and their
 order are in :mod:`draconf.diagnosis.rules`.
 
 Selectors are the CEL the cluster holds (the claims' and templates' selectors and the live
@@ -108,24 +108,25 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
 _CODE_PREFIX = re.compile(r"^\s*(?:\w+(?:\.\w+)*: )?\[([a-z-]+)\]")
 
 
-def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) -> Diagnosis | None:
+def record_failure_diagnosis(item, exc: BaseException) -> Diagnosis | None:
     """Diagnose and record a failing test, for ``pytest_runtest_setup``/``call`` wrappers.
 
-    Does nothing for skips, xfails, interrupts and tests that recorded a diagnosis themselves.
-    A test whose message already starts with a ``[code]`` gets that code recorded (so the
-    reporting plugin does not add a second one) with the cluster evidence.  Otherwise the code
-    comes from :func:`diagnose_item`; with ``annotate`` the reason is added to the exception
-    message as a ``diagnosis (code): ...`` line after the first, so the terminal shows it too.
-    Never raises: a failing diagnosis must not hide the test's own failure.
+    Does nothing for skips, xfails, interrupts and tests whose verdict has a diagnosis already
+    (they recorded one themselves).  A test whose message already starts with a ``[code]``
+    gets that code recorded with the cluster evidence.  Otherwise the code comes from
+    :func:`diagnose_item`.  The code and its sentence go into the test's verdict
+    (:func:`draconf.reporting.record_diagnosis`), from which the report says them; the
+    exception is left as it was raised.  Never raises: a failing diagnosis must not hide the
+    test's own failure.
     """
     import pytest
 
-    from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
+    from draconf.reporting import record_diagnosis, verdict_of
 
     if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception,
                         KeyboardInterrupt, SystemExit, GeneratorExit)):
         return None
-    if item.stash.get(DIAGNOSIS_KEY, None):
+    if verdict_of(item).code:
         return None
     try:
         result = diagnose_item(item, exc)
@@ -134,27 +135,8 @@ def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) ->
         own = _CODE_PREFIX.match(str(exc))
         if own and own.group(1) in DIAGNOSES and own.group(1) != result.code:
             result = Diagnosis(own.group(1), result.reason, result.evidence)
-        elif annotate:
-            # No "[code]" here: the reporting plugin prefixes the first line with it only when
-            # the message does not contain it yet.
-            _append_line(exc, f"diagnosis ({result.code}): {result.reason}")
         record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
         return result
     except Exception:  # noqa: BLE001
         log.exception("could not diagnose %s", getattr(item, "nodeid", item))
         return None
-
-
-def _append_line(exc: BaseException, line: str) -> None:
-    """Add ``line`` to the message of ``exc`` (after its first line, which reports keep)."""
-    import pytest
-
-    if line in str(exc):
-        return  # a class-scoped fixture re-raises the same exception for every test
-    if isinstance(exc, pytest.fail.Exception):
-        exc.msg = f"{exc.msg or ''}\n{line}"
-        exc.args = (exc.msg,)
-    elif exc.args and isinstance(exc.args[0], str):
-        exc.args = (f"{exc.args[0]}\n{line}", *exc.args[1:])
-    elif not exc.args:
-        exc.args = (line,)

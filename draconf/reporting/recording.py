@@ -11,11 +11,8 @@ from typing import Any, Mapping
 import pytest
 
 from draconf.reporting.diagnoses import require_known_code
+from draconf.reporting.verdict import verdict_of
 
-#: Where each test's diagnosis code lives between record_diagnosis() and the report.
-DIAGNOSIS_KEY = pytest.StashKey[str]()
-#: The diagnosis sentence of that code (what it names: node, taint, class, device, permission).
-REASON_KEY = pytest.StashKey[str]()
 #: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
 RUN_INFO_KEY = pytest.StashKey[dict]()
 #: The namespace a fixture made for the tests of its scope (see record_namespace()).
@@ -26,21 +23,21 @@ def record_diagnosis(node: pytest.Item, code: str,
                      evidence: Mapping[str, Any] | None = None, reason: str | None = None) -> None:
     """Say why ``node`` (the test item: ``request.node``) is failing, with optional evidence.
 
-    The code lands in the test's summary.json row and matrix cell. When Allure is recording,
+    The code goes into the test's verdict (:mod:`draconf.reporting.verdict`), from which its
+    summary.json row, its matrix cell and its failure's text take it. When Allure is recording,
     the test also gets the tag ``diagnosis:<code>`` and one text attachment per evidence entry,
     e.g. ``evidence={"kubectl describe pod": text}``. ``reason`` is the diagnosis sentence,
     naming the culprit (node, taint, class, device, permission): it goes into the summary.json
-    row and the terminal's diagnoses list as well. If the test then fails without the
-    :func:`diagnosis_prefix` in its message, the plugin prepends it so Allure's categories can
-    still match (see ``ReportingPlugin._add_prefix_to``). Recording again replaces the code.
+    row, the failure's ``draconf diagnosis`` section and the terminal's diagnoses list as well.
+    A failure whose message lacks the :func:`diagnosis_prefix` gets it in what the reports say
+    (row, crash line, Allure's message), never in the exception. Recording again replaces the
+    code.
     """
     require_known_code(code)
     if not isinstance(node, pytest.Item):
         raise TypeError("record_diagnosis() needs the test item (request.node inside the test "
                         f"or a function-scoped fixture), not {type(node).__name__} {node.nodeid}")
-    node.stash[DIAGNOSIS_KEY] = code
-    if reason:
-        node.stash[REASON_KEY] = reason
+    verdict_of(node).diagnose(code, reason)
     if allure_is_recording(node.config):
         import allure  # only here: reporting works without allure-pytest installed
         allure.dynamic.tag(f"diagnosis:{code}")

@@ -953,6 +953,11 @@ def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
     # summary repeats whole multi-line messages, elsewhere just their first line.
     reports = result.stdout.str().split("short test summary info")[0]
     assert reports.count("diagnosis (cdi-wrong-device): container sees GPU-b") == 4
+    # ... in a section of the report; the exception is shown as it was raised.
+    assert reports.count("draconf diagnosis") == 6
+    assert "E       RuntimeError: apiserver answered 500" in reports
+    assert "E       IndexError: list index out of range" in reports
+    assert "[cdi-wrong-device]" not in reports.split("draconf conformance matrix")[0]
 
 
 def test_build_facts_reads_what_containers_saw_quota_counts_and_a_competing_device_plugin():
