@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from draconf.diagnosis.evidence import evidence
-from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts, PodFacts,
+from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts,
                                      QuotaFacts, RequestFacts, TemplateFacts, build_facts,
                                      selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
@@ -44,7 +44,7 @@ from draconf.reporting.diagnoses import DIAGNOSES
 log = logging.getLogger("draconf.diagnosis")
 
 __all__ = ["ClaimFacts", "ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
-           "PLUGIN_SELECTORS", "PluginPodFacts", "PodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
+           "PLUGIN_SELECTORS", "PluginPodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
            "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
            "selectors_eval", "tolerates"]

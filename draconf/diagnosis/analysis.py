@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from draconf import cel
 from draconf.devices import Device
-from draconf.diagnosis.facts import Facts, PodFacts, RequestFacts, selectors_eval
+from draconf.diagnosis.facts import Facts, RequestFacts, selectors_eval
+from draconf.pods import Pod
 
 
 def class_devices(facts: Facts, class_name: str) -> tuple[list[Device], bool]:
@@ -64,11 +65,11 @@ def per_node(devices: list[Device]) -> dict[str, list[Device]]:
     return nodes
 
 
-def pending_pods(facts: Facts) -> list[PodFacts]:
-    return [p for p in facts.pods if p.unschedulable and not p.deleting]
+def pending_pods(facts: Facts) -> list[Pod]:
+    return [p for p in facts.pods if p.unschedulable_message and not p.is_deleting]
 
 
-def pending_requests(facts: Facts, pods: list[PodFacts] | None = None):
+def pending_requests(facts: Facts, pods: list[Pod] | None = None):
     """(claim label, request alternatives) of every claim a pending pod still waits for; for a
     template whose claim is not generated yet, the template's requests."""
     out = []
@@ -83,7 +84,7 @@ def pending_requests(facts: Facts, pods: list[PodFacts] | None = None):
     return out
 
 
-def candidate_nodes(facts: Facts, pod: PodFacts) -> tuple[set[str], bool]:
+def candidate_nodes(facts: Facts, pod: Pod) -> tuple[set[str], bool]:
     """Nodes holding a device one of the pod's unallocated requests could use, and whether that
     was decided with the request's selectors (False: from the DeviceClass only)."""
     nodes, exact = set(), True
@@ -104,16 +105,16 @@ def selectors_text(req: RequestFacts) -> str:
     return " && ".join(" ".join(s.split()) for s in req.selectors)
 
 
-def stuck_pods(facts: Facts) -> list[PodFacts]:
+def stuck_pods(facts: Facts) -> list[Pod]:
     """Bound pods whose claims are allocated and reserved for them, yet not running."""
     stuck = []
     for pod in facts.pods:
-        if not pod.node or pod.running or pod.finished or pod.deleting or not pod.claims:
+        if not pod.node or pod.is_running or pod.is_finished or pod.is_deleting or not pod.claim_names():
             continue
-        if pod.unresolved_claims:
+        if pod.template_claims_not_generated:
             continue
         claims = facts.pod_claims(pod)
-        if len(claims) == len(pod.claims) and all(
+        if len(claims) == len(pod.claim_names()) and all(
                 c.allocated and (pod.uid in c.reserved_for_uids or pod.name in c.reserved_for)
                 for c in claims):
             stuck.append(pod)

@@ -32,56 +32,6 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class PodFacts:
-    name: str
-    namespace: str = "default"
-    uid: str = ""
-    phase: str = "Pending"
-    node: str | None = None
-    ready: bool = False
-    deleting: bool = False
-    #: the PodScheduled=False message (reason Unschedulable or SchedulerError), else None
-    unschedulable: str | None = None
-    #: "container: Reason" of waiting containers
-    waiting: list[str] = field(default_factory=list)
-    #: "container: image (Reason: message)" of containers whose image cannot be pulled
-    image_pull: list[str] = field(default_factory=list)
-    #: no container runs (what is left of a deleted pod is its node's cleanup)
-    stopped: bool = False
-    #: seconds since its last container ended, for a finished pod (Succeeded/Failed)
-    done_for: float | None = None
-    #: pod-level claim name -> ResourceClaim name (only the ones known yet)
-    claims: dict[str, str] = field(default_factory=dict)
-    #: pod-level claim names whose ResourceClaim is not known yet (not generated)
-    unresolved_claims: list[str] = field(default_factory=list)
-    tolerations: list[dict] = field(default_factory=list)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    #: required node affinity: the nodeSelectorTerms (ORed), each {matchExpressions, matchFields}
-    affinity_terms: list[dict] = field(default_factory=list)
-    #: no binding and no PodScheduled condition: no scheduler has acted on it
-    unseen_by_scheduler: bool = False
-    #: spec.schedulerName: who binds it
-    scheduler_name: str = "default-scheduler"
-    #: pod-level claim names from a template whose claim the controller has not generated yet
-    ungenerated_claims: list[str] = field(default_factory=list)
-    #: seconds since the pod was created (None: unknown)
-    age: float | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.phase == "Running" and self.ready
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    def summary(self) -> str:
-        return describe_pod(self.namespace, self.name, self.phase, self.node, ready=self.ready,
-                            unschedulable=self.unschedulable, waiting=self.waiting,
-                            deleting=self.deleting)
-
-
-@dataclass
 class RequestFacts:
     """One device request (or one firstAvailable alternative)."""
     name: str
@@ -258,7 +208,8 @@ class Facts:
     #: resource.k8s.io/v1 is served
     resource_api: bool = True
     resource_versions: list[str] = field(default_factory=lambda: ["v1"])
-    pods: list[PodFacts] = field(default_factory=list)
+    #: the namespace's pods, as the suite reads them (:class:`draconf.pods.Pod`)
+    pods: list[Pod] = field(default_factory=list)
     claims: list[ClaimFacts] = field(default_factory=list)
     templates: list[TemplateFacts] = field(default_factory=list)
     events: list[EventFacts] = field(default_factory=list)
@@ -317,14 +268,14 @@ class Facts:
                 return n
         return None
 
-    def pod_claims(self, pod: PodFacts) -> list[ClaimFacts]:
-        return [c for name in pod.claims.values() if (c := self.claim(name)) is not None]
+    def pod_claims(self, pod: Pod) -> list[ClaimFacts]:
+        return [c for name in pod.claim_names().values() if (c := self.claim(name)) is not None]
 
     def events_for(self, name: str, reason_part: str = "") -> list[EventFacts]:
         return [e for e in self.events if e.name == name and reason_part in e.reason]
 
     def scheduler_messages(self) -> list[str]:
-        messages = [p.unschedulable for p in self.pods if p.unschedulable]
+        messages = [p.unschedulable_message for p in self.pods if p.unschedulable_message]
         messages += [e.message for e in self.events if e.reason == "FailedScheduling"]
         return messages
 
@@ -369,29 +320,6 @@ def _request(name: str, body: dict) -> RequestFacts:
                         mode=body.get("allocationMode") or "ExactCount", count=body.get("count") or 1)
 
 
-def _pod_facts(raw: dict) -> PodFacts:
-    pod = Pod(raw)
-    claims = pod.claim_names()
-    affinity = (((pod.spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    return PodFacts(
-        name=pod.name or "", namespace=pod.namespace or "", uid=pod.uid or "", phase=pod.phase,
-        node=pod.node, ready=pod.is_ready, deleting=pod.is_deleting,
-        unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons,
-        image_pull=pod.image_pull_failures, stopped=pod.containers_stopped, claims=claims,
-        unresolved_claims=[r.get("name") for r in pod.spec.get("resourceClaims") or []
-                           if r.get("name") not in claims],
-        tolerations=list(pod.spec.get("tolerations") or []),
-        node_selector=dict(pod.spec.get("nodeSelector") or {}),
-        affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
-        unseen_by_scheduler=pod.unseen_by_scheduler, ungenerated_claims=pod.template_claims_not_generated,
-        scheduler_name=pod.spec.get("schedulerName") or "default-scheduler",
-        age=seconds_since(pod.meta.get("creationTimestamp")),
-        done_for=seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
-                                     if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
-                                    default=None)) if pod.phase in ("Succeeded", "Failed") else None)
-
-
 def _claim_facts(raw: dict) -> ClaimFacts:
     meta, status = raw.get("metadata") or {}, raw.get("status") or {}
     owner = next((r for r in meta.get("ownerReferences") or []
@@ -425,7 +353,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     if snap.resource_versions is not None:
         facts.resource_versions = list(snap.resource_versions)
         facts.resource_api = "v1" in snap.resource_versions
-    facts.pods = [_pod_facts(p) for p in snap.pods]
+    facts.pods = [Pod(p) for p in snap.pods]
     facts.claims = [_claim_facts(c) for c in snap.claims]
     facts.templates = [TemplateFacts(name=(t.get("metadata") or {}).get("name", ""),
                                      namespace=(t.get("metadata") or {}).get("namespace", ""),
@@ -468,11 +396,12 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         extended_gpus=_int_quantity(((n.get("status") or {}).get("allocatable") or {}).get(EXTENDED_GPU)))
         for n in snap.nodes]
     for raw in snap.plugin_pods:
-        pf = _pod_facts(raw)
+        pf = Pod(raw)
         restarts = sum(cs.get("restartCount") or 0 for cs in (raw.get("status") or {}).get("containerStatuses") or [])
         facts.plugin_pods.append(PluginPodFacts(
-            name=pf.name, namespace=pf.namespace, node=pf.node, phase=pf.phase, ready=pf.ready,
-            waiting=pf.waiting, restarts=restarts, log_tail=snap.plugin_logs.get(f"{pf.namespace}/{pf.name}")))
+            name=pf.name or "", namespace=pf.namespace or "", node=pf.node, phase=pf.phase, ready=pf.is_ready,
+            waiting=pf.waiting_reasons, restarts=restarts,
+            log_tail=snap.plugin_logs.get(f"{pf.namespace}/{pf.name}")))
     facts.plugin_pods_known = snap.plugin_pods_known
     facts.gpu_cluster = snap.gpu_cluster is not None
     facts.gpu_cluster_state = ((snap.gpu_cluster or {}).get("status") or {}).get("state")

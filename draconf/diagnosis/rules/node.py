@@ -13,9 +13,9 @@ _SEES = re.compile(r"(\S+) sees (\[[^\]]*\]), allocated (\[[^\]]*\])")
 
 def rule_image_pull(facts: Facts, check, error_text):
     for pod in facts.pods:
-        if pod.image_pull and not pod.deleting:
+        if pod.image_pull_failures and not pod.is_deleting:
             return ("image-pull-failed",
-                    f"Pod {pod.name} on {pod.node} cannot pull its image: {pod.image_pull[0]}. The "
+                    f"Pod {pod.name} on {pod.node} cannot pull its image: {pod.image_pull_failures[0]}. The "
                     "node cannot reach the registry or the image does not exist there: point the "
                     "profile's `image` at an image the GPU nodes can pull (a mirror for air-gapped "
                     "clusters) and check `kubectl describe pod`.")
