@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 
 from draconf.diagnosis.evidence import evidence
-from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts,
-                                     QuotaFacts, RequestFacts, TemplateFacts, build_facts,
+from draconf.diagnosis.facts import (ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts,
+                                     QuotaFacts, TemplateFacts, build_facts,
                                      selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
                                       describe_error, gather)
@@ -43,9 +43,9 @@ from draconf.reporting.diagnoses import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
 
-__all__ = ["ClaimFacts", "ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
+__all__ = ["ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
            "PLUGIN_SELECTORS", "PluginPodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
-           "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify",
+           "Snapshot", "TemplateFacts", "build_facts", "classify",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
            "selectors_eval", "tolerates"]
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from draconf import cel
 from draconf.devices import Device
-from draconf.diagnosis.facts import Facts, RequestFacts, selectors_eval
+from draconf.claims import DeviceRequest
+from draconf.diagnosis.facts import Facts, selectors_eval
 from draconf.pods import Pod
 
 
@@ -50,7 +51,7 @@ class RequestAnalysis:
         return [(self.devices[k], r) for k, r in self.results.items() if r.missing]
 
 
-def analyse(facts: Facts, claim: str, req: RequestFacts) -> RequestAnalysis:
+def analyse(facts: Facts, claim: str, req: DeviceRequest) -> RequestAnalysis:
     devices, _ = class_devices(facts, req.device_class)
     class_selectors = (facts.device_classes or {}).get(req.device_class) or []
     results = {d.key: selectors_eval([*class_selectors, *req.selectors], d) for d in devices}
@@ -76,9 +77,9 @@ def pending_requests(facts: Facts, pods: list[Pod] | None = None):
     seen = set()
     for pod in pods if pods is not None else pending_pods(facts):
         for claim in facts.pod_claims(pod):
-            if not claim.allocated and claim.key not in seen:
+            if not claim.is_allocated and claim.key not in seen:
                 seen.add(claim.key)
-                out += [(f"Claim {claim.name}", req) for req in claim.requests]
+                out += [(f"Claim {claim.name}", req) for req in claim.device_requests]
     if not out and not facts.claims:
         out = [(f"ResourceClaimTemplate {t.name}", req) for t in facts.templates for req in t.requests]
     return out
@@ -99,7 +100,7 @@ def candidate_nodes(facts: Facts, pod: Pod) -> tuple[set[str], bool]:
     return nodes, exact
 
 
-def selectors_text(req: RequestFacts) -> str:
+def selectors_text(req: DeviceRequest) -> str:
     if not req.selectors:
         return "no selector"
     return " && ".join(" ".join(s.split()) for s in req.selectors)
@@ -115,7 +116,7 @@ def stuck_pods(facts: Facts) -> list[Pod]:
             continue
         claims = facts.pod_claims(pod)
         if len(claims) == len(pod.claim_names()) and all(
-                c.allocated and (pod.uid in c.reserved_for_uids or pod.name in c.reserved_for)
+                c.is_allocated and (pod.uid in c.reserved_for_uids or pod.name in c.reserved_for_names)
                 for c in claims):
             stuck.append(pod)
     return stuck

@@ -18,11 +18,11 @@ from kubernetes.utils import parse_quantity
 
 from draconf import allocation, cel
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
-from draconf.claims import Claim
+from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.namespaces import MANAGED_BY
-from draconf.pods import Pod, describe_pod, request_matches
+from draconf.pods import Pod, request_matches
 
 #: draconf's own objects carry this label (a quota the suite made is its checks' subject)
 (MANAGED_BY_LABEL, MANAGED_BY_VALUE), = MANAGED_BY.items()
@@ -32,64 +32,10 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class RequestFacts:
-    """One device request (or one firstAvailable alternative)."""
-    name: str
-    device_class: str
-    selectors: list[str] = field(default_factory=list)
-    mode: str = "ExactCount"
-    count: int = 1
-
-
-@dataclass
-class ClaimFacts:
-    name: str
-    namespace: str = "default"
-    uid: str = ""
-    generated: bool = False
-    #: the Pod owning a generated claim (name, uid), if any
-    owner_pod: str | None = None
-    owner_pod_uid: str | None = None
-    allocated: bool = False
-    #: allocated devices as driver/pool/device
-    devices: list[str] = field(default_factory=list)
-    #: reservedFor as pod names
-    reserved_for: list[str] = field(default_factory=list)
-    reserved_for_uids: list[str] = field(default_factory=list)
-    finalizers: list[str] = field(default_factory=list)
-    #: the allocated devices (driver/pool/device) given with adminAccess (shared with other claims)
-    admin_devices: list[str] = field(default_factory=list)
-    deleting: bool = False
-    #: seconds since deletion was asked (metadata.deletionTimestamp)
-    deleting_for: float | None = None
-    #: each request as its alternatives (one for ``exactly``, several for ``firstAvailable``)
-    requests: list[list[RequestFacts]] = field(default_factory=list)
-    #: as draconf.claims.Claim.request_devices and .opaque_config_drivers (same names, so the
-    #: rules read either model)
-    request_devices: dict[str, list[str]] = field(default_factory=dict)
-    opaque_config_drivers: list[str] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def device_classes(self) -> list[str]:
-        return sorted({alt.device_class for req in self.requests for alt in req if alt.device_class})
-
-    def summary(self) -> str:
-        state = ("allocated " + ", ".join(self.devices)) if self.allocated else "not allocated"
-        extra = f", finalizers {self.finalizers}" if self.finalizers else ""
-        deleting = ", being deleted" if self.deleting else ""
-        return (f"claim {self.key}: {state}, reserved for {self.reserved_for or 'nobody'}"
-                f"{extra}{deleting}")
-
-
-@dataclass
 class TemplateFacts:
     name: str
     namespace: str = "default"
-    requests: list[list[RequestFacts]] = field(default_factory=list)
+    requests: list[list[DeviceRequest]] = field(default_factory=list)
 
     @property
     def device_classes(self) -> list[str]:
@@ -210,7 +156,8 @@ class Facts:
     resource_versions: list[str] = field(default_factory=lambda: ["v1"])
     #: the namespace's pods, as the suite reads them (:class:`draconf.pods.Pod`)
     pods: list[Pod] = field(default_factory=list)
-    claims: list[ClaimFacts] = field(default_factory=list)
+    #: the namespace's ResourceClaims, as the suite reads them (:class:`draconf.claims.Claim`)
+    claims: list[Claim] = field(default_factory=list)
     templates: list[TemplateFacts] = field(default_factory=list)
     events: list[EventFacts] = field(default_factory=list)
     #: DeviceClass name -> its CEL selectors; None when the classes could not be read
@@ -256,7 +203,7 @@ class Facts:
     control_plane: dict[str, str] = field(default_factory=dict)
 
     # -- lookups the rules share ---------------------------------------------------------------
-    def claim(self, name: str) -> ClaimFacts | None:
+    def claim(self, name: str) -> Claim | None:
         for c in self.claims:
             if c.name == name:
                 return c
@@ -268,7 +215,7 @@ class Facts:
                 return n
         return None
 
-    def pod_claims(self, pod: Pod) -> list[ClaimFacts]:
+    def pod_claims(self, pod: Pod) -> list[Claim]:
         return [c for name in pod.claim_names().values() if (c := self.claim(name)) is not None]
 
     def events_for(self, name: str, reason_part: str = "") -> list[EventFacts]:
@@ -300,46 +247,6 @@ def selectors_eval(selectors: list[str], device: Device) -> cel.Verdict:
 # Raw objects -> Facts (pure)
 # =============================================================================================
 
-def _requests(spec: dict) -> list[list[RequestFacts]]:
-    out = []
-    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-        alternatives = []
-        if req.get("exactly") is not None or req.get("deviceClassName"):
-            body = req.get("exactly") or req  # v1 / v1beta1 shapes
-            alternatives.append(_request(req.get("name", ""), body))
-        for sub in req.get("firstAvailable") or []:
-            alternatives.append(_request(f"{req.get('name', '')}/{sub.get('name', '')}", sub))
-        if alternatives:
-            out.append(alternatives)
-    return out
-
-
-def _request(name: str, body: dict) -> RequestFacts:
-    selectors = [s["cel"]["expression"] for s in body.get("selectors") or [] if (s.get("cel") or {}).get("expression")]
-    return RequestFacts(name=name, device_class=body.get("deviceClassName", ""), selectors=selectors,
-                        mode=body.get("allocationMode") or "ExactCount", count=body.get("count") or 1)
-
-
-def _claim_facts(raw: dict) -> ClaimFacts:
-    meta, status = raw.get("metadata") or {}, raw.get("status") or {}
-    owner = next((r for r in meta.get("ownerReferences") or []
-                  if r.get("kind") == "Pod" and r.get("controller")), None)
-    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-    return ClaimFacts(
-        name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
-        generated=Claim(raw).is_generated,
-        owner_pod=owner.get("name") if owner else None, owner_pod_uid=owner.get("uid") if owner else None,
-        allocated=bool(status.get("allocation")),
-        devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results],
-        reserved_for=[r.get("name", "") for r in status.get("reservedFor") or []],
-        reserved_for_uids=[r.get("uid", "") for r in status.get("reservedFor") or []],
-        finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
-        admin_devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results
-                       if r.get("adminAccess")],
-        deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}),
-        request_devices=Claim(raw).request_devices, opaque_config_drivers=Claim(raw).opaque_config_drivers)
-
-
 def build_facts(snap: Snapshot, profile) -> Facts:
     """Turn a :class:`Snapshot` into :class:`Facts` (pure: no API calls)."""
     facts = Facts(driver=profile.driver, device_class=profile.device_class,
@@ -354,10 +261,10 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         facts.resource_versions = list(snap.resource_versions)
         facts.resource_api = "v1" in snap.resource_versions
     facts.pods = [Pod(p) for p in snap.pods]
-    facts.claims = [_claim_facts(c) for c in snap.claims]
+    facts.claims = [Claim(c) for c in snap.claims]
     facts.templates = [TemplateFacts(name=(t.get("metadata") or {}).get("name", ""),
                                      namespace=(t.get("metadata") or {}).get("namespace", ""),
-                                     requests=_requests(((t.get("spec") or {}).get("spec")) or {}))
+                                     requests=device_requests(((t.get("spec") or {}).get("spec")) or {}))
                        for t in snap.templates]
     facts.events = [EventFacts(reason=e.get("reason") or "", message=e.get("message") or "",
                                type=e.get("type") or "", kind=(e.get("involvedObject") or {}).get("kind", ""),
@@ -383,10 +290,9 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     facts.devices = devices_from_slices(snap.slices)
     facts.untolerated_taints = _untolerated_taints(snap.claims, snap.slices)
     facts.allocation_problems = _allocation_problems(snap, facts, profile)
-    for c in snap.all_claims:
-        cf = _claim_facts(c)
-        for key in cf.devices:
-            facts.allocated[key] = cf.key
+    for c in map(Claim, snap.all_claims):
+        for key in c.device_keys:
+            facts.allocated[key] = c.key
     facts.nodes = [NodeFacts(
         name=(n.get("metadata") or {}).get("name", ""), labels=dict((n.get("metadata") or {}).get("labels") or {}),
         taints=list((n.get("spec") or {}).get("taints") or []),
@@ -418,7 +324,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                                    MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
                     for q in snap.quotas]
     for q in facts.quotas:
-        q.counted = _counted(q.hard, [c for c in facts.claims if not c.deleting])
+        q.counted = _counted(q.hard, [c for c in facts.claims if not c.is_deleting])
     return facts
 
 
@@ -461,10 +367,10 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
             expected: list[str] | None = []
             for ref, request in pod.container_claim_requests(container):
                 claim = claims.get(names.get(ref, ""))
-                if claim is None or not claim.allocated:
+                if claim is None or not claim.is_allocated:
                     expected = None
                     break
-                keys = claim.devices if request is None else [
+                keys = claim.device_keys if request is None else [
                     key for req, keys in claim.request_devices.items() if request_matches(req, request)
                     for key in keys]
                 expected += [u for key in keys if (u := uuids.get(key))]
@@ -488,7 +394,7 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
     return out
 
 
-def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
+def _counted(hard: dict[str, str], claims: list[Claim]) -> dict[str, int]:
     """What ``claims`` amount to under the quota keys in ``hard`` that count claims or devices
     (a request's first alternative, ExactCount; All is not countable before allocation)."""
     counted = {}
@@ -497,7 +403,7 @@ def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
             counted[key] = len(claims)
         elif key.endswith(DEVICECLASS_SUFFIX):
             device_class = key[:-len(DEVICECLASS_SUFFIX)]
-            counted[key] = sum(req[0].count for c in claims for req in c.requests
+            counted[key] = sum(req[0].count for c in claims for req in c.device_requests
                                if req and req[0].device_class == device_class and req[0].mode != "All")
     return counted
 
@@ -561,7 +467,7 @@ def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
     if not pods or snap.device_classes is None:
         return []
     judgement = allocation.judge(
-        allocation.Snapshot(pods, {c.name: c for c in (Claim(raw) for raw in snap.claims)},
+        allocation.Snapshot(pods, {c.name: c for c in facts.claims},
                             PublishedDevices(profile.driver, facts.devices),
                             dict(facts.device_classes)),
         expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"))

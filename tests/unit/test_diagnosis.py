@@ -6,6 +6,7 @@ No cluster: ``classify`` is pure, and so is ``build_facts`` (selectors: tests/un
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -13,8 +14,9 @@ import pytest
 
 from draconf import selectors as sel
 from draconf.devices import Device
-from draconf.diagnosis import (ClaimFacts, ContainerGPUs, Diagnosis, EventFacts, Facts, NodeFacts,
-                               PluginPodFacts, QuotaFacts, RequestFacts, Snapshot,
+from draconf.claims import Claim, DeviceRequest
+from draconf.diagnosis import (ContainerGPUs, Diagnosis, EventFacts, Facts, NodeFacts,
+                               PluginPodFacts, QuotaFacts, Snapshot,
                                TemplateFacts, build_facts, classify, node_exclusions,
                                tolerates)
 from draconf.pods import EXTENDED_CLAIM, Pod
@@ -103,9 +105,53 @@ def fake_pod(name: str, namespace: str = "default", *, uid: str = "", phase: str
     return Pod({"metadata": meta, "spec": spec, "status": status, "_written_from": fields})
 
 
-def changed(pod: Pod, **changes) -> Pod:
-    """``pod`` (made by :func:`fake_pod`) written again with ``changes``."""
-    return fake_pod(**{**pod.raw["_written_from"], **changes})
+def fake_claim(name: str, namespace: str = "default", *, uid: str = "", generated: bool = False,
+               owner_pod: str | None = None, owner_pod_uid: str | None = None, allocated: bool = False,
+               devices=(), reserved_for=(), reserved_for_uids=(), finalizers=(), admin_devices=(),
+               deleting: bool = False, deleting_for: float | None = None, requests=(),
+               opaque_config_drivers=()) -> Claim:
+    """A ResourceClaim as the API server returns it, written from what the rules read of it: the
+    allocated devices (driver/pool/device), its consumers by name and uid, its requests (each as
+    its alternatives, :class:`DeviceRequest`).  :func:`changed` makes one with some changed."""
+    fields = {k: v for k, v in locals().items()}
+    meta = {"name": name, "namespace": namespace, "uid": uid, "finalizers": list(finalizers)}
+    if generated:
+        meta["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    if owner_pod or owner_pod_uid:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": owner_pod, "uid": owner_pod_uid, "controller": True}]
+    if deleting:
+        meta["deletionTimestamp"] = ago(deleting_for or 0)
+
+    def body(r: DeviceRequest) -> dict:
+        out = {"deviceClassName": r.device_class, "count": r.count,
+               "selectors": [{"cel": {"expression": e}} for e in r.selectors]}
+        return out if r.mode == "ExactCount" else {**out, "allocationMode": r.mode}
+    spec_requests = []
+    for alternatives in requests:
+        if len(alternatives) == 1 and "/" not in alternatives[0].name:
+            spec_requests.append({"name": alternatives[0].name, "exactly": body(alternatives[0])})
+        else:
+            spec_requests.append({"name": alternatives[0].name.split("/")[0], "firstAvailable": [
+                {"name": r.name.split("/", 1)[1], **body(r)} for r in alternatives]})
+    status = {}
+    if allocated:
+        request = requests[0][0].name if requests else "gpu"
+        status["allocation"] = {"devices": {"results": [
+            dict(zip(("driver", "pool", "device"), key.split("/", 2)), request=request,
+                 **({"adminAccess": True} if key in admin_devices else {})) for key in devices]}}
+    consumers = [{"resource": "pods", **({"name": n} if n else {}), **({"uid": u} if u else {})}
+                 for n, u in itertools.zip_longest(reserved_for, reserved_for_uids)]
+    if consumers:
+        status["reservedFor"] = consumers
+    config = [{"opaque": {"driver": driver, "parameters": {}}} for driver in opaque_config_drivers]
+    return Claim({"metadata": meta, "spec": {"devices": {"requests": spec_requests, "config": config}},
+                  "status": status, "_written_from": fields})
+
+
+def changed(obj, **changes):
+    """A pod or claim (made by :func:`fake_pod` / :func:`fake_claim`) written again with ``changes``."""
+    make = fake_pod if isinstance(obj, Pod) else fake_claim
+    return make(**{**obj.raw["_written_from"], **changes})
 
 
 def nodes(taint: dict | None = None) -> list[NodeFacts]:
@@ -127,38 +173,38 @@ def healthy(**changes) -> Facts:
     return dataclasses.replace(facts, **changes)
 
 
-def request(selectors=(), count=1, mode="ExactCount", device_class=DRIVER) -> list[RequestFacts]:
-    return [RequestFacts("gpu", device_class, list(selectors), mode, count)]
+def request(selectors=(), count=1, mode="ExactCount", device_class=DRIVER) -> list[DeviceRequest]:
+    return [DeviceRequest("gpu", device_class, list(selectors), mode, count)]
 
 
 def pending(selectors=(), count=1, message=UNSCHEDULABLE, tolerations=(PROFILE_TOLERATION,),
-            device_class=DRIVER) -> tuple[Pod, ClaimFacts]:
+            device_class=DRIVER) -> tuple[Pod, Claim]:
     pod = fake_pod("gpu-pod", "ns", uid="p1", unschedulable=message, claims={"gpu": "gpu-pod-gpu-x"},
                    tolerations=list(tolerations))
-    claim = ClaimFacts("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
+    claim = fake_claim("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
                        owner_pod_uid="p1", finalizers=["resource.kubernetes.io/delete-protection"],
                        requests=[request(selectors, count, device_class=device_class)])
     return pod, claim
 
 
-def running(device: str = f"{DRIVER}/gpu-h100-0/gpu-0") -> tuple[Pod, ClaimFacts]:
+def running(device: str = f"{DRIVER}/gpu-h100-0/gpu-0") -> tuple[Pod, Claim]:
     pod = fake_pod("gpu-pod", "ns", uid="p1", phase="Running", ready=True, node="gpu-h100-0",
                    claims={"gpu": "gpu-pod-gpu-x"}, tolerations=[PROFILE_TOLERATION])
-    claim = ClaimFacts("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
+    claim = fake_claim("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
                        owner_pod_uid="p1", allocated=True, devices=[device], reserved_for=["gpu-pod"],
                        reserved_for_uids=["p1"], finalizers=["resource.kubernetes.io/delete-protection"],
                        requests=[request()])
     return pod, claim
 
 
-def bound_not_running() -> tuple[Pod, ClaimFacts]:
+def bound_not_running() -> tuple[Pod, Claim]:
     pod, claim = running()
     return changed(pod, phase="Pending", ready=False), claim
 
 
-def with_workload(facts: Facts, pod: Pod, claim: ClaimFacts) -> Facts:
+def with_workload(facts: Facts, pod: Pod, claim: Claim) -> Facts:
     allocated = dict(facts.allocated)
-    for key in claim.devices:
+    for key in claim.device_keys:
         allocated[key] = claim.key
     return dataclasses.replace(facts, pods=[pod], claims=[claim], allocated=allocated)
 
@@ -188,7 +234,7 @@ BED_SCHEDULER = ("no Lease kube-system/kube-scheduler (it may run without leader
                  "no pod labelled component=kube-scheduler in kube-system")
 
 
-def unscheduled(age: float = 20.0, **changes) -> tuple[Pod, ClaimFacts]:
+def unscheduled(age: float = 20.0, **changes) -> tuple[Pod, Claim]:
     """A pod of 01-single-gpu whose claim was generated but which nothing scheduled: no
     nodeName, no PodScheduled condition."""
     pod, claim = pending(message=None)
@@ -446,7 +492,7 @@ def test_a_device_still_prepared_for_an_unreleased_claim_is_claim_not_released()
 def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported():
     # Recorded on the bed under the admin-access-exclusive fault.
     pod, claim = bound_not_running()
-    claim = dataclasses.replace(claim, admin_devices=list(claim.devices))
+    claim = changed(claim, admin_devices=list(claim.device_keys))
     facts = with_workload(healthy(), pod, claim)
     facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
                                "ResourceClaim gpu-monitor: unable to prepare claim c2: requested device "
@@ -459,7 +505,7 @@ def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
     # Recorded on the bed (manifests/features/48-gpu-sharing-invalid.yaml, and gpu-test5 under
     # the sharing-gates-off fault).
     pod, claim = bound_not_running()
-    facts = with_workload(healthy(), pod, dataclasses.replace(claim, opaque_config_drivers=[DRIVER]))
+    facts = with_workload(healthy(), pod, changed(claim, opaque_config_drivers=[DRIVER]))
     facts.events = [EventFacts("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: "
                                "prepare dynamic resources: NodePrepareResources failed for ResourceClaim "
                                "bad-field: error preparing devices for claim ns/bad-field:u1: prepare devices "
@@ -616,7 +662,7 @@ def test_finished_job_whose_claim_is_gone_needs_the_checks_record_for_a_wrong_de
 
 def test_generated_claim_outlives_its_pod():
     _, claim = running()
-    claim = dataclasses.replace(claim, allocated=False, devices=[], reserved_for=[], reserved_for_uids=[],
+    claim = changed(claim, allocated=False, devices=[], reserved_for=[], reserved_for_uids=[],
                                 deleting=True, finalizers=["gpu.nvidia.com/unprepare-pending"])
     facts = dataclasses.replace(healthy(), claims=[claim])
     code, reason = classify(facts, "cleanup", "cleanup is incomplete: timed out after 120s")
@@ -624,7 +670,7 @@ def test_generated_claim_outlives_its_pod():
 
 
 def test_named_claim_still_allocated_after_its_consumers():
-    claim = ClaimFacts("shared-gpu", "ns", allocated=True, devices=[f"{DRIVER}/gpu-h100-0/gpu-0"],
+    claim = fake_claim("shared-gpu", "ns", allocated=True, devices=[f"{DRIVER}/gpu-h100-0/gpu-0"],
                        reserved_for=["gone-pod"], reserved_for_uids=["p9"], requests=[request()])
     facts = dataclasses.replace(healthy(), claims=[claim])
     assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "claim-not-released"
@@ -778,13 +824,13 @@ def test_cleanup_rule_ignores_claims_of_live_pods_and_other_checks():
     facts = with_workload(healthy(), pod, claim)
     assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "timeout"
     _, orphan = running()
-    orphan = dataclasses.replace(orphan, deleting=True, finalizers=["x/y"])
+    orphan = changed(orphan, deleting=True, finalizers=["x/y"])
     assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", "boom")[0] == "timeout"
 
 
 def test_an_overdue_claim_is_not_released_whatever_the_check():
     _, orphan = running()
-    orphan = dataclasses.replace(orphan, deleting=True, deleting_for=60, finalizers=["x/y"])
+    orphan = changed(orphan, deleting=True, deleting_for=60, finalizers=["x/y"])
     assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", UNRELATED)[0] == \
         "claim-not-released"
     # A job's pod done for a minute whose generated claim is still allocated.
@@ -880,9 +926,9 @@ def test_build_facts_from_raw_objects():
     pod = facts.pods[0]
     assert pod.unschedulable_message.startswith("CEL runtime error") and pod.claim_names() == {"gpu": "gpu-pod-gpu-x"}
     claim = facts.claims[0]
-    assert claim.generated and claim.owner_pod == "gpu-pod" and not claim.allocated
-    assert [[r.name for r in req] for req in claim.requests] == [["gpu"], ["alt/big", "alt/small"]]
-    assert claim.requests[0][0].count == 2 and claim.device_classes == [DRIVER, "mig.nvidia.com"]
+    assert claim.is_generated and claim.owner_pod == "gpu-pod" and not claim.is_allocated
+    assert [[r.name for r in req] for req in claim.device_requests] == [["gpu"], ["alt/big", "alt/small"]]
+    assert claim.device_requests[0][0].count == 2 and claim.device_classes == [DRIVER, "mig.nvidia.com"]
     assert facts.slice_count == 2 and [d.key for d in facts.devices] == [f"{DRIVER}/n1/gpu-0"]
     assert facts.devices[0].memory("memory") == 80 * GI
     assert facts.allocated == {f"{DRIVER}/n1/gpu-0": "x/other"}
@@ -920,7 +966,7 @@ def test_an_extended_resource_pod_seeing_another_gpu_is_cdi_wrong_device():
         containers={"gpu-pod-extres/workload": {"stdout": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n",
                                                 "stderr": "", "exit_code": 0}})
     facts = build_facts(snap, builtin("nvidia"))
-    assert facts.claims[0].generated and facts.extended_resources == {"nvidia.com/gpu": DRIVER}
+    assert facts.claims[0].is_generated and facts.extended_resources == {"nvidia.com/gpu": DRIVER}
     code, reason = classify(facts, "cdi-injection", "CDI injection is wrong")
     assert code == "cdi-wrong-device" and "GPU-1" in reason and "GPU-0" in reason
 

@@ -25,10 +25,10 @@ def rule_cleanup(facts: Facts, check, error_text):
     leftover = []
     for c in facts.claims:
         consumers = [u for u in c.reserved_for_uids if u in live] + \
-            [n for n in c.reserved_for if n in live]
-        orphan = c.generated and (c.owner_pod_uid not in live and c.owner_pod not in live)
-        stuck = c.deleting and c.finalizers
-        held = (c.allocated or c.reserved_for) and not consumers
+            [n for n in c.reserved_for_names if n in live]
+        orphan = c.is_generated and (c.owner_pod_uid not in live and c.owner_pod not in live)
+        stuck = c.is_deleting and c.finalizers
+        held = (c.is_allocated or c.reserved_for_names) and not consumers
         owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
         overdue = check == "cleanup" or (c.deleting_for or 0) >= RELEASE_GRACE or (
             owner is not None and (owner.finished_for or 0) >= RELEASE_GRACE)
@@ -39,16 +39,16 @@ def rule_cleanup(facts: Facts, check, error_text):
     c = leftover[0]
     what = []
     owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
-    if c.generated and owner is not None and owner.is_deleting:
+    if c.is_generated and owner is not None and owner.is_deleting:
         what.append(f"generated for pod {owner.name}, which was deleted and runs no container, "
                     "but which its node never finished (the kubelet could not unprepare the claim)")
-    elif c.generated:
+    elif c.is_generated:
         what.append(f"generated for pod {c.owner_pod or '?'}, which is gone or finished")
-    if c.allocated:
-        what.append(f"still allocated ({', '.join(c.devices)})")
-    if c.reserved_for:
-        what.append(f"still reserved for {c.reserved_for}")
-    if c.deleting:
+    if c.is_allocated:
+        what.append(f"still allocated ({', '.join(c.device_keys)})")
+    if c.reserved_for_names:
+        what.append(f"still reserved for {c.reserved_for_names}")
+    if c.is_deleting:
         what.append(f"being deleted but held by finalizer(s) {c.finalizers}")
     more = f" (and {len(leftover) - 1} more)" if len(leftover) > 1 else ""
     return ("claim-not-released",

@@ -16,7 +16,7 @@ def rule_scheduler_without_dra(facts: Facts, check, error_text):
     for pod in facts.pods:
         if not pod.node or pod.is_deleting or pod.phase != "Pending":
             continue
-        unallocated = [c.name for c in facts.pod_claims(pod) if not c.allocated]
+        unallocated = [c.name for c in facts.pod_claims(pod) if not c.is_allocated]
         unallocated += [f"{ref} (never generated)" for ref in pod.template_claims_not_generated]
         if unallocated:
             return ("scheduler-without-dra",
@@ -58,7 +58,7 @@ def rule_node_excluded(facts: Facts, check, error_text):
 def rule_allocation(facts: Facts, check, error_text):
     pending = [p for p in pending_pods(facts)
                if "cannot allocate" in (p.unschedulable_message or "")
-               or any(not c.allocated for c in facts.pod_claims(p))]
+               or any(not c.is_allocated for c in facts.pod_claims(p))]
     if not pending:
         return None
     free = lambda d: d.key not in facts.allocated  # noqa: E731
