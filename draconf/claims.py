@@ -6,15 +6,17 @@
 ...   "status": {"allocation": {"devices": {"results": [
 ...      {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]}},
 ...   "reservedFor": [{"resource": "pods", "name": "gpu-pod", "uid": "p1"}]}})
->>> c.is_allocated, c.is_generated, c.owner_pod_uid, c.reserved_for_uids
-(True, True, 'p1', {'p1'})
->>> [str(r) for r in c.results]
-['gpu: gpu.nvidia.com/n1/gpu-0']
+>>> c.is_allocated, c.is_generated, c.owner_pod, c.owner_pod_uid, c.reserved_for_uids, c.reserved_for_names
+(True, True, 'gpu-pod', 'p1', {'p1'}, ['gpu-pod'])
+>>> [str(r) for r in c.results], c.device_keys, c.admin_device_keys, c.key
+(['gpu: gpu.nvidia.com/n1/gpu-0'], ['gpu.nvidia.com/n1/gpu-0'], [], 'ns/gpu-pod-gpu-x7k2p')
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from draconf.kube import seconds_since
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 #: On the claim the scheduler creates for a pod's extended resources (DRAExtendedResource).
@@ -36,6 +38,46 @@ class AllocationResult:
 
     def __str__(self) -> str:
         return f"{self.request}: {self.key}"
+
+
+@dataclass
+class DeviceRequest:
+    """One device request of a claim or template, or one ``firstAvailable`` alternative of it
+    (named ``request/alternative``), as the allocator reads it."""
+    name: str
+    device_class: str
+    selectors: list[str] = field(default_factory=list)
+    mode: str = "ExactCount"
+    count: int = 1
+
+
+def device_requests(spec: dict) -> list[list[DeviceRequest]]:
+    """Each request of a claim spec (``spec.devices.requests``) as its alternatives: one for
+    ``exactly`` (or the v1beta1 shape), one per entry of ``firstAvailable``.
+
+    >>> [[(r.name, r.device_class, r.count) for r in alts] for alts in device_requests({"devices": {"requests": [
+    ...     {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}},
+    ...     {"name": "f", "firstAvailable": [{"name": "big", "deviceClassName": "a"},
+    ...                                      {"name": "small", "deviceClassName": "b"}]}]}})]
+    [[('gpu', 'gpu.nvidia.com', 2)], [('f/big', 'a', 1), ('f/small', 'b', 1)]]
+    """
+    out = []
+    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
+        alternatives = []
+        if req.get("exactly") is not None or req.get("deviceClassName"):
+            body = req.get("exactly") or req  # v1 / v1beta1 shapes
+            alternatives.append(_device_request(req.get("name", ""), body))
+        for sub in req.get("firstAvailable") or []:
+            alternatives.append(_device_request(f"{req.get('name', '')}/{sub.get('name', '')}", sub))
+        if alternatives:
+            out.append(alternatives)
+    return out
+
+
+def _device_request(name: str, body: dict) -> DeviceRequest:
+    selectors = [s["cel"]["expression"] for s in body.get("selectors") or [] if (s.get("cel") or {}).get("expression")]
+    return DeviceRequest(name=name, device_class=body.get("deviceClassName", ""), selectors=selectors,
+                         mode=body.get("allocationMode") or "ExactCount", count=body.get("count") or 1)
 
 
 @dataclass
@@ -63,8 +105,28 @@ class Claim:
     status = property(lambda self: self.raw.get("status") or {})
 
     @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
     def requests(self) -> list[dict]:
         return (self.raw.get("spec") or {}).get("devices", {}).get("requests", [])
+
+    @property
+    def device_requests(self) -> list[list[DeviceRequest]]:
+        """Each request as its alternatives (see :func:`device_requests`)."""
+        return device_requests(self.raw.get("spec") or {})
+
+    @property
+    def device_classes(self) -> list[str]:
+        """The DeviceClasses its requests name, sorted.
+
+        >>> Claim({"spec": {"devices": {"requests": [{"name": "f", "firstAvailable": [
+        ...     {"name": "a", "deviceClassName": "mig.nvidia.com"}, {"name": "b", "deviceClassName": "gpu.nvidia.com"}]}]}}}
+        ...       ).device_classes
+        ['gpu.nvidia.com', 'mig.nvidia.com']
+        """
+        return sorted({alt.device_class for req in self.device_requests for alt in req if alt.device_class})
 
     def request_spec(self, request: str) -> dict | None:
         """The spec an allocation result's request names: ``req`` (its ``exactly``) or
@@ -107,6 +169,11 @@ class Claim:
         return bool(self.meta.get("deletionTimestamp"))
 
     @property
+    def deleting_for(self) -> float | None:
+        """Seconds since its deletion was asked (``metadata.deletionTimestamp``); else None."""
+        return seconds_since(self.meta.get("deletionTimestamp"))
+
+    @property
     def is_generated(self) -> bool:
         """Made for one pod and deleted with it: by the resourceclaim controller from a
         template, or by the scheduler for the pod's extended resources."""
@@ -124,10 +191,17 @@ class Claim:
 
     @property
     def owner_pod_uid(self) -> str | None:
-        for ref in self.meta.get("ownerReferences") or []:
-            if ref.get("kind") == "Pod" and ref.get("controller"):
-                return ref.get("uid")
-        return None
+        return (self._owner_pod or {}).get("uid")
+
+    @property
+    def owner_pod(self) -> str | None:
+        """The name of the Pod that controls the claim (a generated claim's), else None."""
+        return (self._owner_pod or {}).get("name")
+
+    @property
+    def _owner_pod(self) -> dict | None:
+        return next((ref for ref in self.meta.get("ownerReferences") or []
+                     if ref.get("kind") == "Pod" and ref.get("controller")), None)
 
     @property
     def results(self) -> list[AllocationResult]:
@@ -163,8 +237,23 @@ class Claim:
         return sorted({(c.get("opaque") or {}).get("driver") or "" for c in configs if c.get("opaque")})
 
     @property
+    def device_keys(self) -> list[str]:
+        """The allocated devices as ``driver/pool/device``."""
+        return [r.key for r in self.results]
+
+    @property
+    def admin_device_keys(self) -> list[str]:
+        """The allocated devices given with adminAccess (shared with other claims)."""
+        return [r.key for r in self.results if r.admin_access]
+
+    @property
     def reserved_for_uids(self) -> set[str]:
         return {r.get("uid") for r in self.status.get("reservedFor") or []}
+
+    @property
+    def reserved_for_names(self) -> list[str]:
+        """The consumers in ``status.reservedFor`` by name (pods), in order."""
+        return [r.get("name", "") for r in self.status.get("reservedFor") or []]
 
     @property
     def finalizers(self) -> list[str]:
@@ -177,5 +266,6 @@ class Claim:
         else:
             state = "allocated " + ", ".join(str(r) for r in self.results)
         reserved = len(self.reserved_for_uids)
-        deleting = ", being deleted" if self.is_deleting else ""
+        deleting = f", being deleted (finalizers {self.finalizers})" if self.is_deleting and self.finalizers \
+            else ", being deleted" if self.is_deleting else ""
         return f"claim {self.namespace}/{self.name}: {state}, reserved for {reserved} pod(s){deleting}"

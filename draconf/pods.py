@@ -95,6 +95,57 @@ class Pod:
     def is_deleting(self) -> bool:
         return bool(self.meta.get("deletionTimestamp"))
 
+    @property
+    def is_finished(self) -> bool:
+        """Its containers ran to the end: phase Succeeded or Failed."""
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def age(self) -> float | None:
+        """Seconds since the pod was created; None when unknown.
+
+        >>> Pod({"metadata": {"creationTimestamp": "2000-01-01T00:00:00Z"}}).age > 0
+        True
+        >>> Pod({}).age is None
+        True
+        """
+        return seconds_since(self.meta.get("creationTimestamp"))
+
+    @property
+    def finished_for(self) -> float | None:
+        """For a finished pod, seconds since its last container ended; else None.
+
+        >>> done = Pod({"status": {"phase": "Succeeded", "containerStatuses": [
+        ...     {"state": {"terminated": {"finishedAt": "2000-01-01T00:00:00Z"}}}]}})
+        >>> done.finished_for > 0, Pod({"status": {"phase": "Running"}}).finished_for
+        (True, None)
+        """
+        if not self.is_finished:
+            return None
+        return seconds_since(max((str(t) for cs in self.status.get("containerStatuses") or []
+                                  if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
+                                 default=None))
+
+    scheduler_name = property(lambda self: self.spec.get("schedulerName") or "default-scheduler",
+                              doc="spec.schedulerName: who binds the pod")
+    tolerations = property(lambda self: list(self.spec.get("tolerations") or []))
+    node_selector = property(lambda self: dict(self.spec.get("nodeSelector") or {}))
+
+    @property
+    def required_node_terms(self) -> list[dict]:
+        """The required node affinity's nodeSelectorTerms (ORed), each {matchExpressions, matchFields}.
+
+        >>> Pod({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        ...     "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+        ...                                             "values": ["n1"]}]}]}}}}}).required_node_terms
+        [{'matchFields': [{'key': 'metadata.name', 'operator': 'In', 'values': ['n1']}]}]
+        >>> Pod({"spec": {}}).required_node_terms
+        []
+        """
+        affinity = (((self.spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        return list(affinity.get("nodeSelectorTerms") or [])
+
     def condition(self, kind: str) -> str | None:
         for c in self.status.get("conditions") or []:
             if c.get("type") == kind:

@@ -40,6 +40,14 @@ FAILED = pytest.StashKey[bool]()
 #: gets no verdict with this cause at once, instead of waiting out its own timeout.  Kept in
 #: the config's stash: one per pytest process (per xdist worker, each of which trips it once).
 STALLED = pytest.StashKey[tuple[str, str]]()
+#: The API connection the ``cluster`` fixture made, for the hooks that read the cluster after a
+#: test (the diagnosis of a failure, the session's namespace sweep); absent until it ran.
+CLUSTER_API = pytest.StashKey[object]()
+
+
+def cluster_api(config):
+    """The run's API connection once the ``cluster`` fixture made it, else None."""
+    return config.stash.get(CLUSTER_API, None)
 
 
 #: A file every pytest-xdist worker of one run shares (made by the controller, whose environment
@@ -109,10 +117,11 @@ def pytest_addoption(parser):
     reporting.pytest_addoption(parser)
 
 
-#: The failures ``--reruns`` runs again (pytest-rerunfailures' ``--only-rerun``, matched against
-#: "ExceptionType: message"): those diagnosed ``intermittent`` (a second reading showed the
-#: expected state) or ``timeout`` (no definitive signal).
-RERUN_ONLY = r"^[\w.]+: \[(intermittent|timeout)\] "
+#: The failures ``--reruns`` runs again: those whose verdict is ``intermittent`` (a second
+#: reading showed the expected state) or ``timeout`` (no definitive signal).
+RERUN_CODES = frozenset({"intermittent", "timeout"})
+#: The ``flaky`` mark _rerun_by_verdict put on an item, replaced at its next failed phase.
+RERUN_MARK = pytest.StashKey[pytest.Mark]()
 
 
 def pytest_configure(config):
@@ -157,7 +166,7 @@ def pytest_configure(config):
         # pytest-rerunfailures: only failures that may not persist are run again.  A verdict
         # read from the cluster (a scheduler message that stood, a failed preflight, a wrong
         # device) is not a flake, and running it again would only hide it as one.
-        config.option.only_rerun = [RERUN_ONLY]
+        config.pluginmanager.register(RerunByVerdict(), "draconf-rerun-by-verdict")
     from draconf import runinfo
     handed_over = runinfo.from_env()
     if handed_over:
@@ -296,8 +305,8 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item):
     """Every failed check gets one diagnosis code read from the cluster, before its namespace
-    goes.  trylast makes this the innermost wrapper, so the code is stashed before the
-    reporting plugin builds the report and prefixes the message with it."""
+    goes.  The code goes into the test's verdict (item stash), which the reporting plugin's
+    ``pytest_runtest_makereport`` reads; the exception is re-raised as it was."""
     try:
         return (yield)
     except BaseException as exc:
@@ -312,8 +321,8 @@ def _diagnose(item, exc) -> None:
         # The wait read the evidence itself (no binding, no claim, no ServiceAccount, the
         # component's Lease and pods), possibly before the test had a namespace the rules
         # could read again: its sentence is the diagnosis.
-        from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
-        if not item.stash.get(DIAGNOSIS_KEY, None):
+        from draconf.reporting import record_diagnosis, verdict_of
+        if not verdict_of(item).code:
             record_diagnosis(item, exc.code, reason=str(exc).removeprefix(f"[{exc.code}] "))
     from draconf.diagnosis import record_failure_diagnosis
     record_failure_diagnosis(item, exc)
@@ -328,6 +337,40 @@ def pytest_runtest_makereport(item, call):
             node.stash[FAILED] = True
 
 
+class RerunByVerdict:
+    """Registered when ``--reruns`` is given without the user's own ``--only-rerun``."""
+
+    # trylast: inside pytest-rerunfailures' wrapper, which reads the rerun filter after this.
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        if report.failed:
+            _rerun_by_verdict(item)
+        return report
+
+
+#: pytest-rerunfailures' ``only_rerun`` filters (regexes searched in "ExceptionType: message"):
+#: one every failure matches, one none does.
+_RERUN_ANY, _RERUN_NONE = r"", r"(?!)"
+
+
+def _rerun_by_verdict(item) -> None:
+    """Tell pytest-rerunfailures whether this failed phase may run again: only when the test's
+    verdict is one of RERUN_CODES.  Its filter reads the exception's text, which draconf leaves
+    as raised (the code is in the verdict, not the message), so the item's ``flaky`` mark gets
+    an ``only_rerun`` that matches every failure or none; the mark's other arguments (reruns,
+    delay, condition) are kept."""
+    from draconf.reporting import verdict_of
+    previous = item.stash.get(RERUN_MARK, None)
+    if previous is not None and previous in item.own_markers:
+        item.own_markers.remove(previous)
+    mark = item.get_closest_marker("flaky")
+    args, kwargs = (mark.args, dict(mark.kwargs)) if mark else ((), {"reruns": item.config.getvalue("reruns")})
+    kwargs["only_rerun"] = [_RERUN_ANY if verdict_of(item).code in RERUN_CODES else _RERUN_NONE]
+    item.add_marker(pytest.mark.flaky(*args, **kwargs), append=False)
+    item.stash[RERUN_MARK] = item.own_markers[0]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """Whatever a test could not delete (interrupted, crashed fixture), delete it now; then wait,
@@ -337,7 +380,7 @@ def pytest_sessionfinish(session, exitstatus):
     if is_xdist_controller(session.config):
         _sweep_what_workers_left(session.config)
         return
-    api = getattr(session.config, "draconf_api", None)
+    api = cluster_api(session.config)
     if api is None:
         return
     for name in namespaces.REGISTRY.pending():
@@ -393,7 +436,7 @@ def cluster(pytestconfig):
             raise DraconfError(unreachable)
     except DraconfError as err:
         pytest.exit(f"draconf: {err}", returncode=3)
-    pytestconfig.draconf_api = api
+    pytestconfig.stash[CLUSTER_API] = api
     from draconf import runinfo
     if runinfo.from_env() is None:
         try:
@@ -431,6 +474,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
     profile = request.config.draconf_profile
     name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),
                              sa_timeout=stall_after(profile))
+    # The diagnosis of a failing test of this scope reads this namespace (released after
+    # finish() below: finalizers run last-in, first-out).
+    reporting.record_namespace(request, name)
 
     def finish():
         failed = request.node.stash.get(FAILED, False)

@@ -16,7 +16,7 @@ The work is split so the rules can be tested without a cluster::
     evidence.evidence(snapshot, facts)     -> {name: text}    (what the report attaches)
 
 and this module is the glue: :func:`diagnose` runs the four, and the pytest hook's
-:func:`record_failure_diagnosis` records the result on the test item.  The rules and their
+:func:`record_failure_diagnosis` records the result in the test's verdict (its stash).  The rules and their
 order are in :mod:`draconf.diagnosis.rules`.
 
 Selectors are the CEL the cluster holds (the claims' and templates' selectors and the live
@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 
 from draconf.diagnosis.evidence import evidence
-from draconf.diagnosis.facts import (ClaimFacts, ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts, PodFacts,
-                                     QuotaFacts, RequestFacts, TemplateFacts, build_facts,
+from draconf.diagnosis.facts import (ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts,
+                                     QuotaFacts, TemplateFacts, build_facts,
                                      selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
                                       describe_error, gather)
@@ -43,9 +43,9 @@ from draconf.reporting.diagnoses import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
 
-__all__ = ["ClaimFacts", "ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
-           "PLUGIN_SELECTORS", "PluginPodFacts", "PodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
-           "RequestFacts", "Snapshot", "TemplateFacts", "build_facts", "classify",
+__all__ = ["ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
+           "PLUGIN_SELECTORS", "PluginPodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
+           "Snapshot", "TemplateFacts", "build_facts", "classify",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
            "selectors_eval", "tolerates"]
 
@@ -85,27 +85,20 @@ def diagnose(api, profile, namespace: str | None, check: str | None, error_text:
 def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     """Diagnose a failing draconf test item (for the pytest plugin's hook).
 
-    Finds the cluster (``config.draconf_api``), the profile, the test's namespace (its
-    workload's, found among its fixtures, or the ``namespace`` fixture's) and its check
-    (``draconf`` marker).
+    Finds the cluster (:func:`draconf.pytest_plugin.cluster_api`), the profile, the test's namespace (the one
+    the fixture that made it recorded for the test's scope:
+    :func:`draconf.reporting.recording.recorded_namespace`) and its check (``draconf`` marker).
     Returns None when there is no cluster connection to read from.
     """
+    from draconf.pytest_plugin import cluster_api
+    from draconf.reporting.recording import recorded_namespace
+
     config = item.config
-    api = getattr(config, "draconf_api", None)
+    api = cluster_api(config)
     profile = getattr(config, "draconf_profile", None)
     if api is None or profile is None:
         return None
-    funcargs = getattr(item, "funcargs", {}) or {}
-    namespace = None
-    # The test's workload: a DeployedWorkload among its fixtures, or one a fixture carries as
-    # ``.deployed`` (a Start of suites/test_workloads.py, the FinishedJob of suites/test_jobs.py).
-    from draconf.workload import DeployedWorkload
-    deployed = next((d for value in funcargs.values()
-                     for d in (value, getattr(value, "deployed", None)) if isinstance(d, DeployedWorkload)), None)
-    if deployed is not None and getattr(deployed, "namespace", None):
-        namespace = deployed.namespace
-    elif isinstance(funcargs.get("namespace"), str):
-        namespace = funcargs["namespace"]
+    namespace = recorded_namespace(item)
     marker = item.get_closest_marker("draconf")
     check = marker.kwargs.get("check") if marker else None
     text = str(exc) if exc is not None else ""
@@ -115,24 +108,25 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
 _CODE_PREFIX = re.compile(r"^\s*(?:\w+(?:\.\w+)*: )?\[([a-z-]+)\]")
 
 
-def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) -> Diagnosis | None:
+def record_failure_diagnosis(item, exc: BaseException) -> Diagnosis | None:
     """Diagnose and record a failing test, for ``pytest_runtest_setup``/``call`` wrappers.
 
-    Does nothing for skips, xfails, interrupts and tests that recorded a diagnosis themselves.
-    A test whose message already starts with a ``[code]`` gets that code recorded (so the
-    reporting plugin does not add a second one) with the cluster evidence.  Otherwise the code
-    comes from :func:`diagnose_item`; with ``annotate`` the reason is added to the exception
-    message as a ``diagnosis (code): ...`` line after the first, so the terminal shows it too.
-    Never raises: a failing diagnosis must not hide the test's own failure.
+    Does nothing for skips, xfails, interrupts and tests whose verdict has a diagnosis already
+    (they recorded one themselves).  A test whose message already starts with a ``[code]``
+    gets that code recorded with the cluster evidence.  Otherwise the code comes from
+    :func:`diagnose_item`.  The code and its sentence go into the test's verdict
+    (:func:`draconf.reporting.record_diagnosis`), from which the report says them; the
+    exception is left as it was raised.  Never raises: a failing diagnosis must not hide the
+    test's own failure.
     """
     import pytest
 
-    from draconf.reporting.recording import DIAGNOSIS_KEY, record_diagnosis
+    from draconf.reporting import record_diagnosis, verdict_of
 
     if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception,
                         KeyboardInterrupt, SystemExit, GeneratorExit)):
         return None
-    if item.stash.get(DIAGNOSIS_KEY, None):
+    if verdict_of(item).code:
         return None
     try:
         result = diagnose_item(item, exc)
@@ -141,27 +135,8 @@ def record_failure_diagnosis(item, exc: BaseException, annotate: bool = True) ->
         own = _CODE_PREFIX.match(str(exc))
         if own and own.group(1) in DIAGNOSES and own.group(1) != result.code:
             result = Diagnosis(own.group(1), result.reason, result.evidence)
-        elif annotate:
-            # No "[code]" here: the reporting plugin prefixes the first line with it only when
-            # the message does not contain it yet.
-            _append_line(exc, f"diagnosis ({result.code}): {result.reason}")
         record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
         return result
     except Exception:  # noqa: BLE001
         log.exception("could not diagnose %s", getattr(item, "nodeid", item))
         return None
-
-
-def _append_line(exc: BaseException, line: str) -> None:
-    """Add ``line`` to the message of ``exc`` (after its first line, which reports keep)."""
-    import pytest
-
-    if line in str(exc):
-        return  # a class-scoped fixture re-raises the same exception for every test
-    if isinstance(exc, pytest.fail.Exception):
-        exc.msg = f"{exc.msg or ''}\n{line}"
-        exc.args = (exc.msg,)
-    elif exc.args and isinstance(exc.args[0], str):
-        exc.args = (f"{exc.args[0]}\n{line}", *exc.args[1:])
-    elif not exc.args:
-        exc.args = (line,)

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from draconf import cel
 from draconf.devices import Device
-from draconf.diagnosis.facts import Facts, PodFacts, RequestFacts, selectors_eval
+from draconf.claims import DeviceRequest
+from draconf.diagnosis.facts import Facts, selectors_eval
+from draconf.pods import Pod
 
 
 def class_devices(facts: Facts, class_name: str) -> tuple[list[Device], bool]:
@@ -49,7 +51,7 @@ class RequestAnalysis:
         return [(self.devices[k], r) for k, r in self.results.items() if r.missing]
 
 
-def analyse(facts: Facts, claim: str, req: RequestFacts) -> RequestAnalysis:
+def analyse(facts: Facts, claim: str, req: DeviceRequest) -> RequestAnalysis:
     devices, _ = class_devices(facts, req.device_class)
     class_selectors = (facts.device_classes or {}).get(req.device_class) or []
     results = {d.key: selectors_eval([*class_selectors, *req.selectors], d) for d in devices}
@@ -64,26 +66,26 @@ def per_node(devices: list[Device]) -> dict[str, list[Device]]:
     return nodes
 
 
-def pending_pods(facts: Facts) -> list[PodFacts]:
-    return [p for p in facts.pods if p.unschedulable and not p.deleting]
+def pending_pods(facts: Facts) -> list[Pod]:
+    return [p for p in facts.pods if p.unschedulable_message and not p.is_deleting]
 
 
-def pending_requests(facts: Facts, pods: list[PodFacts] | None = None):
+def pending_requests(facts: Facts, pods: list[Pod] | None = None):
     """(claim label, request alternatives) of every claim a pending pod still waits for; for a
     template whose claim is not generated yet, the template's requests."""
     out = []
     seen = set()
     for pod in pods if pods is not None else pending_pods(facts):
         for claim in facts.pod_claims(pod):
-            if not claim.allocated and claim.key not in seen:
+            if not claim.is_allocated and claim.key not in seen:
                 seen.add(claim.key)
-                out += [(f"Claim {claim.name}", req) for req in claim.requests]
+                out += [(f"Claim {claim.name}", req) for req in claim.device_requests]
     if not out and not facts.claims:
         out = [(f"ResourceClaimTemplate {t.name}", req) for t in facts.templates for req in t.requests]
     return out
 
 
-def candidate_nodes(facts: Facts, pod: PodFacts) -> tuple[set[str], bool]:
+def candidate_nodes(facts: Facts, pod: Pod) -> tuple[set[str], bool]:
     """Nodes holding a device one of the pod's unallocated requests could use, and whether that
     was decided with the request's selectors (False: from the DeviceClass only)."""
     nodes, exact = set(), True
@@ -98,23 +100,23 @@ def candidate_nodes(facts: Facts, pod: PodFacts) -> tuple[set[str], bool]:
     return nodes, exact
 
 
-def selectors_text(req: RequestFacts) -> str:
+def selectors_text(req: DeviceRequest) -> str:
     if not req.selectors:
         return "no selector"
     return " && ".join(" ".join(s.split()) for s in req.selectors)
 
 
-def stuck_pods(facts: Facts) -> list[PodFacts]:
+def stuck_pods(facts: Facts) -> list[Pod]:
     """Bound pods whose claims are allocated and reserved for them, yet not running."""
     stuck = []
     for pod in facts.pods:
-        if not pod.node or pod.running or pod.finished or pod.deleting or not pod.claims:
+        if not pod.node or pod.is_running or pod.is_finished or pod.is_deleting or not pod.claim_names():
             continue
-        if pod.unresolved_claims:
+        if pod.template_claims_not_generated:
             continue
         claims = facts.pod_claims(pod)
-        if len(claims) == len(pod.claims) and all(
-                c.allocated and (pod.uid in c.reserved_for_uids or pod.name in c.reserved_for)
+        if len(claims) == len(pod.claim_names()) and all(
+                c.is_allocated and (pod.uid in c.reserved_for_uids or pod.name in c.reserved_for_names)
                 for c in claims):
             stuck.append(pod)
     return stuck

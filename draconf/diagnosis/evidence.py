@@ -61,7 +61,7 @@ def evidence(snap: Snapshot, facts: Facts, code: str, reason: str) -> dict[str, 
         out["deviceclasses"] = "\n".join(f"{n}: {' && '.join(s) or '(no selector)'}"
                                          for n, s in sorted(facts.device_classes.items())) or "(none)"
     involved = {p.node for p in facts.pods if p.node}
-    involved |= {k.split("/")[1] for c in facts.claims for k in c.devices if k.count("/") >= 2}
+    involved |= {k.split("/")[1] for c in facts.claims for k in c.device_keys if k.count("/") >= 2}
     for pod in pending_pods(facts):
         involved |= candidate_nodes(facts, pod)[0]
     slices = [s for s in snap.slices if (s.get("spec") or {}).get("nodeName") in involved] or snap.slices[:2]

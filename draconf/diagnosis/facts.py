@@ -18,11 +18,11 @@ from kubernetes.utils import parse_quantity
 
 from draconf import allocation, cel
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
-from draconf.claims import Claim
+from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.namespaces import MANAGED_BY
-from draconf.pods import Pod, describe_pod, request_matches
+from draconf.pods import Pod, request_matches
 
 #: draconf's own objects carry this label (a quota the suite made is its checks' subject)
 (MANAGED_BY_LABEL, MANAGED_BY_VALUE), = MANAGED_BY.items()
@@ -32,114 +32,10 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class PodFacts:
-    name: str
-    namespace: str = "default"
-    uid: str = ""
-    phase: str = "Pending"
-    node: str | None = None
-    ready: bool = False
-    deleting: bool = False
-    #: the PodScheduled=False message (reason Unschedulable or SchedulerError), else None
-    unschedulable: str | None = None
-    #: "container: Reason" of waiting containers
-    waiting: list[str] = field(default_factory=list)
-    #: "container: image (Reason: message)" of containers whose image cannot be pulled
-    image_pull: list[str] = field(default_factory=list)
-    #: no container runs (what is left of a deleted pod is its node's cleanup)
-    stopped: bool = False
-    #: seconds since its last container ended, for a finished pod (Succeeded/Failed)
-    done_for: float | None = None
-    #: pod-level claim name -> ResourceClaim name (only the ones known yet)
-    claims: dict[str, str] = field(default_factory=dict)
-    #: pod-level claim names whose ResourceClaim is not known yet (not generated)
-    unresolved_claims: list[str] = field(default_factory=list)
-    tolerations: list[dict] = field(default_factory=list)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    #: required node affinity: the nodeSelectorTerms (ORed), each {matchExpressions, matchFields}
-    affinity_terms: list[dict] = field(default_factory=list)
-    #: no binding and no PodScheduled condition: no scheduler has acted on it
-    unseen_by_scheduler: bool = False
-    #: spec.schedulerName: who binds it
-    scheduler_name: str = "default-scheduler"
-    #: pod-level claim names from a template whose claim the controller has not generated yet
-    ungenerated_claims: list[str] = field(default_factory=list)
-    #: seconds since the pod was created (None: unknown)
-    age: float | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.phase == "Running" and self.ready
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    def summary(self) -> str:
-        return describe_pod(self.namespace, self.name, self.phase, self.node, ready=self.ready,
-                            unschedulable=self.unschedulable, waiting=self.waiting,
-                            deleting=self.deleting)
-
-
-@dataclass
-class RequestFacts:
-    """One device request (or one firstAvailable alternative)."""
-    name: str
-    device_class: str
-    selectors: list[str] = field(default_factory=list)
-    mode: str = "ExactCount"
-    count: int = 1
-
-
-@dataclass
-class ClaimFacts:
-    name: str
-    namespace: str = "default"
-    uid: str = ""
-    generated: bool = False
-    #: the Pod owning a generated claim (name, uid), if any
-    owner_pod: str | None = None
-    owner_pod_uid: str | None = None
-    allocated: bool = False
-    #: allocated devices as driver/pool/device
-    devices: list[str] = field(default_factory=list)
-    #: reservedFor as pod names
-    reserved_for: list[str] = field(default_factory=list)
-    reserved_for_uids: list[str] = field(default_factory=list)
-    finalizers: list[str] = field(default_factory=list)
-    #: the allocated devices (driver/pool/device) given with adminAccess (shared with other claims)
-    admin_devices: list[str] = field(default_factory=list)
-    deleting: bool = False
-    #: seconds since deletion was asked (metadata.deletionTimestamp)
-    deleting_for: float | None = None
-    #: each request as its alternatives (one for ``exactly``, several for ``firstAvailable``)
-    requests: list[list[RequestFacts]] = field(default_factory=list)
-    #: as draconf.claims.Claim.request_devices and .opaque_config_drivers (same names, so the
-    #: rules read either model)
-    request_devices: dict[str, list[str]] = field(default_factory=dict)
-    opaque_config_drivers: list[str] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def device_classes(self) -> list[str]:
-        return sorted({alt.device_class for req in self.requests for alt in req if alt.device_class})
-
-    def summary(self) -> str:
-        state = ("allocated " + ", ".join(self.devices)) if self.allocated else "not allocated"
-        extra = f", finalizers {self.finalizers}" if self.finalizers else ""
-        deleting = ", being deleted" if self.deleting else ""
-        return (f"claim {self.key}: {state}, reserved for {self.reserved_for or 'nobody'}"
-                f"{extra}{deleting}")
-
-
-@dataclass
 class TemplateFacts:
     name: str
     namespace: str = "default"
-    requests: list[list[RequestFacts]] = field(default_factory=list)
+    requests: list[list[DeviceRequest]] = field(default_factory=list)
 
     @property
     def device_classes(self) -> list[str]:
@@ -258,8 +154,10 @@ class Facts:
     #: resource.k8s.io/v1 is served
     resource_api: bool = True
     resource_versions: list[str] = field(default_factory=lambda: ["v1"])
-    pods: list[PodFacts] = field(default_factory=list)
-    claims: list[ClaimFacts] = field(default_factory=list)
+    #: the namespace's pods, as the suite reads them (:class:`draconf.pods.Pod`)
+    pods: list[Pod] = field(default_factory=list)
+    #: the namespace's ResourceClaims, as the suite reads them (:class:`draconf.claims.Claim`)
+    claims: list[Claim] = field(default_factory=list)
     templates: list[TemplateFacts] = field(default_factory=list)
     events: list[EventFacts] = field(default_factory=list)
     #: DeviceClass name -> its CEL selectors; None when the classes could not be read
@@ -305,7 +203,7 @@ class Facts:
     control_plane: dict[str, str] = field(default_factory=dict)
 
     # -- lookups the rules share ---------------------------------------------------------------
-    def claim(self, name: str) -> ClaimFacts | None:
+    def claim(self, name: str) -> Claim | None:
         for c in self.claims:
             if c.name == name:
                 return c
@@ -317,14 +215,14 @@ class Facts:
                 return n
         return None
 
-    def pod_claims(self, pod: PodFacts) -> list[ClaimFacts]:
-        return [c for name in pod.claims.values() if (c := self.claim(name)) is not None]
+    def pod_claims(self, pod: Pod) -> list[Claim]:
+        return [c for name in pod.claim_names().values() if (c := self.claim(name)) is not None]
 
     def events_for(self, name: str, reason_part: str = "") -> list[EventFacts]:
         return [e for e in self.events if e.name == name and reason_part in e.reason]
 
     def scheduler_messages(self) -> list[str]:
-        messages = [p.unschedulable for p in self.pods if p.unschedulable]
+        messages = [p.unschedulable_message for p in self.pods if p.unschedulable_message]
         messages += [e.message for e in self.events if e.reason == "FailedScheduling"]
         return messages
 
@@ -349,69 +247,6 @@ def selectors_eval(selectors: list[str], device: Device) -> cel.Verdict:
 # Raw objects -> Facts (pure)
 # =============================================================================================
 
-def _requests(spec: dict) -> list[list[RequestFacts]]:
-    out = []
-    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-        alternatives = []
-        if req.get("exactly") is not None or req.get("deviceClassName"):
-            body = req.get("exactly") or req  # v1 / v1beta1 shapes
-            alternatives.append(_request(req.get("name", ""), body))
-        for sub in req.get("firstAvailable") or []:
-            alternatives.append(_request(f"{req.get('name', '')}/{sub.get('name', '')}", sub))
-        if alternatives:
-            out.append(alternatives)
-    return out
-
-
-def _request(name: str, body: dict) -> RequestFacts:
-    selectors = [s["cel"]["expression"] for s in body.get("selectors") or [] if (s.get("cel") or {}).get("expression")]
-    return RequestFacts(name=name, device_class=body.get("deviceClassName", ""), selectors=selectors,
-                        mode=body.get("allocationMode") or "ExactCount", count=body.get("count") or 1)
-
-
-def _pod_facts(raw: dict) -> PodFacts:
-    pod = Pod(raw)
-    claims = pod.claim_names()
-    affinity = (((pod.spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    return PodFacts(
-        name=pod.name or "", namespace=pod.namespace or "", uid=pod.uid or "", phase=pod.phase,
-        node=pod.node, ready=pod.is_ready, deleting=pod.is_deleting,
-        unschedulable=pod.unschedulable_message, waiting=pod.waiting_reasons,
-        image_pull=pod.image_pull_failures, stopped=pod.containers_stopped, claims=claims,
-        unresolved_claims=[r.get("name") for r in pod.spec.get("resourceClaims") or []
-                           if r.get("name") not in claims],
-        tolerations=list(pod.spec.get("tolerations") or []),
-        node_selector=dict(pod.spec.get("nodeSelector") or {}),
-        affinity_terms=list(affinity.get("nodeSelectorTerms") or []),
-        unseen_by_scheduler=pod.unseen_by_scheduler, ungenerated_claims=pod.template_claims_not_generated,
-        scheduler_name=pod.spec.get("schedulerName") or "default-scheduler",
-        age=seconds_since(pod.meta.get("creationTimestamp")),
-        done_for=seconds_since(max((str(t) for cs in pod.status.get("containerStatuses") or []
-                                     if (t := ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))),
-                                    default=None)) if pod.phase in ("Succeeded", "Failed") else None)
-
-
-def _claim_facts(raw: dict) -> ClaimFacts:
-    meta, status = raw.get("metadata") or {}, raw.get("status") or {}
-    owner = next((r for r in meta.get("ownerReferences") or []
-                  if r.get("kind") == "Pod" and r.get("controller")), None)
-    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-    return ClaimFacts(
-        name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
-        generated=Claim(raw).is_generated,
-        owner_pod=owner.get("name") if owner else None, owner_pod_uid=owner.get("uid") if owner else None,
-        allocated=bool(status.get("allocation")),
-        devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results],
-        reserved_for=[r.get("name", "") for r in status.get("reservedFor") or []],
-        reserved_for_uids=[r.get("uid", "") for r in status.get("reservedFor") or []],
-        finalizers=list(meta.get("finalizers") or []), deleting=bool(meta.get("deletionTimestamp")),
-        admin_devices=[f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results
-                       if r.get("adminAccess")],
-        deleting_for=seconds_since(meta.get("deletionTimestamp")), requests=_requests(raw.get("spec") or {}),
-        request_devices=Claim(raw).request_devices, opaque_config_drivers=Claim(raw).opaque_config_drivers)
-
-
 def build_facts(snap: Snapshot, profile) -> Facts:
     """Turn a :class:`Snapshot` into :class:`Facts` (pure: no API calls)."""
     facts = Facts(driver=profile.driver, device_class=profile.device_class,
@@ -425,11 +260,11 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     if snap.resource_versions is not None:
         facts.resource_versions = list(snap.resource_versions)
         facts.resource_api = "v1" in snap.resource_versions
-    facts.pods = [_pod_facts(p) for p in snap.pods]
-    facts.claims = [_claim_facts(c) for c in snap.claims]
+    facts.pods = [Pod(p) for p in snap.pods]
+    facts.claims = [Claim(c) for c in snap.claims]
     facts.templates = [TemplateFacts(name=(t.get("metadata") or {}).get("name", ""),
                                      namespace=(t.get("metadata") or {}).get("namespace", ""),
-                                     requests=_requests(((t.get("spec") or {}).get("spec")) or {}))
+                                     requests=device_requests(((t.get("spec") or {}).get("spec")) or {}))
                        for t in snap.templates]
     facts.events = [EventFacts(reason=e.get("reason") or "", message=e.get("message") or "",
                                type=e.get("type") or "", kind=(e.get("involvedObject") or {}).get("kind", ""),
@@ -455,10 +290,9 @@ def build_facts(snap: Snapshot, profile) -> Facts:
     facts.devices = devices_from_slices(snap.slices)
     facts.untolerated_taints = _untolerated_taints(snap.claims, snap.slices)
     facts.allocation_problems = _allocation_problems(snap, facts, profile)
-    for c in snap.all_claims:
-        cf = _claim_facts(c)
-        for key in cf.devices:
-            facts.allocated[key] = cf.key
+    for c in map(Claim, snap.all_claims):
+        for key in c.device_keys:
+            facts.allocated[key] = c.key
     facts.nodes = [NodeFacts(
         name=(n.get("metadata") or {}).get("name", ""), labels=dict((n.get("metadata") or {}).get("labels") or {}),
         taints=list((n.get("spec") or {}).get("taints") or []),
@@ -468,11 +302,12 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         extended_gpus=_int_quantity(((n.get("status") or {}).get("allocatable") or {}).get(EXTENDED_GPU)))
         for n in snap.nodes]
     for raw in snap.plugin_pods:
-        pf = _pod_facts(raw)
+        pf = Pod(raw)
         restarts = sum(cs.get("restartCount") or 0 for cs in (raw.get("status") or {}).get("containerStatuses") or [])
         facts.plugin_pods.append(PluginPodFacts(
-            name=pf.name, namespace=pf.namespace, node=pf.node, phase=pf.phase, ready=pf.ready,
-            waiting=pf.waiting, restarts=restarts, log_tail=snap.plugin_logs.get(f"{pf.namespace}/{pf.name}")))
+            name=pf.name or "", namespace=pf.namespace or "", node=pf.node, phase=pf.phase, ready=pf.is_ready,
+            waiting=pf.waiting_reasons, restarts=restarts,
+            log_tail=snap.plugin_logs.get(f"{pf.namespace}/{pf.name}")))
     facts.plugin_pods_known = snap.plugin_pods_known
     facts.gpu_cluster = snap.gpu_cluster is not None
     facts.gpu_cluster_state = ((snap.gpu_cluster or {}).get("status") or {}).get("state")
@@ -489,7 +324,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                                    MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
                     for q in snap.quotas]
     for q in facts.quotas:
-        q.counted = _counted(q.hard, [c for c in facts.claims if not c.deleting])
+        q.counted = _counted(q.hard, [c for c in facts.claims if not c.is_deleting])
     return facts
 
 
@@ -532,10 +367,10 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
             expected: list[str] | None = []
             for ref, request in pod.container_claim_requests(container):
                 claim = claims.get(names.get(ref, ""))
-                if claim is None or not claim.allocated:
+                if claim is None or not claim.is_allocated:
                     expected = None
                     break
-                keys = claim.devices if request is None else [
+                keys = claim.device_keys if request is None else [
                     key for req, keys in claim.request_devices.items() if request_matches(req, request)
                     for key in keys]
                 expected += [u for key in keys if (u := uuids.get(key))]
@@ -559,7 +394,7 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
     return out
 
 
-def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
+def _counted(hard: dict[str, str], claims: list[Claim]) -> dict[str, int]:
     """What ``claims`` amount to under the quota keys in ``hard`` that count claims or devices
     (a request's first alternative, ExactCount; All is not countable before allocation)."""
     counted = {}
@@ -568,7 +403,7 @@ def _counted(hard: dict[str, str], claims: list[ClaimFacts]) -> dict[str, int]:
             counted[key] = len(claims)
         elif key.endswith(DEVICECLASS_SUFFIX):
             device_class = key[:-len(DEVICECLASS_SUFFIX)]
-            counted[key] = sum(req[0].count for c in claims for req in c.requests
+            counted[key] = sum(req[0].count for c in claims for req in c.device_requests
                                if req and req[0].device_class == device_class and req[0].mode != "All")
     return counted
 
@@ -632,7 +467,7 @@ def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
     if not pods or snap.device_classes is None:
         return []
     judgement = allocation.judge(
-        allocation.Snapshot(pods, {c.name: c for c in (Claim(raw) for raw in snap.claims)},
+        allocation.Snapshot(pods, {c.name: c for c in facts.claims},
                             PublishedDevices(profile.driver, facts.devices),
                             dict(facts.device_classes)),
         expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"))

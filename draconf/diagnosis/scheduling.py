@@ -3,7 +3,8 @@ required node affinity (k8s.io/api/core/v1, k8s.io/component-helpers/scheduling)
 
 from __future__ import annotations
 
-from draconf.diagnosis.facts import NodeFacts, PodFacts
+from draconf.diagnosis.facts import NodeFacts
+from draconf.pods import Pod
 
 
 def tolerates(tolerations: list[dict], taint: dict) -> bool:
@@ -45,7 +46,7 @@ def _expression_matches(expr: dict, labels: dict, fields: dict | None = None) ->
     return False
 
 
-def node_exclusions(pod: PodFacts, node: NodeFacts) -> list[str]:
+def node_exclusions(pod: Pod, node: NodeFacts) -> list[str]:
     """Why ``pod`` cannot go to ``node`` (empty: it can, as far as node filters go)."""
     why = []
     for taint in node.taints:
@@ -58,12 +59,12 @@ def node_exclusions(pod: PodFacts, node: NodeFacts) -> list[str]:
     mismatched = {k: v for k, v in pod.node_selector.items() if node.labels.get(k) != v}
     if mismatched:
         why.append(f"nodeSelector {mismatched} does not match its labels")
-    if pod.affinity_terms:
+    if pod.required_node_terms:
         fields = {"metadata.name": node.name}
         ok = any(all(_expression_matches(e, node.labels) for e in term.get("matchExpressions") or [])
                  and all(_expression_matches(e, node.labels, fields) for e in term.get("matchFields") or [])
                  and (term.get("matchExpressions") or term.get("matchFields"))
-                 for term in pod.affinity_terms)
+                 for term in pod.required_node_terms)
         if not ok:
             why.append("required node affinity does not match")
     return why

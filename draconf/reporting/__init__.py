@@ -1,7 +1,7 @@
 """What a draconf run leaves behind: ``summary.json``, a terminal matrix, and Allure extras.
 
 One module per concern: :mod:`.diagnoses` (the vocabulary), :mod:`.recording` (what test code
-records), :mod:`.rows` (summary.json's rows), :mod:`.matrix` (the terminal matrix),
+records), :mod:`.verdict` (one verdict per test, in its stash), :mod:`.rows` (summary.json's rows), :mod:`.matrix` (the terminal matrix),
 :mod:`.allure_extras` and :mod:`.junit` (what they add to Allure's and JUnit's files) and
 :mod:`.plugin` (:class:`ReportingPlugin`, which writes them); this package re-exports their
 public names.
@@ -61,18 +61,18 @@ from draconf.reporting.junit import interruption_line, mark_junit_interrupted
 from draconf.reporting.matrix import (OUTCOME_COLOURS, OUTCOME_LABELS, cell_label, matrix_cells, matrix_lines,
                                       render_matrix)
 from draconf.reporting.plugin import SUITE_DIR, SUMMARY_FILENAME, ReportingPlugin, pytest_addoption
-from draconf.reporting.recording import (DIAGNOSIS_KEY, REASON_KEY, RUN_INFO_KEY, allure_is_recording,
-                                         get_run_info, note, record_diagnosis, set_run_info,
+from draconf.reporting.recording import (NAMESPACE_KEY, RUN_INFO_KEY, allure_is_recording, get_run_info, note, record_diagnosis,
+                                         record_namespace, recorded_namespace, set_run_info,
                                          show_templated)
 from draconf.reporting.rows import (OUTCOMES, count_outcomes, first_line, fold_phase, mark_reruns, marker_fields,
                                     new_row, phase_message, phase_outcome, worst_outcome)
+from draconf.reporting.verdict import VERDICT_KEY, Verdict, verdict_of, with_code
 
-__all__ = ["DIAGNOSES", "DIAGNOSIS_KEY", "NO_VERDICT_CATEGORY", "OUTCOMES", "OUTCOME_COLOURS", "OUTCOME_LABELS",
-           "REASON_KEY", "RUN_INFO_KEY", "SUITE_DIR", "SUMMARY_FILENAME", "ReportingPlugin",
+__all__ = ["DIAGNOSES", "NAMESPACE_KEY", "NO_VERDICT_CATEGORY", "OUTCOMES", "OUTCOME_COLOURS", "OUTCOME_LABELS",
+           "RUN_INFO_KEY", "SUITE_DIR", "SUMMARY_FILENAME", "ReportingPlugin", "VERDICT_KEY", "Verdict",
            "allure_categories", "allure_is_recording", "category_regex", "cell_label", "count_outcomes",
            "diagnosis_prefix", "environment_properties", "first_line", "fold_phase", "get_run_info",
            "interruption_line", "mark_junit_interrupted", "mark_reruns", "marker_fields", "matrix_cells",
            "matrix_lines", "new_row", "note", "phase_message", "phase_outcome", "pytest_addoption",
-           "record_diagnosis", "render_matrix", "require_known_code", "set_run_info", "show_templated",
-           "worst_outcome",
-           "write_allure_extras"]
+           "record_diagnosis", "record_namespace", "recorded_namespace", "render_matrix", "require_known_code",
+           "set_run_info", "show_templated", "verdict_of", "with_code", "worst_outcome", "write_allure_extras"]

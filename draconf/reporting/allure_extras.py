@@ -15,8 +15,10 @@ def allure_categories() -> list[dict[str, Any]]:
 
     Allure 2 (Java) requires the regex to match the whole message, Allure 3 searches for it,
     so the pattern allows anything around the tag: allure-pytest's message starts with the
-    exception type ("AssertionError: [code] ..."). Only ``messageRegex`` is set because a
-    ``traceRegex`` too would have to match as well, which only narrows the category.
+    exception type ("AssertionError: [code] ..."; a diagnosed failure's message gets the tag
+    from :class:`draconf.reporting.verdict.AllureMessages` when the test's own lacks it). Only
+    ``messageRegex`` is set because a ``traceRegex`` too would have to match as well, which only
+    narrows the category.
     """
     return [{"name": code, "description": meaning,
              "matchedStatuses": ["failed", "broken"],

@@ -148,7 +148,8 @@ DIAGNOSES: dict[str, str] = {
 
 
 def diagnosis_prefix(code: str) -> str:
-    """The text to start a failure message with, so Allure can file it under ``code``.
+    """The text a test may start its own failure message with (the reports add it to a
+    diagnosed failure's message that lacks it, never to the exception).
 
     >>> diagnosis_prefix("cdi-wrong-device")
     '[cdi-wrong-device] '

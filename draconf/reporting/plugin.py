@@ -14,12 +14,12 @@ import pytest
 from draconf.parallel import plain_nodeid
 from draconf.nodescope import scope_line
 from draconf.reporting.allure_extras import write_allure_extras
-from draconf.reporting.diagnoses import diagnosis_prefix
 from draconf.reporting.junit import interruption_line, mark_junit_interrupted
 from draconf.reporting.matrix import OUTCOME_COLOURS, matrix_lines
-from draconf.reporting.recording import DIAGNOSIS_KEY, REASON_KEY, get_run_info
+from draconf.reporting.recording import allure_is_recording, get_run_info
 from draconf.reporting.rows import (count_outcomes, first_line, fold_phase, mark_reruns, marker_fields,
                                     new_row, phase_message, phase_outcome)
+from draconf.reporting.verdict import VerdictSection, register_allure_messages, start_verdict, verdict_of
 
 #: The directory whose tests make a session a conformance run (one that writes reports).
 SUITE_DIR = "suites"
@@ -49,7 +49,8 @@ class ReportingPlugin:
     """Collects one row per test and writes the reports; register one per pytest process.
 
     A row is ``{"id", "workload", "check", "outcome", "duration", "diagnosis", "message"}``.
-    Rows are built from ``pytest_runtest_logreport`` using facts attached to each report in
+    Rows are built from ``pytest_runtest_logreport`` using the phase of the test's verdict
+    (:mod:`draconf.reporting.verdict`) attached to each report in
     ``pytest_runtest_makereport``, so they come out the same under pytest-xdist (the reports
     travel from the workers to the controller, which alone writes files and prints).
     Collection errors get a row too, with outcome ``error`` and no workload.
@@ -70,6 +71,9 @@ class ReportingPlugin:
         config.addinivalue_line(
             "markers", "draconf(workload=None, check=None): what a draconf test exercises, "
                        "for the summary matrix")
+        config.pluginmanager.register(VerdictSection(), "draconf-verdict-section")
+        if allure_is_recording(config):
+            register_allure_messages(config)
 
     @property
     def is_xdist_worker(self) -> bool:
@@ -95,71 +99,23 @@ class ReportingPlugin:
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
         self.running = None
 
-    # -- make sure a diagnosed failure's message carries its [code] -------------------------
+    # -- one verdict per test ---------------------------------------------------------------
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(self, item: pytest.Item):
-        # Each attempt is diagnosed afresh: a rerun (pytest-rerunfailures) that passes must not
-        # carry the code of the attempt that failed.
-        for key in (DIAGNOSIS_KEY, REASON_KEY):
-            if key in item.stash:
-                del item.stash[key]
-        return (yield from self._with_prefixed_failure(item))
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
-        return (yield from self._with_prefixed_failure(item))
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item):
-        return (yield from self._with_prefixed_failure(item))
-
-    def _with_prefixed_failure(self, item: pytest.Item):
-        # Shared body of the three wrappers above: a generator that pluggy drives.
-        try:
-            return (yield)
-        except BaseException as exc:
-            code = item.stash.get(DIAGNOSIS_KEY, None)
-            if code:
-                self._add_prefix_to(exc, code)
-            raise
-
-    @staticmethod
-    def _add_prefix_to(exc: BaseException, code: str) -> None:
-        """Prepend ``[code] `` to the exception's message unless it is already there.
-
-        Done before pytest and allure-pytest format the exception, so both see it. Skips and
-        xfails are left alone (they are not failures); so are exceptions whose message does
-        not come from ``args[0]``, where callers must use :func:`diagnosis_prefix` themselves.
-        """
-        prefix = diagnosis_prefix(code)
-        if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
-            return
-        if prefix.strip() in str(exc):
-            return
-        if isinstance(exc, pytest.fail.Exception):
-            exc.msg = prefix + (exc.msg or "")
-            exc.args = (exc.msg,)
-        elif isinstance(exc, Exception):
-            if not exc.args:
-                exc.args = (prefix.strip(),)
-            elif isinstance(exc.args[0], str):
-                exc.args = (prefix + exc.args[0], *exc.args[1:])
-
-    # -- collect rows ------------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        # Each attempt gets a verdict of its own: a rerun (pytest-rerunfailures) that passes
+        # must not carry the code of the attempt that failed.
+        start_verdict(item, *marker_fields(item))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        # Outside pytest's own wrapper, which makes a failure an xfail: the phase's final outcome.
+        # (VerdictSection, the innermost wrapper, made the report say the diagnosis already.)
         report = yield
-        workload, check = marker_fields(item)
+        verdict = verdict_of(item)
         # Plain values only: under xdist this attribute is serialised to the controller.
-        report.draconf_phase = {
-            "workload": workload, "check": check,
-            "outcome": phase_outcome(report, call.excinfo),
-            "message": phase_message(report, call.excinfo),
-            "diagnosis": item.stash.get(DIAGNOSIS_KEY, None),
-            "reason": item.stash.get(REASON_KEY, None),
-        }
+        report.draconf_phase = verdict.phase(report.when, phase_outcome(report, call.excinfo),
+                                             phase_message(report, call.excinfo, verdict.code))
         attempt = getattr(item, "execution_count", 1)  # pytest-rerunfailures counts attempts
         if report.when == "call" and report.passed and attempt > 1:
             item.user_properties.append(("draconf.flaky", f"passed on attempt {attempt} after "

@@ -1,6 +1,7 @@
 """What test code records while it runs: a failure's diagnosis (:func:`record_diagnosis`), a
-passing test's note (:func:`note`) and the run's metadata (:func:`set_run_info`), kept in
-pytest's stash until the reports are written."""
+passing test's note (:func:`note`), the namespace its objects live in (:func:`record_namespace`)
+and the run's metadata (:func:`set_run_info`), kept in pytest's stash until the reports are
+written."""
 
 from __future__ import annotations
 
@@ -10,40 +11,82 @@ from typing import Any, Mapping
 import pytest
 
 from draconf.reporting.diagnoses import require_known_code
+from draconf.reporting.verdict import verdict_of
 
-#: Where each test's diagnosis code lives between record_diagnosis() and the report.
-DIAGNOSIS_KEY = pytest.StashKey[str]()
-#: The diagnosis sentence of that code (what it names: node, taint, class, device, permission).
-REASON_KEY = pytest.StashKey[str]()
 #: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
 RUN_INFO_KEY = pytest.StashKey[dict]()
+#: The namespace a fixture made for the tests of its scope (see record_namespace()).
+NAMESPACE_KEY = pytest.StashKey[str]()
 
 
 def record_diagnosis(node: pytest.Item, code: str,
                      evidence: Mapping[str, Any] | None = None, reason: str | None = None) -> None:
     """Say why ``node`` (the test item: ``request.node``) is failing, with optional evidence.
 
-    The code lands in the test's summary.json row and matrix cell. When Allure is recording,
+    The code goes into the test's verdict (:mod:`draconf.reporting.verdict`), from which its
+    summary.json row, its matrix cell and its failure's text take it. When Allure is recording,
     the test also gets the tag ``diagnosis:<code>`` and one text attachment per evidence entry,
     e.g. ``evidence={"kubectl describe pod": text}``. ``reason`` is the diagnosis sentence,
     naming the culprit (node, taint, class, device, permission): it goes into the summary.json
-    row and the terminal's diagnoses list as well. If the test then fails without the
-    :func:`diagnosis_prefix` in its message, the plugin prepends it so Allure's categories can
-    still match (see ``ReportingPlugin._add_prefix_to``). Recording again replaces the code.
+    row, the failure's ``draconf diagnosis`` section and the terminal's diagnoses list as well.
+    A failure whose message lacks the :func:`diagnosis_prefix` gets it in what the reports say
+    (row, crash line, Allure's message), never in the exception. Recording again replaces the
+    code.
     """
     require_known_code(code)
     if not isinstance(node, pytest.Item):
         raise TypeError("record_diagnosis() needs the test item (request.node inside the test "
                         f"or a function-scoped fixture), not {type(node).__name__} {node.nodeid}")
-    node.stash[DIAGNOSIS_KEY] = code
-    if reason:
-        node.stash[REASON_KEY] = reason
+    verdict_of(node).diagnose(code, reason)
     if allure_is_recording(node.config):
         import allure  # only here: reporting works without allure-pytest installed
         allure.dynamic.tag(f"diagnosis:{code}")
         for name, text in (evidence or {}).items():
             allure.attach(text if isinstance(text, str) else str(text), name=name,
                           attachment_type=allure.attachment_type.TEXT)
+
+
+def record_namespace(request: pytest.FixtureRequest, name: str) -> None:
+    """Say that the tests of ``request``'s scope keep their objects in namespace ``name``.
+
+    Kept in the stash of the scope's node (the test item for a function-scoped fixture or a
+    test's own ``request``, the class or module for a wider-scoped workload), until the
+    fixture's scope ends; :func:`recorded_namespace` reads it for an item, and the diagnosis
+    of a failure reads that namespace.  A pytest scope holds one instance of a fixture at a
+    time (a class-scoped, parametrized workload is torn down before the next is made), so the
+    record is always the namespace of the fixture the running test uses.
+    """
+    node = request.node
+    node.stash[NAMESPACE_KEY] = name
+
+    def forget() -> None:
+        if node.stash.get(NAMESPACE_KEY, None) == name:
+            del node.stash[NAMESPACE_KEY]
+    request.addfinalizer(forget)
+
+
+def recorded_namespace(item: pytest.Item) -> str | None:
+    """The namespace of ``item``'s objects: the one recorded nearest to it (its own, then its
+    class's, its module's), or None when no fixture of its made one.
+
+    >>> class Node:
+    ...     def __init__(self, chain=()): self.stash, self.chain = pytest.Stash(), [*chain, self]
+    ...     def listchain(self): return self.chain
+    >>> module = Node(); cls = Node([module]); item = Node([module, cls])
+    >>> recorded_namespace(item) is None
+    True
+    >>> module.stash[NAMESPACE_KEY] = "draconf-job-1"
+    >>> recorded_namespace(item)
+    'draconf-job-1'
+    >>> cls.stash[NAMESPACE_KEY] = "draconf-two-gpu-2"
+    >>> recorded_namespace(item)
+    'draconf-two-gpu-2'
+    """
+    for node in reversed(item.listchain()):
+        name = node.stash.get(NAMESPACE_KEY, None)
+        if name:
+            return name
+    return None
 
 
 def note(item: pytest.Item, text: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 import pytest
 
 from draconf.errors import NoVerdict
+from draconf.reporting.verdict import with_code
 
 #: Outcomes from best to worst; a matrix cell shows the worst of its tests. ``failed`` is
 #: worst because it is the one definitive "does not conform"; the others mean "no verdict".
@@ -35,11 +36,13 @@ def phase_outcome(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | Non
     return "broken"
 
 
-def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | None) -> str | None:
+def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | None,
+                  code: str | None = None) -> str | None:
     """First line of why the phase did not pass, or None if it passed.
 
-    Assertion failures give their message (the diagnosis prefix comes first); other
-    exceptions keep their type, which is what tells a reader why the test broke.
+    Assertion failures give their message; other exceptions keep their type, which is what
+    tells a reader why the test broke.  A failure diagnosed ``code`` says ``[code]`` first
+    (after the type), unless its message carries it already.
     """
     if report.passed:
         return None
@@ -50,9 +53,9 @@ def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | Non
     if report.skipped and isinstance(report.longrepr, tuple):
         return first_line(report.longrepr[2].removeprefix("Skipped: ").removeprefix("NoVerdict: "))
     if excinfo is not None:
-        if excinfo.errisinstance((AssertionError, pytest.fail.Exception)):
-            return first_line(str(excinfo.value)) or first_line(excinfo.exconly())
-        return first_line(excinfo.exconly())
+        if excinfo.errisinstance((AssertionError, pytest.fail.Exception)) and first_line(str(excinfo.value)):
+            return with_code(first_line(str(excinfo.value)), code)
+        return with_code(first_line(excinfo.exconly()), code, typed=True)
     return first_line(report.longreprtext)
 
 

@@ -6,15 +6,20 @@ No cluster: ``classify`` is pure, and so is ``build_facts`` (selectors: tests/un
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from draconf import selectors as sel
 from draconf.devices import Device
-from draconf.diagnosis import (ClaimFacts, ContainerGPUs, Diagnosis, EventFacts, Facts, NodeFacts,
-                               PluginPodFacts, PodFacts, QuotaFacts, RequestFacts, Snapshot,
+from draconf.claims import Claim, DeviceRequest
+from draconf.diagnosis import (ContainerGPUs, Diagnosis, EventFacts, Facts, NodeFacts,
+                               PluginPodFacts, QuotaFacts, Snapshot,
                                TemplateFacts, build_facts, classify, node_exclusions,
                                tolerates)
+from draconf.pods import EXTENDED_CLAIM, Pod
 from draconf.profile import builtin
 from draconf.reporting import DIAGNOSES
 
@@ -46,6 +51,109 @@ def fleet(drop=()) -> list[Device]:
             + [gpu("gpu-h200-0", i, H200, 141, drop=drop) for i in range(2)])
 
 
+def ago(seconds: float) -> str:
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).isoformat()
+
+
+def fake_pod(name: str, namespace: str = "default", *, uid: str = "", phase: str = "Pending",
+             node: str | None = None, ready: bool = False, deleting: bool = False,
+             unschedulable: str | None = None, waiting=(), image_pull=(), stopped: bool = False,
+             done_for: float | None = None, claims: dict | None = None, ungenerated_claims=(),
+             tolerations=(), node_selector: dict | None = None, affinity_terms=(),
+             unseen_by_scheduler: bool = False, scheduler_name: str | None = None,
+             age: float | None = None) -> Pod:
+    """A Pod as the API server returns it, written from what the rules read of it: its claims
+    (pod-level name -> ResourceClaim), the PodScheduled message, waiting ("container: Reason")
+    and image-pull ("container: image (Reason: message)") containers, how long ago it was
+    created or its containers ended.  :func:`changed` makes one with some of these changed."""
+    fields = {k: v for k, v in locals().items()}
+    meta = {"name": name, "namespace": namespace, "uid": uid}
+    if age is not None:
+        meta["creationTimestamp"] = ago(age)
+    if deleting:
+        meta["deletionTimestamp"] = ago(0)
+    refs = [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items() if k != EXTENDED_CLAIM]
+    refs += [{"name": n, "resourceClaimTemplateName": f"{n}-template"} for n in ungenerated_claims]
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if unschedulable:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": unschedulable})
+    elif node:
+        conditions.append({"type": "PodScheduled", "status": "True"})
+    elif not unseen_by_scheduler:  # seen by a scheduler, which has not placed it yet
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"})
+    main = {"name": "workload", "image": "ubuntu:24.04", "state": {"running": {"startedAt": ago(60)}}}
+    if stopped or done_for is not None:
+        main["state"] = {"terminated": {"exitCode": 0, "finishedAt": ago(done_for or 0)}}
+    statuses = [main] + [{"name": w.split(": ", 1)[0], "state": {"waiting": {"reason": w.split(": ", 1)[1]}}}
+                         for w in waiting]
+    for failure in image_pull:
+        c, image, reason, message = re.fullmatch(r"(.*?): (.*?) \((\w+): (.*)\)", failure).groups()
+        statuses.append({"name": c, "image": image, "state": {"waiting": {"reason": reason, "message": message}}})
+    spec = {"containers": [{"name": st["name"]} for st in statuses], "resourceClaims": refs,
+            "tolerations": list(tolerations), "nodeSelector": dict(node_selector or {})}
+    if node:
+        spec["nodeName"] = node
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    if affinity_terms:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": list(affinity_terms)}}}
+    status = {"phase": phase, "conditions": conditions, "containerStatuses": statuses}
+    if EXTENDED_CLAIM in (claims or {}):
+        status["extendedResourceClaimStatus"] = {"resourceClaimName": claims[EXTENDED_CLAIM]}
+    return Pod({"metadata": meta, "spec": spec, "status": status, "_written_from": fields})
+
+
+def fake_claim(name: str, namespace: str = "default", *, uid: str = "", generated: bool = False,
+               owner_pod: str | None = None, owner_pod_uid: str | None = None, allocated: bool = False,
+               devices=(), reserved_for=(), reserved_for_uids=(), finalizers=(), admin_devices=(),
+               deleting: bool = False, deleting_for: float | None = None, requests=(),
+               opaque_config_drivers=()) -> Claim:
+    """A ResourceClaim as the API server returns it, written from what the rules read of it: the
+    allocated devices (driver/pool/device), its consumers by name and uid, its requests (each as
+    its alternatives, :class:`DeviceRequest`).  :func:`changed` makes one with some changed."""
+    fields = {k: v for k, v in locals().items()}
+    meta = {"name": name, "namespace": namespace, "uid": uid, "finalizers": list(finalizers)}
+    if generated:
+        meta["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    if owner_pod or owner_pod_uid:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": owner_pod, "uid": owner_pod_uid, "controller": True}]
+    if deleting:
+        meta["deletionTimestamp"] = ago(deleting_for or 0)
+
+    def body(r: DeviceRequest) -> dict:
+        out = {"deviceClassName": r.device_class, "count": r.count,
+               "selectors": [{"cel": {"expression": e}} for e in r.selectors]}
+        return out if r.mode == "ExactCount" else {**out, "allocationMode": r.mode}
+    spec_requests = []
+    for alternatives in requests:
+        if len(alternatives) == 1 and "/" not in alternatives[0].name:
+            spec_requests.append({"name": alternatives[0].name, "exactly": body(alternatives[0])})
+        else:
+            spec_requests.append({"name": alternatives[0].name.split("/")[0], "firstAvailable": [
+                {"name": r.name.split("/", 1)[1], **body(r)} for r in alternatives]})
+    status = {}
+    if allocated:
+        request = requests[0][0].name if requests else "gpu"
+        status["allocation"] = {"devices": {"results": [
+            dict(zip(("driver", "pool", "device"), key.split("/", 2)), request=request,
+                 **({"adminAccess": True} if key in admin_devices else {})) for key in devices]}}
+    consumers = [{"resource": "pods", **({"name": n} if n else {}), **({"uid": u} if u else {})}
+                 for n, u in itertools.zip_longest(reserved_for, reserved_for_uids)]
+    if consumers:
+        status["reservedFor"] = consumers
+    config = [{"opaque": {"driver": driver, "parameters": {}}} for driver in opaque_config_drivers]
+    return Claim({"metadata": meta, "spec": {"devices": {"requests": spec_requests, "config": config}},
+                  "status": status, "_written_from": fields})
+
+
+def changed(obj, **changes):
+    """A pod or claim (made by :func:`fake_pod` / :func:`fake_claim`) written again with ``changes``."""
+    make = fake_pod if isinstance(obj, Pod) else fake_claim
+    return make(**{**obj.raw["_written_from"], **changes})
+
+
 def nodes(taint: dict | None = None) -> list[NodeFacts]:
     gpu_nodes = [NodeFacts(n, labels={"nvidia.com/gpu.present": "true"}, taints=[taint] if taint else [])
                  for n in ("gpu-h100-0", "gpu-a100-0", "gpu-h200-0")]
@@ -65,38 +173,38 @@ def healthy(**changes) -> Facts:
     return dataclasses.replace(facts, **changes)
 
 
-def request(selectors=(), count=1, mode="ExactCount", device_class=DRIVER) -> list[RequestFacts]:
-    return [RequestFacts("gpu", device_class, list(selectors), mode, count)]
+def request(selectors=(), count=1, mode="ExactCount", device_class=DRIVER) -> list[DeviceRequest]:
+    return [DeviceRequest("gpu", device_class, list(selectors), mode, count)]
 
 
 def pending(selectors=(), count=1, message=UNSCHEDULABLE, tolerations=(PROFILE_TOLERATION,),
-            device_class=DRIVER) -> tuple[PodFacts, ClaimFacts]:
-    pod = PodFacts("gpu-pod", "ns", uid="p1", unschedulable=message, claims={"gpu": "gpu-pod-gpu-x"},
+            device_class=DRIVER) -> tuple[Pod, Claim]:
+    pod = fake_pod("gpu-pod", "ns", uid="p1", unschedulable=message, claims={"gpu": "gpu-pod-gpu-x"},
                    tolerations=list(tolerations))
-    claim = ClaimFacts("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
+    claim = fake_claim("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
                        owner_pod_uid="p1", finalizers=["resource.kubernetes.io/delete-protection"],
                        requests=[request(selectors, count, device_class=device_class)])
     return pod, claim
 
 
-def running(device: str = f"{DRIVER}/gpu-h100-0/gpu-0") -> tuple[PodFacts, ClaimFacts]:
-    pod = PodFacts("gpu-pod", "ns", uid="p1", phase="Running", ready=True, node="gpu-h100-0",
+def running(device: str = f"{DRIVER}/gpu-h100-0/gpu-0") -> tuple[Pod, Claim]:
+    pod = fake_pod("gpu-pod", "ns", uid="p1", phase="Running", ready=True, node="gpu-h100-0",
                    claims={"gpu": "gpu-pod-gpu-x"}, tolerations=[PROFILE_TOLERATION])
-    claim = ClaimFacts("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
+    claim = fake_claim("gpu-pod-gpu-x", "ns", uid="c1", generated=True, owner_pod="gpu-pod",
                        owner_pod_uid="p1", allocated=True, devices=[device], reserved_for=["gpu-pod"],
                        reserved_for_uids=["p1"], finalizers=["resource.kubernetes.io/delete-protection"],
                        requests=[request()])
     return pod, claim
 
 
-def bound_not_running() -> tuple[PodFacts, ClaimFacts]:
+def bound_not_running() -> tuple[Pod, Claim]:
     pod, claim = running()
-    return dataclasses.replace(pod, phase="Pending", ready=False), claim
+    return changed(pod, phase="Pending", ready=False), claim
 
 
-def with_workload(facts: Facts, pod: PodFacts, claim: ClaimFacts) -> Facts:
+def with_workload(facts: Facts, pod: Pod, claim: Claim) -> Facts:
     allocated = dict(facts.allocated)
-    for key in claim.devices:
+    for key in claim.device_keys:
         allocated[key] = claim.key
     return dataclasses.replace(facts, pods=[pod], claims=[claim], allocated=allocated)
 
@@ -126,11 +234,11 @@ BED_SCHEDULER = ("no Lease kube-system/kube-scheduler (it may run without leader
                  "no pod labelled component=kube-scheduler in kube-system")
 
 
-def unscheduled(age: float = 20.0, **changes) -> tuple[PodFacts, ClaimFacts]:
+def unscheduled(age: float = 20.0, **changes) -> tuple[Pod, Claim]:
     """A pod of 01-single-gpu whose claim was generated but which nothing scheduled: no
     nodeName, no PodScheduled condition."""
     pod, claim = pending(message=None)
-    return dataclasses.replace(pod, unseen_by_scheduler=True, age=age, **changes), claim
+    return changed(pod, unseen_by_scheduler=True, age=age, **changes), claim
 
 
 def test_no_scheduler_acted_on_the_pods():
@@ -170,8 +278,8 @@ def test_a_stopped_scheduler_is_not_a_missing_class():
 
 
 def test_no_claim_generated_for_the_template():
-    pod = PodFacts("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
-                   unresolved_claims=["gpu"], age=30.0, tolerations=[PROFILE_TOLERATION])
+    pod = fake_pod("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
+                   age=30.0, tolerations=[PROFILE_TOLERATION])
     facts = healthy(pods=[pod], templates=[TemplateFacts("single-gpu", "ns", [request()])])
     code, reason = classify(facts, "allocation", "")
     assert code == "controller-manager-unavailable" and "gpu-pod (gpu)" in reason
@@ -187,7 +295,7 @@ def test_a_namespace_without_its_default_service_account():
 
 
 def test_a_refused_claim_creation_is_not_a_stalled_controller():
-    pod = PodFacts("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
+    pod = fake_pod("gpu-pod", "ns", uid="p1", unseen_by_scheduler=True, ungenerated_claims=["gpu"],
                    age=30.0)
     facts = healthy(pods=[pod], events=[EventFacts("FailedResourceClaimCreation", "exceeded quota",
                                                    "Warning", "Pod", "gpu-pod")])
@@ -201,7 +309,7 @@ def test_stall_facts_from_a_recorded_pod():
     facts = build_facts(Snapshot(namespace="ns", pods=[raw], control_plane={"kube-scheduler": "x"}),
                         builtin("nvidia"))
     pod = facts.pods[0]
-    assert pod.unseen_by_scheduler and pod.ungenerated_claims == ["gpu"] and pod.age > 1000
+    assert pod.unseen_by_scheduler and pod.template_claims_not_generated == ["gpu"] and pod.age > 1000
     assert facts.stall_after == 15.0 and facts.control_plane == {"kube-scheduler": "x"}
 
 
@@ -253,7 +361,7 @@ def test_selector_reads_an_attribute_some_devices_lack():
     # No scheduler message yet: the evaluator finds the missing key on the devices the class selects.
     devices = fleet()[:4] + fleet(drop=["productName"])[4:]
     pod, claim = pending([model(H100)], message=None)
-    pod = dataclasses.replace(pod, unschedulable=None)
+    pod = changed(pod, unschedulable=None)
     code, reason = classify(with_workload(healthy(devices=devices), pod, claim), None, "")
     assert code == "attribute-missing" and "4 of 8" in reason
 
@@ -274,7 +382,7 @@ def test_gpu_nodes_tainted():
 
 def test_node_selector_excludes_the_gpu_nodes():
     pod, claim = pending()
-    pod = dataclasses.replace(pod, node_selector={"pool": "cpu"})
+    pod = changed(pod, node_selector={"pool": "cpu"})
     assert classify(with_workload(healthy(), pod, claim), None, "")[0] == "node-excluded"
 
 
@@ -283,7 +391,7 @@ def test_taint_on_nodes_without_candidates_does_not_exclude():
     facts = healthy(nodes=[NodeFacts("gpu-h100-0"), NodeFacts("gpu-a100-0"),
                            NodeFacts("gpu-h200-0", taints=[TAINT]), NodeFacts("cpu-0")])
     pod, claim = pending([model(H100)], message=None)
-    pod = dataclasses.replace(pod, unschedulable="0/4 nodes are available: waiting for something.")
+    pod = changed(pod, unschedulable="0/4 nodes are available: waiting for something.")
     assert classify(with_workload(facts, pod, claim), None, "")[0] == "timeout"
 
 
@@ -384,7 +492,7 @@ def test_a_device_still_prepared_for_an_unreleased_claim_is_claim_not_released()
 def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported():
     # Recorded on the bed under the admin-access-exclusive fault.
     pod, claim = bound_not_running()
-    claim = dataclasses.replace(claim, admin_devices=list(claim.devices))
+    claim = changed(claim, admin_devices=list(claim.device_keys))
     facts = with_workload(healthy(), pod, claim)
     facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
                                "ResourceClaim gpu-monitor: unable to prepare claim c2: requested device "
@@ -397,7 +505,7 @@ def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
     # Recorded on the bed (manifests/features/48-gpu-sharing-invalid.yaml, and gpu-test5 under
     # the sharing-gates-off fault).
     pod, claim = bound_not_running()
-    facts = with_workload(healthy(), pod, dataclasses.replace(claim, opaque_config_drivers=[DRIVER]))
+    facts = with_workload(healthy(), pod, changed(claim, opaque_config_drivers=[DRIVER]))
     facts.events = [EventFacts("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: "
                                "prepare dynamic resources: NodePrepareResources failed for ResourceClaim "
                                "bad-field: error preparing devices for claim ns/bad-field:u1: prepare devices "
@@ -427,7 +535,7 @@ def test_a_scheduler_with_the_prioritized_list_off_is_feature_disabled():
 
 def test_insufficient_extended_resource_a_class_maps_is_feature_disabled():
     # Recorded on the bed under the extended-resource-off fault: the pod has no claim at all.
-    pod = PodFacts("gpu-pod-extres", "ns", uid="p1", unschedulable="0/4 nodes are available: 4 "
+    pod = fake_pod("gpu-pod-extres", "ns", uid="p1", unschedulable="0/4 nodes are available: 4 "
                    "Insufficient nvidia.com/gpu. no new claims to deallocate")
     facts = dataclasses.replace(healthy(extended_resources={"nvidia.com/gpu": DRIVER}), pods=[pod])
     code, reason = classify(facts, "allocation", "allocation is wrong")
@@ -536,7 +644,7 @@ def test_an_exec_without_an_answer_is_no_cdi_evidence():
 
 
 def test_finished_job_without_nvidia_smi_is_not_injected_even_after_its_claim_is_gone():
-    pod = PodFacts("gpu-pod", "ns", uid="p1", phase="Failed", node="gpu-h100-0", claims={"gpu": "gone"})
+    pod = fake_pod("gpu-pod", "ns", uid="p1", phase="Failed", node="gpu-h100-0", claims={"gpu": "gone"})
     facts = dataclasses.replace(healthy(), pods=[pod], containers=[saw(
         expected=None, no_tool=True, how="log: ''; ended: exit 128 StartError exec: \"nvidia-smi\": "
         "executable file not found in $PATH")])
@@ -545,7 +653,7 @@ def test_finished_job_without_nvidia_smi_is_not_injected_even_after_its_claim_is
 
 def test_finished_job_whose_claim_is_gone_needs_the_checks_record_for_a_wrong_device():
     # The one case read from the check: the deleted claim's allocation survives only there.
-    pod = PodFacts("gpu-pod", "ns", uid="p1", phase="Succeeded", node="gpu-h100-0", claims={"gpu": "gone"})
+    pod = fake_pod("gpu-pod", "ns", uid="p1", phase="Succeeded", node="gpu-h100-0", claims={"gpu": "gone"})
     facts = dataclasses.replace(healthy(), pods=[pod], containers=[saw(["GPU-b"], expected=None)])
     assert classify(facts, "completion", UNRELATED)[0] == "timeout"
     record = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
@@ -554,7 +662,7 @@ def test_finished_job_whose_claim_is_gone_needs_the_checks_record_for_a_wrong_de
 
 def test_generated_claim_outlives_its_pod():
     _, claim = running()
-    claim = dataclasses.replace(claim, allocated=False, devices=[], reserved_for=[], reserved_for_uids=[],
+    claim = changed(claim, allocated=False, devices=[], reserved_for=[], reserved_for_uids=[],
                                 deleting=True, finalizers=["gpu.nvidia.com/unprepare-pending"])
     facts = dataclasses.replace(healthy(), claims=[claim])
     code, reason = classify(facts, "cleanup", "cleanup is incomplete: timed out after 120s")
@@ -562,7 +670,7 @@ def test_generated_claim_outlives_its_pod():
 
 
 def test_named_claim_still_allocated_after_its_consumers():
-    claim = ClaimFacts("shared-gpu", "ns", allocated=True, devices=[f"{DRIVER}/gpu-h100-0/gpu-0"],
+    claim = fake_claim("shared-gpu", "ns", allocated=True, devices=[f"{DRIVER}/gpu-h100-0/gpu-0"],
                        reserved_for=["gone-pod"], reserved_for_uids=["p9"], requests=[request()])
     facts = dataclasses.replace(healthy(), claims=[claim])
     assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "claim-not-released"
@@ -570,7 +678,7 @@ def test_named_claim_still_allocated_after_its_consumers():
 
 def test_claim_of_a_pod_stuck_terminating_is_not_a_claim_problem():
     pod, claim = running()
-    facts = with_workload(healthy(), dataclasses.replace(pod, deleting=True), claim)
+    facts = with_workload(healthy(), changed(pod, deleting=True), claim)
     code, reason = classify(facts, "cleanup", "cleanup is incomplete: timed out")
     assert code == "timeout" and "being deleted" in reason
 
@@ -578,7 +686,7 @@ def test_claim_of_a_pod_stuck_terminating_is_not_a_claim_problem():
 def test_claim_of_a_deleted_pod_whose_containers_stopped_is_not_released():
     # What a real kubelet shows when NodeUnprepareResources fails: containers gone, pod stays.
     pod, claim = running()
-    facts = with_workload(healthy(), dataclasses.replace(pod, deleting=True, stopped=True), claim)
+    facts = with_workload(healthy(), changed(pod, deleting=True, stopped=True), claim)
     code, reason = classify(facts, "cleanup", "cleanup is incomplete: pod was deleted but its node has not finished it")
     assert code == "claim-not-released" and "still reserved" in reason
 
@@ -620,7 +728,7 @@ def test_policy_conflict():
 
 def test_policy_conflict_for_a_pending_pod_whose_candidate_nodes_offer_nvidia_gpu():
     pod, claim = pending()
-    pod.unschedulable = "0/4 nodes are available: 4 Insufficient cpu."
+    pod = changed(pod, unschedulable="0/4 nodes are available: 4 Insufficient cpu.")
     assert classify(with_workload(competing(), pod, claim), "allocation", UNRELATED)[0] == "policy-conflict"
 
 
@@ -643,7 +751,7 @@ def test_nothing_definitive_is_a_timeout_with_the_last_state():
 
 
 def test_quota_rejection_is_named_in_the_timeout():
-    pod = PodFacts("gpu-pod", "ns", uid="p1", unresolved_claims=["gpu"])
+    pod = fake_pod("gpu-pod", "ns", uid="p1", ungenerated_claims=["gpu"])
     facts = healthy(pods=[pod], events=[EventFacts(
         "FailedResourceClaimCreation", "PodResourceClaim gpu: resourceclaims.resource.k8s.io is "
         "forbidden: exceeded quota: gpus, requested: count/resourceclaims.resource.k8s.io=1")])
@@ -716,21 +824,21 @@ def test_cleanup_rule_ignores_claims_of_live_pods_and_other_checks():
     facts = with_workload(healthy(), pod, claim)
     assert classify(facts, "cleanup", "cleanup is incomplete")[0] == "timeout"
     _, orphan = running()
-    orphan = dataclasses.replace(orphan, deleting=True, finalizers=["x/y"])
+    orphan = changed(orphan, deleting=True, finalizers=["x/y"])
     assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", "boom")[0] == "timeout"
 
 
 def test_an_overdue_claim_is_not_released_whatever_the_check():
     _, orphan = running()
-    orphan = dataclasses.replace(orphan, deleting=True, deleting_for=60, finalizers=["x/y"])
+    orphan = changed(orphan, deleting=True, deleting_for=60, finalizers=["x/y"])
     assert classify(dataclasses.replace(healthy(), claims=[orphan]), "allocation", UNRELATED)[0] == \
         "claim-not-released"
     # A job's pod done for a minute whose generated claim is still allocated.
     pod, claim = running()
-    done = dataclasses.replace(pod, phase="Succeeded", ready=False, done_for=60)
+    done = changed(pod, phase="Succeeded", ready=False, done_for=60)
     assert classify(with_workload(healthy(), done, claim), "completion", UNRELATED)[0] == "claim-not-released"
     # Moments after it ended, the same claim is still in flight.
-    done = dataclasses.replace(done, done_for=2)
+    done = changed(done, done_for=2)
     assert classify(with_workload(healthy(), done, claim), "completion", UNRELATED)[0] == "timeout"
 
 
@@ -743,7 +851,7 @@ def test_claim_not_released_beats_quota_and_policy():
 
 
 def test_an_image_the_node_cannot_pull_is_named():
-    pod = PodFacts("gpu-pod", node="gpu-h100-0", claims={"gpu": "gpu-pod-gpu-x"},
+    pod = fake_pod("gpu-pod", node="gpu-h100-0", claims={"gpu": "gpu-pod-gpu-x"},
                    image_pull=["workload: ubuntu:24.04 (ErrImagePull: failed to resolve reference)"])
     facts = dataclasses.replace(healthy(), pods=[pod])
     code, text = classify(facts, "allocation", "timed out waiting for 1 pod(s) to run")
@@ -776,13 +884,13 @@ def test_tolerations():
 
 
 def test_node_exclusions():
-    pod = PodFacts("p", affinity_terms=[{"matchExpressions": [
+    pod = fake_pod("p", affinity_terms=[{"matchExpressions": [
         {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}])
     assert node_exclusions(pod, NodeFacts("g", labels={"nvidia.com/gpu.present": "true"})) == []
     assert node_exclusions(pod, NodeFacts("c")) == ["required node affinity does not match"]
-    assert node_exclusions(PodFacts("p"), NodeFacts("g", taints=[TAINT])) == [
+    assert node_exclusions(fake_pod("p"), NodeFacts("g", taints=[TAINT])) == [
         "untolerated taint dedicated=gpu-reserved:NoSchedule"]
-    assert node_exclusions(PodFacts("p"), NodeFacts("g", taints=[dict(TAINT, effect="PreferNoSchedule")])) == []
+    assert node_exclusions(fake_pod("p"), NodeFacts("g", taints=[dict(TAINT, effect="PreferNoSchedule")])) == []
 
 
 def test_build_facts_from_raw_objects():
@@ -816,11 +924,11 @@ def test_build_facts_from_raw_objects():
                  "status": {"hard": {"requests.cpu": "1"}, "used": {"requests.cpu": "2"}}}])
     facts = build_facts(snap, builtin("nvidia"))
     pod = facts.pods[0]
-    assert pod.unschedulable.startswith("CEL runtime error") and pod.claims == {"gpu": "gpu-pod-gpu-x"}
+    assert pod.unschedulable_message.startswith("CEL runtime error") and pod.claim_names() == {"gpu": "gpu-pod-gpu-x"}
     claim = facts.claims[0]
-    assert claim.generated and claim.owner_pod == "gpu-pod" and not claim.allocated
-    assert [[r.name for r in req] for req in claim.requests] == [["gpu"], ["alt/big", "alt/small"]]
-    assert claim.requests[0][0].count == 2 and claim.device_classes == [DRIVER, "mig.nvidia.com"]
+    assert claim.is_generated and claim.owner_pod == "gpu-pod" and not claim.is_allocated
+    assert [[r.name for r in req] for req in claim.device_requests] == [["gpu"], ["alt/big", "alt/small"]]
+    assert claim.device_requests[0][0].count == 2 and claim.device_classes == [DRIVER, "mig.nvidia.com"]
     assert facts.slice_count == 2 and [d.key for d in facts.devices] == [f"{DRIVER}/n1/gpu-0"]
     assert facts.devices[0].memory("memory") == 80 * GI
     assert facts.allocated == {f"{DRIVER}/n1/gpu-0": "x/other"}
@@ -858,7 +966,7 @@ def test_an_extended_resource_pod_seeing_another_gpu_is_cdi_wrong_device():
         containers={"gpu-pod-extres/workload": {"stdout": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n",
                                                 "stderr": "", "exit_code": 0}})
     facts = build_facts(snap, builtin("nvidia"))
-    assert facts.claims[0].generated and facts.extended_resources == {"nvidia.com/gpu": DRIVER}
+    assert facts.claims[0].is_generated and facts.extended_resources == {"nvidia.com/gpu": DRIVER}
     code, reason = classify(facts, "cdi-injection", "CDI injection is wrong")
     assert code == "cdi-wrong-device" and "GPU-1" in reason and "GPU-0" in reason
 
@@ -953,6 +1061,11 @@ def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
     # summary repeats whole multi-line messages, elsewhere just their first line.
     reports = result.stdout.str().split("short test summary info")[0]
     assert reports.count("diagnosis (cdi-wrong-device): container sees GPU-b") == 4
+    # ... in a section of the report; the exception is shown as it was raised.
+    assert reports.count("draconf diagnosis") == 6
+    assert "E       RuntimeError: apiserver answered 500" in reports
+    assert "E       IndexError: list index out of range" in reports
+    assert "[cdi-wrong-device]" not in reports.split("draconf conformance matrix")[0]
 
 
 def test_build_facts_reads_what_containers_saw_quota_counts_and_a_competing_device_plugin():
@@ -994,11 +1107,11 @@ def test_build_facts_reads_what_containers_saw_quota_counts_and_a_competing_devi
 
 def test_a_pod_bound_with_its_claim_unallocated_is_a_scheduler_without_dra():
     pod, claim = pending(message=None)
-    bound = dataclasses.replace(pod, node="cpu-0", scheduler_name="default-scheduler")
+    bound = changed(pod, node="cpu-0", scheduler_name="default-scheduler")
     code, reason = classify(with_workload(healthy(), bound, claim), "allocation", "")
     assert code == "scheduler-without-dra"
     assert "bound to cpu-0 by default-scheduler with claim(s) gpu-pod-gpu-x unallocated" in reason
-    never_generated = dataclasses.replace(bound, claims={}, ungenerated_claims=["gpu"])
+    never_generated = changed(bound, claims={}, ungenerated_claims=["gpu"])
     assert classify(with_workload(healthy(), never_generated, claim), "allocation", "")[0] \
         == "scheduler-without-dra"
 
@@ -1010,7 +1123,7 @@ def test_a_bound_pod_whose_claim_is_allocated_is_not_a_scheduler_without_dra():
 
 def test_scheduler_without_dra_beats_the_missing_class_its_claim_names():
     pod, claim = pending(message=None, device_class="no-such-class")
-    bound = dataclasses.replace(pod, node="cpu-0")
+    bound = changed(pod, node="cpu-0")
     assert classify(with_workload(healthy(), bound, claim), "missing-deviceclass", "")[0] == "scheduler-without-dra"
 
 

@@ -347,6 +347,32 @@ def test_allure_gets_diagnosis_tag_and_evidence(inner):
     assert evidence == "GPU 0: H100 (UUID: GPU-other)"
 
 
+def test_a_diagnosis_shows_with_its_failure_in_every_channel_and_the_exception_stays_as_raised(inner):
+    result = run_inner(inner, "-p", "allure_pytest.plugin", "--alluredir=allure", "--junitxml=junit.xml")
+    # The terminal: the traceback shows the exception as the test raised it, then a section
+    # with the diagnosis; the crash line (short summary) carries the code.
+    out = result.stdout.str()
+    assert re.search(r"\nE +AssertionError: claim still allocated\n", out)
+    assert re.search(r"\nE +RuntimeError: apiserver answered 500\n", out)
+    assert "[claim-not-released] claim still" not in out.split("short test summary info")[0]
+    sections = re.findall(r"-+ draconf diagnosis -+\n(.*)", out)
+    assert sections == ["diagnosis (cdi-wrong-device): pod p/c sees GPU-other on node gpu-node-a, allocated GPU-mine",
+                        f"diagnosis (claim-not-released): {DIAGNOSES['claim-not-released']}"]
+    # JUnit: the failure's message carries the code, its text the section.
+    import xml.etree.ElementTree as ET
+    cases = {c.get("name"): c for c in ET.parse(inner.path / "junit.xml").getroot().iter("testcase")}
+    failure = cases["test_releases[2]"].find("failure")
+    assert failure.get("message").startswith("AssertionError: [claim-not-released] claim still allocated")
+    assert f"diagnosis (claim-not-released): {DIAGNOSES['claim-not-released']}" in failure.text
+    assert cases["test_breaks"].find("failure").get("message") == "RuntimeError: apiserver answered 500"
+    # Allure: the message carries the code (its category), the trace the section.
+    allure = allure_results(inner)
+    assert allure["test_releases[2]"]["statusDetails"]["message"].startswith(
+        "AssertionError: [claim-not-released] claim still allocated")
+    assert "diagnosis (cdi-wrong-device): pod p/c sees GPU-other" in allure["test_sees_its_gpu"]["statusDetails"]["trace"]
+    assert "[" not in allure["test_breaks"]["statusDetails"]["message"]
+
+
 def test_no_allure_files_without_alluredir(inner):
     run_inner(inner)
     assert not (inner.path / "allure").exists()

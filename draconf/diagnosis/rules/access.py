@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from draconf.diagnosis.facts import Facts, PodFacts
+from draconf.diagnosis.facts import Facts
+from draconf.pods import Pod
 
 
 def rule_api(facts: Facts, check, error_text):
@@ -83,10 +84,11 @@ def rule_control_plane(facts: Facts, check, error_text):
     answered: the claim controller generated no claim (controller-manager), or no scheduler
     bound the pods or wrote their PodScheduled condition (scheduler).  Before every
     scheduling rule: a stopped scheduler leaves the pods looking like any unplaced pod."""
-    live = [p for p in facts.pods if not p.deleting]
+    live = [p for p in facts.pods if not p.is_deleting]
 
-    def old(p: PodFacts) -> bool:
-        return p.age is not None and p.age >= facts.stall_after
+    def old(p: Pod) -> bool:
+        age = p.age
+        return age is not None and age >= facts.stall_after
 
     def health(component: str) -> str:
         seen = facts.control_plane.get(component)
@@ -101,9 +103,9 @@ def rule_control_plane(facts: Facts, check, error_text):
     if not live:
         return None
 
-    ungenerated = [p for p in live if p.ungenerated_claims and not p.node and old(p)]
+    ungenerated = [p for p in live if p.template_claims_not_generated and not p.node and old(p)]
     if ungenerated and not any(e.reason == "FailedResourceClaimCreation" for e in facts.events):
-        names = ", ".join(f"{p.name} ({', '.join(p.ungenerated_claims)})" for p in ungenerated)
+        names = ", ".join(f"{p.name} ({', '.join(p.template_claims_not_generated)})" for p in ungenerated)
         return ("controller-manager-unavailable",
                 f"No ResourceClaim was generated for {names} in {facts.stall_after:.0f}s or more and "
                 f"no FailedResourceClaimCreation event was recorded: the resourceclaim controller of "

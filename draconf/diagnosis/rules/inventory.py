@@ -70,7 +70,7 @@ def rule_attribute_missing(facts: Facts, check, error_text):
                 f"The scheduler reports a CEL runtime error{what}: a selector reads a device "
                 "attribute the driver does not publish; compare the claim's selectors with "
                 "`kubectl get resourceslices -o yaml`.")
-    for label, alternatives in pending_requests(facts, pods=[p for p in facts.pods if not p.running]):
+    for label, alternatives in pending_requests(facts, pods=[p for p in facts.pods if not p.is_running]):
         for req in alternatives:
             if not req.selectors:
                 continue
@@ -112,7 +112,7 @@ def rule_feature_disabled(facts: Facts, check, error_text):
     """The API server kept a DRA field that the scheduler does not act on: its feature gate is
     off there (a scheduler behind the API server, or started with the gate off)."""
     for pod in pending_pods(facts):
-        message = pod.unschedulable or ""
+        message = pod.unschedulable_message or ""
         if "feature is disabled" in message:
             said = next(part.strip() for part in message.split(":") if "feature is disabled" in part)
             return ("feature-disabled",

@@ -20,18 +20,18 @@ def rule_cleanup(facts: Facts, check, error_text):
     # A pod still terminating keeps its claims legitimately: that is the pod's problem (timeout),
     # unless its containers have all stopped: then only its node's cleanup, unpreparing the
     # claims, is left, and a node that never finishes it does not release them.
-    live = {p.uid for p in facts.pods if not p.finished and not (p.deleting and p.stopped)} | \
-        {p.name for p in facts.pods if not p.finished and not (p.deleting and p.stopped)}
+    live = {p.uid for p in facts.pods if not p.is_finished and not (p.is_deleting and p.containers_stopped)} | \
+        {p.name for p in facts.pods if not p.is_finished and not (p.is_deleting and p.containers_stopped)}
     leftover = []
     for c in facts.claims:
         consumers = [u for u in c.reserved_for_uids if u in live] + \
-            [n for n in c.reserved_for if n in live]
-        orphan = c.generated and (c.owner_pod_uid not in live and c.owner_pod not in live)
-        stuck = c.deleting and c.finalizers
-        held = (c.allocated or c.reserved_for) and not consumers
+            [n for n in c.reserved_for_names if n in live]
+        orphan = c.is_generated and (c.owner_pod_uid not in live and c.owner_pod not in live)
+        stuck = c.is_deleting and c.finalizers
+        held = (c.is_allocated or c.reserved_for_names) and not consumers
         owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
         overdue = check == "cleanup" or (c.deleting_for or 0) >= RELEASE_GRACE or (
-            owner is not None and (owner.done_for or 0) >= RELEASE_GRACE)
+            owner is not None and (owner.finished_for or 0) >= RELEASE_GRACE)
         if (orphan or stuck or held) and not consumers and overdue:
             leftover.append(c)
     if not leftover:
@@ -39,16 +39,16 @@ def rule_cleanup(facts: Facts, check, error_text):
     c = leftover[0]
     what = []
     owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
-    if c.generated and owner is not None and owner.deleting:
+    if c.is_generated and owner is not None and owner.is_deleting:
         what.append(f"generated for pod {owner.name}, which was deleted and runs no container, "
                     "but which its node never finished (the kubelet could not unprepare the claim)")
-    elif c.generated:
+    elif c.is_generated:
         what.append(f"generated for pod {c.owner_pod or '?'}, which is gone or finished")
-    if c.allocated:
-        what.append(f"still allocated ({', '.join(c.devices)})")
-    if c.reserved_for:
-        what.append(f"still reserved for {c.reserved_for}")
-    if c.deleting:
+    if c.is_allocated:
+        what.append(f"still allocated ({', '.join(c.device_keys)})")
+    if c.reserved_for_names:
+        what.append(f"still reserved for {c.reserved_for_names}")
+    if c.is_deleting:
         what.append(f"being deleted but held by finalizer(s) {c.finalizers}")
     more = f" (and {len(leftover) - 1} more)" if len(leftover) > 1 else ""
     return ("claim-not-released",
@@ -78,7 +78,7 @@ def rule_policy_conflict(facts: Facts, check, error_text):
     if not (facts.gpu_cluster and facts.cluster_policy and facts.cluster_policy_device_plugin):
         return None
     for pod in facts.pods:
-        if not pod.claims and not pod.unresolved_claims:
+        if not pod.claim_names() and not pod.template_claims_not_generated:
             continue
         nodes = {pod.node} if pod.node else candidate_nodes(facts, pod)[0]
         competing = sorted(n.name for name in nodes if (n := facts.node(name)) and n.extended_gpus)

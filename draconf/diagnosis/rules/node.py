@@ -13,9 +13,9 @@ _SEES = re.compile(r"(\S+) sees (\[[^\]]*\]), allocated (\[[^\]]*\])")
 
 def rule_image_pull(facts: Facts, check, error_text):
     for pod in facts.pods:
-        if pod.image_pull and not pod.deleting:
+        if pod.image_pull_failures and not pod.is_deleting:
             return ("image-pull-failed",
-                    f"Pod {pod.name} on {pod.node} cannot pull its image: {pod.image_pull[0]}. The "
+                    f"Pod {pod.name} on {pod.node} cannot pull its image: {pod.image_pull_failures[0]}. The "
                     "node cannot reach the registry or the image does not exist there: point the "
                     "profile's `image` at an image the GPU nodes can pull (a mirror for air-gapped "
                     "clusters) and check `kubectl describe pod`.")
@@ -28,7 +28,7 @@ def rule_admin_access_unsupported(facts: Facts, check, error_text):
     for pod in stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
         refused = [e for e in failed if "already allocated to different claim" in e.message]
-        admin = [d for c in facts.pod_claims(pod) for d in c.admin_devices]
+        admin = [d for c in facts.pod_claims(pod) for d in c.admin_device_keys]
         if refused and admin:
             return ("admin-access-unsupported",
                     f"Pod {pod.name} cannot start on {pod.node}: its claim was allocated {', '.join(admin)} "
@@ -109,7 +109,7 @@ def rule_cdi(facts: Facts, check, error_text):
     or a finished container's log and end state), against the UUIDs of the devices allocated
     to the claims each lists: a UUID it was not given is cdi-wrong-device; none, or fewer, is
     cdi-not-injected.  Read whatever the check, as an operator's ``kubectl exec`` would."""
-    allocated = [d for c in facts.claims if c.allocated for d in c.devices]
+    allocated = [d for c in facts.claims if c.is_allocated for d in c.device_keys]
     verified = f"; its claims are allocated ({', '.join(allocated)})" if allocated else ""
     wrong, short = [], []
     for c in facts.containers:

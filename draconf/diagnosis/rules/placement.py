@@ -14,10 +14,10 @@ def rule_scheduler_without_dra(facts: Facts, check, error_text):
     scheduler running DRA allocates (and reserves) every claim before it binds, so whatever
     bound this pod did not."""
     for pod in facts.pods:
-        if not pod.node or pod.deleting or pod.phase != "Pending":
+        if not pod.node or pod.is_deleting or pod.phase != "Pending":
             continue
-        unallocated = [c.name for c in facts.pod_claims(pod) if not c.allocated]
-        unallocated += [f"{ref} (never generated)" for ref in pod.ungenerated_claims]
+        unallocated = [c.name for c in facts.pod_claims(pod) if not c.is_allocated]
+        unallocated += [f"{ref} (never generated)" for ref in pod.template_claims_not_generated]
         if unallocated:
             return ("scheduler-without-dra",
                     f"Pod {pod.name} was bound to {pod.node} by {pod.scheduler_name} with claim(s) "
@@ -57,8 +57,8 @@ def rule_node_excluded(facts: Facts, check, error_text):
 
 def rule_allocation(facts: Facts, check, error_text):
     pending = [p for p in pending_pods(facts)
-               if "cannot allocate" in (p.unschedulable or "")
-               or any(not c.allocated for c in facts.pod_claims(p))]
+               if "cannot allocate" in (p.unschedulable_message or "")
+               or any(not c.is_allocated for c in facts.pod_claims(p))]
     if not pending:
         return None
     free = lambda d: d.key not in facts.allocated  # noqa: E731
@@ -112,7 +112,7 @@ def rule_allocation(facts: Facts, check, error_text):
                     "and claims, or add capacity.")
         # Selectors not understood: decide from the DeviceClass alone (the coarse rule), but
         # only on the scheduler's word that claims cannot be allocated.
-        if not any("cannot allocate" in (p.unschedulable or "") for p in pending):
+        if not any("cannot allocate" in (p.unschedulable_message or "") for p in pending):
             continue
         req = verdicts[0][1]
         of_class, _ = class_devices(facts, req.device_class)

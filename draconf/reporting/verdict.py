@@ -1,0 +1,191 @@
+"""One verdict per test: what an attempt of a test came to, in one object in the item's stash.
+
+The reporting plugin starts a fresh :class:`Verdict` when an attempt's setup begins
+(:func:`start_verdict`; a rerun by pytest-rerunfailures starts afresh).  While the test runs,
+:func:`draconf.reporting.record_diagnosis` (the test's own, or the diagnosis hook's after a
+failure) sets its code and reason.  ``pytest_runtest_makereport`` then stashes each phase's
+outcome and message in it and puts the phase, as plain values, on the report
+(``report.draconf_phase``), which is what summary.json, the matrix, the rerun policy and, under
+pytest-xdist, the controller read.
+
+Nothing rewrites the exception: the ``[code]`` is added to what the report says (its row's
+message, its crash line, a ``draconf diagnosis`` section of its failure text, which the
+terminal, JUnit and Allure's trace show), and Allure's result gets it through
+:class:`AllureMessages`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from draconf.reporting.diagnoses import DIAGNOSES, diagnosis_prefix, require_known_code
+
+#: Where each test's verdict lives, from its setup to its last report.
+VERDICT_KEY = pytest.StashKey["Verdict"]()
+
+#: The title of the failure-text section that names the diagnosis.
+SECTION = "draconf diagnosis"
+
+
+@dataclass
+class Verdict:
+    """What one attempt of a test came to.
+
+    >>> v = Verdict("single-gpu", "cdi-injection")
+    >>> v.diagnose("cdi-wrong-device", "pod p/c sees GPU-b, allocated GPU-a")
+    >>> v.explanation()
+    'diagnosis (cdi-wrong-device): pod p/c sees GPU-b, allocated GPU-a'
+    >>> v.diagnose("timeout")  # a code without a sentence keeps the sentence it had
+    >>> v.reason
+    'pod p/c sees GPU-b, allocated GPU-a'
+    >>> Verdict().explanation() is None
+    True
+    """
+    workload: str | None = None
+    check: str | None = None
+    #: The diagnosis code (one of DIAGNOSES) and its sentence, once recorded.
+    code: str | None = None
+    reason: str | None = None
+    #: when ("setup", "call", "teardown") -> the phase as the report carries it.
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def diagnose(self, code: str, reason: str | None = None) -> None:
+        require_known_code(code)
+        self.code = code
+        if reason:
+            self.reason = reason
+
+    def explanation(self) -> str | None:
+        """The line a failure's text carries: the code and what was seen (or, for a code a test
+        recorded without a sentence, what the code means)."""
+        if not self.code:
+            return None
+        return f"diagnosis ({self.code}): {self.reason or DIAGNOSES[self.code]}"
+
+    def phase(self, when: str, outcome: str, message: str | None) -> dict[str, Any]:
+        """Stash one phase's outcome and message; the phase as plain values (for the report,
+        which pytest-xdist serialises to its controller)."""
+        self.phases[when] = {
+            "workload": self.workload, "check": self.check, "outcome": outcome, "message": message,
+            "diagnosis": self.code, "reason": self.reason}
+        return dict(self.phases[when])
+
+
+def start_verdict(item: pytest.Item, workload: str | None = None, check: str | None = None) -> Verdict:
+    """A fresh verdict for an attempt of ``item`` that starts now."""
+    item.stash[VERDICT_KEY] = verdict = Verdict(workload, check)
+    return verdict
+
+
+def verdict_of(item: pytest.Item) -> Verdict:
+    """``item``'s verdict (one is started if none was: a test run without the reporting plugin's
+    setup, e.g. record_diagnosis() called from a plain pytest session)."""
+    verdict = item.stash.get(VERDICT_KEY, None)
+    return verdict if verdict is not None else start_verdict(item)
+
+
+def with_code(text: str | None, code: str | None, typed: bool = False) -> str | None:
+    """``text`` with ``[code]`` in front of its message, unless it carries it already.
+
+    ``typed``: the text is pytest's ``Type: message`` form, and the code goes after the type.
+
+    >>> with_code("claim still allocated", "claim-not-released")
+    '[claim-not-released] claim still allocated'
+    >>> with_code("RuntimeError: apiserver answered 500", "timeout", typed=True)
+    'RuntimeError: [timeout] apiserver answered 500'
+    >>> with_code("draconf.errors.DraconfError: no\\nmore", "timeout", typed=True)
+    'draconf.errors.DraconfError: [timeout] no\\nmore'
+    >>> with_code("RuntimeError", "timeout", typed=True)
+    'RuntimeError: [timeout]'
+    >>> with_code("AssertionError: [timeout] no pod", "timeout", typed=True)
+    'AssertionError: [timeout] no pod'
+    >>> with_code(None, "timeout") is None and with_code("x", None)
+    'x'
+    """
+    if text is None or not code:
+        return text
+    prefix = diagnosis_prefix(code)
+    if prefix.strip() in text:
+        return text
+    if typed:
+        typed_head = _TYPE_HEAD.match(text)
+        if typed_head:
+            head = typed_head.group(0)
+            return head + prefix + text[len(head):] if head.endswith(": ") else head + ": " + prefix.strip()
+    return prefix + text
+
+
+#: ``module.Type: `` at the start of pytest's exconly() text, or the bare type name.
+_TYPE_HEAD = re.compile(r"^[\w.]+(?:: |$)")
+
+
+def annotate_report(report: pytest.TestReport, verdict: Verdict) -> None:
+    """Make a failed report say its diagnosis: ``[code]`` on its crash line (the terminal's
+    short summary, JUnit's failure message) and a :data:`SECTION` section with
+    :meth:`Verdict.explanation` in its failure text (the terminal, JUnit's failure text,
+    Allure's trace).  The exception itself is left as it was raised."""
+    line = verdict.explanation()
+    if not report.failed or line is None:
+        return
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and isinstance(crash.message, str):
+        crash.message = with_code(crash.message, verdict.code, typed=True)
+    if hasattr(longrepr, "addsection"):
+        if (SECTION, line, "-") not in longrepr.sections:
+            longrepr.addsection(SECTION, line)
+    else:  # a bare text (a crashed xdist worker, a collection-style repr): a report section
+        report.sections.append((SECTION, line))
+
+
+class VerdictSection:
+    """The pytest plugin that makes each failed report say its diagnosis (:func:`annotate_report`).
+
+    Its ``pytest_runtest_makereport`` is the innermost wrapper (``trylast``), so the report
+    says it before allure-pytest reads the failure text for its trace.  (Inside pytest's own
+    wrapper too, before a failure becomes an xfail: an xfail's failure text, which no report
+    shows, may carry the section as well.)"""
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        verdict = item.stash.get(VERDICT_KEY, None)
+        if verdict is not None:
+            annotate_report(report, verdict)
+        return report
+
+
+class AllureMessages:
+    """An allure-commons plugin: a failed result's status message gets the ``[code]`` of the
+    test's diagnosis (its ``diagnosis:<code>`` tag) before allure-pytest writes the result, so
+    the categories of ``categories.json`` file it.  allure-pytest takes that message from the
+    exception, which draconf no longer rewrites."""
+
+    @staticmethod
+    def _code(result) -> str | None:
+        tags = [label.value for label in getattr(result, "labels", None) or []
+                if label.name == "tag" and str(label.value).startswith("diagnosis:")]
+        code = tags[-1].removeprefix("diagnosis:") if tags else None
+        return code if code in DIAGNOSES else None
+
+    def report_result(self, result) -> None:
+        details = getattr(result, "statusDetails", None)
+        code = self._code(result)
+        if code and details is not None and result.status in ("failed", "broken") and details.message:
+            details.message = with_code(details.message, code, typed=True)
+
+
+def register_allure_messages(config: pytest.Config) -> None:
+    """Register :class:`AllureMessages` with allure-commons for this process's results (when
+    allure-pytest records: ``--alluredir``), first among the implementations of its
+    ``report_result`` hook, so before allure-pytest's writer."""
+    import allure_commons  # only here: reporting works without allure-pytest installed
+
+    allure_commons.hookimpl(tryfirst=True)(AllureMessages.report_result)
+    plugin = AllureMessages()
+    allure_commons.plugin_manager.register(plugin)
+    config.add_cleanup(lambda: allure_commons.plugin_manager.unregister(plugin))
