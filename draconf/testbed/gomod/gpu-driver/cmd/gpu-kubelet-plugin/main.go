@@ -45,8 +45,12 @@
 //
 // # Simulated faults
 //
+// --feature-gates DynamicMIG=true (or FEATURE_GATES, as the chart's featureGates value sets it):
+// MIG-capable GPUs (nvml.json "mig") are published as partitionable devices with their
+// possible MIG devices, and MIG devices are prepared (internal/plugin/mig.go).
+//
 // --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
-// cdi-not-injected, cdi-wrong-device, unprepare-fails, crash.  See internal/plugin.
+// cdi-not-injected, cdi-wrong-device, unprepare-fails, crash, mig-counters-ignored.  See internal/plugin.
 package main
 
 import (
@@ -125,6 +129,8 @@ func run(args []string) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", env("", "KUBECONFIG"), "Absolute path to the KUBECONFIG file; empty: in-cluster configuration. [$KUBECONFIG]")
 	fs.Float64Var(&qps, "kube-api-qps", envFloat(5, "KUBE_API_QPS"), "QPS to use while communicating with the Kubernetes apiserver. [$KUBE_API_QPS]")
 	fs.IntVar(&burst, "kube-api-burst", envInt(10, "KUBE_API_BURST"), "Burst to use while communicating with the Kubernetes apiserver. [$KUBE_API_BURST]")
+	gates := env("", "FEATURE_GATES")
+	fs.StringVar(&gates, "feature-gates", gates, "Comma-separated key=value feature gates; only DynamicMIG is known. [$FEATURE_GATES]")
 	fs.Func("simulate-fault", "Simulate a malfunction (repeatable; also $SIMULATE_FAULTS, comma-separated): "+
 		faultNames()+".", func(v string) error { faults = append(faults, v); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -141,6 +147,10 @@ func run(args []string) int {
 
 	var err error
 	if cfg.Faults, err = plugin.ParseFaults(faults...); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		return 1
+	}
+	if cfg.DynamicMIG, err = plugin.ParseDynamicMIG(gates); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		return 1
 	}

@@ -25,7 +25,11 @@
 //     different claim <uid>";
 //   - nvml-flaky: containers get NVIDIA_SIM_FLAKY=exec-once, so nvidia-smi fails NVML
 //     initialisation once per container, in the first process exec'd into it (see
-//     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults.
+//     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults;
+//   - mig-counters-ignored: with DynamicMIG, MIG devices are published without
+//     consumesCounters (a driver that forgot them), so the scheduler may give a GPU and a MIG
+//     device of it to two claims; the node then refuses the second (NVML: Insufficient
+//     Resources), as the real GPU would.
 package plugin
 
 import (
@@ -63,7 +67,10 @@ type Config struct {
 	KubeletPluginsDirectoryPath   string
 	// HealthcheckPort: >0 serve the gRPC health service there, 0 on a random port, <0 off.
 	HealthcheckPort int
-	Faults          Faults
+	// DynamicMIG is upstream's DynamicMIG feature gate (--feature-gates / FEATURE_GATES
+	// DynamicMIG=true): MIG-capable GPUs are published as partitionable devices (mig.go).
+	DynamicMIG bool
+	Faults     Faults
 }
 
 // DriverPluginPath is the plugin's data directory: its DRA socket and checkpoint live here.
@@ -91,6 +98,8 @@ const (
 	FaultAdminAccessExclusive Fault = "admin-access-exclusive"
 	// FaultNVMLFlaky makes nvidia-smi fail once per container, in its first exec.
 	FaultNVMLFlaky Fault = "nvml-flaky"
+	// FaultMigCountersIgnored publishes MIG devices without consumesCounters.
+	FaultMigCountersIgnored Fault = "mig-counters-ignored"
 )
 
 // FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
@@ -99,7 +108,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
-	FaultNVMLFlaky}
+	FaultNVMLFlaky, FaultMigCountersIgnored}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

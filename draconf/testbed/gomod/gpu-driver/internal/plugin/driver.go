@@ -74,6 +74,9 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	if err != nil {
 		return nil, fmt.Errorf("failed to create device library: %w", err)
 	}
+	if lib.dynamicMIG = cfg.DynamicMIG; !cfg.DynamicMIG {
+		lib.migs = nil
+	}
 	cdi, err := NewCDIHandler(cfg.CDIRoot, cfg.HostDriverRoot, cfg.ContainerDriverRoot, lib.nvidiaSMIPath)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create CDI handler: %w", err)

@@ -94,10 +94,13 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 				r.Pool, r.Device, ResourceClaimToString(claim), s.cfg.NodeName)
 			continue
 		}
-		if s.lib.ByName(r.Device) == nil {
+		if s.lib.ByName(r.Device) == nil && s.lib.MigByName(r.Device) == nil {
 			return nil, fmt.Errorf("prepare devices failed: allocatable not found for device %q", r.Device)
 		}
 		results = append(results, r)
+	}
+	if s.lib.migs != nil { // a node with MIG-capable GPUs under DynamicMIG: see mig.go
+		return s.prepareMig(claim, cp, results)
 	}
 	if s.cfg.Faults.Has(FaultAdminAccessExclusive) {
 		results = withoutAdminAccess(results)
