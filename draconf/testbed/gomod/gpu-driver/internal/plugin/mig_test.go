@@ -27,8 +27,8 @@ func newMigBed(t *testing.T, n int, faults ...Fault) *bed {
 		fs[f] = true
 	}
 	cfg := &Config{
-		NodeName:            testNode,
-		HostDriverRoot:      hostDriverRoot,
+		NodeName:       testNode,
+		HostDriverRoot: hostDriverRoot,
 		ContainerDriverRoot: driverRoot(t, n, func(d *nvmlsim.Data) {
 			for i := range d.GPUs {
 				d.GPUs[i].MIG = h100MIG
@@ -193,4 +193,3 @@ func TestParseDynamicMIG(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
