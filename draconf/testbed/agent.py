@@ -324,7 +324,8 @@ class Agent:
             self._create(lambda b: admin.rbac.create_cluster_role(b), role)
             self._create(lambda b: admin.rbac.create_cluster_role_binding(b), binding)
         self._create(lambda b: admin.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b),
-                     plugin_daemonset(sorted(self.faults), template_annotations))
+                     plugin_daemonset(sorted(self.faults), template_annotations,
+                                      dynamic_mig=self.inventory.get("dynamicMIG", False)))
         # Its status is the operator's to report (run(), as the driver).
         self._create(lambda b: admin.custom.create_cluster_custom_object(
             "nvidia.com", "v1alpha1", "gpuclusters", b),
