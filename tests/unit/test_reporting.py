@@ -379,7 +379,8 @@ def test_diagnosis_vocabulary_is_the_agreed_one():
         "policy-conflict", "image-pull-failed", "permission-denied", "admission-denied",
         "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
         "feature-disabled", "admin-access-unsupported", "admin-access-unrestricted",
-        "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready", "allocation-invalid"}
+        "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready", "allocation-invalid",
+        "partition-overlap"}
     assert all(meaning.strip() and "\n" not in meaning for meaning in DIAGNOSES.values())
 
 
