@@ -178,7 +178,8 @@ def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, r
     except waits.WaitFailed as err:
         raise AssertionError(f"no verdict from the scheduler on a {smallest} MIG device of GPU {parent}, "
                              f"which {WHOLE_CLAIM} holds: {err}") from None
-    assert not claim.is_allocated, (
+    given = claim.is_allocated
+    assert not given, (
         f"GPU {parent} is held whole by {WHOLE_CLAIM} ({whole}), yet {MIG_ON_WHOLE} was allocated "
         f"{[str(r) for r in claim.results]}, a MIG device carved from it: the GPU and its MIG devices "
         "must consume one counter set")

@@ -415,7 +415,8 @@ class Testbed:
         (paths.cni_conf_dir / "10-draconf.conflist").write_text(node_config.cni_conflist(net.pod_cidr))
         labels = {}
         if driver == "nvidia":
-            nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi")
+            nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi",
+                                       mig_caps="mig-caps-missing" not in faults)
             labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
         taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
         spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,

@@ -64,6 +64,10 @@ FAULTS: dict[str, str] = {
     "mig-counters-ignored":
         "the driver (DynamicMIG on) publishes MIG devices without consumesCounters, so the scheduler "
         "gives a full GPU and a MIG device of it to two claims (the bed turns DynamicMIG on)",
+    "mig-caps-missing":
+        "the GPU nodes lack the MIG capability device nodes (/dev/nvidia-caps, which nvidia-modprobe "
+        "creates from /proc/driver/nvidia-caps/mig-minors), so the driver cannot hand a MIG device to "
+        "a container: MIG pods never start (the bed turns DynamicMIG on)",
 }
 
 #: Faults that turn one DRA feature gate off in kube-scheduler only: the API server keeps the
@@ -77,7 +81,7 @@ SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
 
 #: Faults that need the driver's DynamicMIG gate on (``inventory.with_dynamic_mig``).
-NEED_DYNAMIC_MIG = ("mig-counters-ignored",)
+NEED_DYNAMIC_MIG = ("mig-counters-ignored", "mig-caps-missing")
 
 
 def scheduler_flags(faults) -> list[str]:

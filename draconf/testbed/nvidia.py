@@ -118,12 +118,13 @@ def cap_minors(gpu_minor: int) -> list[int]:
     return out
 
 
-def install_driver_root(root: Path, node, nvidia_smi: Path) -> None:
+def install_driver_root(root: Path, node, nvidia_smi: Path, mig_caps: bool = True) -> None:
     """Lay out the simulated GPUs of ``node`` under ``root`` (mounted at /run/nvidia/driver),
     with the MIG capability nodes of its MIG-capable GPUs (dev/nvidia-caps/nvidia-cap<minor>),
-    which the plugin hands to containers given a MIG device."""
+    which the plugin hands to containers given a MIG device (none with ``mig_caps`` False: the
+    mig-caps-missing fault, a host where nvidia-modprobe never created them)."""
     install_gpu_view(root, nvml_data(node), [g.minor for g in node.gpus], nvidia_smi)
-    caps = [m for g in node.gpus if g.model.mig for m in cap_minors(g.minor)]
+    caps = [m for g in node.gpus if g.model.mig and mig_caps for m in cap_minors(g.minor)]
     if caps:
         (root / "dev" / "nvidia-caps").mkdir(parents=True, exist_ok=True)
     for minor in caps:
