@@ -5,7 +5,8 @@ published devices, the live DeviceClasses' selectors) and returns a :class:`Judg
 evidence it read and every broken promise of DRA it found.  It reads nothing itself, so each
 branch is unit-tested over recorded objects (``tests/unit/test_allocation.py``) and shown firing
 through the real API on a bed by a misbehaving allocator or driver
-(``tests/testbed/test_allocation_branches.py``).
+(``tests/testbed/test_allocation_branches.py``; ``partition-overlap`` on the mig-counters-ignored
+bed, ``tests/testbed/test_diagnosis_on_beds.py``, where the real scheduler makes it).
 
 The promises, one branch each (``Problem.kind``):
 
