@@ -52,7 +52,8 @@ def pod_doc(name: str, claim: str) -> dict:
                                 "resources": {"claims": [{"name": "gpu"}]}}]}, PROFILE.pod_security)}
 
 
-def allocate(api, namespace: str, claim: str, devices: list[tuple[str, str]], node: str = NODE) -> None:
+def allocate(api, namespace: str, claim: str, devices: list[tuple[str, str]], node: str = NODE,
+             admin_access: bool = False) -> None:
     """Write ``status.allocation`` as an external allocator would: ``devices`` as (pool,
     device), usable on ``node``.  With an ``allocationTimestamp``, as the scheduler writes one:
     seen on v1.36.3, the scheduler takes a claim allocated without one for unallocated,
@@ -60,17 +61,18 @@ def allocate(api, namespace: str, claim: str, devices: list[tuple[str, str]], no
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     api.resource.patch_namespaced_resource_claim_status(claim, namespace, {"status": {"allocation": {
         "allocationTimestamp": now,
-        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": pool, "device": device}
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": pool, "device": device,
+                                 **({"adminAccess": True} if admin_access else {})}
                                 for pool, device in devices]},
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}})
 
 
-def consume(api, namespace: str, claims: list[str]) -> DeployedWorkload:
+def consume(api, namespace: str, claims: list[str], workload: str = "misallocated") -> DeployedWorkload:
     """One pod per claim, bound by the real scheduler: the workload the check judges."""
     docs = [pod_doc(f"consumer-{i}", claim) for i, claim in enumerate(claims)]
     manifests.create(api, namespace, docs)
-    deployed = DeployedWorkload(api, namespace, Workload("misallocated", [], len(docs)), PROFILE, docs)
+    deployed = DeployedWorkload(api, namespace, Workload(workload, [], len(docs)), PROFILE, docs)
     waits.wait_until("the consumers to be bound", deployed.pods,
                      lambda pods: len(pods) == len(docs) and all(p.node for p in pods),
                      timeout=30, describe=lambda pods: deployed.describe(pods))

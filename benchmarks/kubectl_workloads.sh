@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The walkthrough's six workloads done by hand with kubectl: what `draconf run -k TestWorkload`
+# does, without its checks.  The baseline of benchmarks/workloads_vs_kubectl.py (issue 13).
+#
+#   KUBECONFIG=... IMAGE=draconf.local/busybox:1.35.0 bash benchmarks/kubectl_workloads.sh
+#
+# For each workload, in turn, as the suite runs them serially: a namespace; `kubectl apply` of
+# its manifest as written (the image swapped for $IMAGE, as the bed's profile does); wait for
+# its pods to be Ready (shared-claim's pinned to $SHARED_NODE, a node with three GPUs, as the
+# suite does: README, "Templated fields"); `nvidia-smi -L` exec'd in each; delete the pods; wait for the claims to
+# be released (template claims deleted, the shared claim's reservedFor empty); delete the
+# namespace without waiting.  Prints each workload's seconds and the total.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KUBECTL=${KUBECTL:-kubectl}
+IMAGE=${IMAGE:-ubuntu:24.04}
+RUN=${RUN:-kubectl-$$}
+SHARED_NODE=${SHARED_NODE:-gpu-h100-0}
+declare -A MANIFEST=(
+  [single-gpu]=01-single-gpu.yaml [model-selected]=02-model-selected.yaml
+  [memory-selected]=03-memory-selected.yaml [two-gpu]=05-two-gpus.yaml
+  [shared-claim]=06-shared-claim.yaml [deployment]=07-deployment.yaml)
+ORDER=(single-gpu model-selected memory-selected two-gpu shared-claim deployment)
+
+total_start=$(date +%s.%N)
+for workload in "${ORDER[@]}"; do
+  start=$(date +%s.%N)
+  ns="bench-${RUN}-${workload}"
+  $KUBECTL create namespace "$ns" >/dev/null
+  sed "s#ubuntu:24.04#${IMAGE}#" "manifests/${MANIFEST[$workload]}" |
+    if [ "$workload" = shared-claim ]; then
+      awk -v node="$SHARED_NODE" '/^kind: /{kind=$2} {print} kind=="Pod" && /^spec:$/ {
+        print "  nodeSelector:"; print "    kubernetes.io/hostname: " node}'
+    else cat; fi | $KUBECTL apply -n "$ns" -f - >/dev/null
+  # A Deployment's pods do not exist yet right after apply: wait for the ReplicaSet's.
+  until [ -n "$($KUBECTL get pods -n "$ns" -o name)" ]; do sleep 0.1; done
+  $KUBECTL wait -n "$ns" --for=condition=Ready pod --all --timeout=120s >/dev/null
+  # In every container, as the suite's injection check does (a container without a claim must
+  # see no GPU, so its exec may fail).
+  for pod in $($KUBECTL get pods -n "$ns" -o name); do
+    for container in $($KUBECTL get -n "$ns" "$pod" -o jsonpath='{.spec.containers[*].name}'); do
+      $KUBECTL exec -n "$ns" "$pod" -c "$container" -- nvidia-smi -L >/dev/null 2>&1 || true
+    done
+  done
+  # Consumers first, with a short grace period (a Deployment's: its owners orphan them, else the
+  # garbage collector deletes them with their default 30 s), then wait for what they held.
+  $KUBECTL delete -n "$ns" deployments,replicasets --all --cascade=orphan >/dev/null
+  $KUBECTL delete -n "$ns" pods --all --grace-period=1 --wait=true >/dev/null
+  # Released: the generated claims deleted, the manifest's own claims reserved by nobody.
+  own=$(grep -c '^kind: ResourceClaim$' "manifests/${MANIFEST[$workload]}" || true)
+  until [ "$($KUBECTL get resourceclaims -n "$ns" -o name | wc -l)" -le "$own" ] &&
+        [ -z "$($KUBECTL get resourceclaims -n "$ns" -o jsonpath='{.items[*].status.reservedFor}')" ]; do
+    sleep 0.1
+  done
+  $KUBECTL delete namespace "$ns" --wait=false >/dev/null
+  printf '%-16s %6.2fs\n' "$workload" "$(echo "$(date +%s.%N) - $start" | bc)"
+done
+printf '%-16s %6.2fs\n' total "$(echo "$(date +%s.%N) - $total_start" | bc)"
