@@ -26,6 +26,7 @@ package plugin
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -360,66 +361,19 @@ func (s *DeviceState) prepareMig(claim *resourceapi.ResourceClaim, cp *Checkpoin
 	}); err != nil {
 		return nil, fmt.Errorf("unable to update checkpoint: %w", err)
 	}
-	spec := &cdispec.Spec{Kind: cdiKind}
 	var devices []PreparedDevice
-	var uuids []string
-	seen := map[string]bool{}
+	var names []string
 	for _, r := range results {
-		var nodes []*cdispec.DeviceNode
-		var uuid string
-		if m := s.lib.MigByName(r.Device); m != nil {
-			uuid = m.UUID()
-			gi := m.Slot.GI
-			parent, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", m.Parent.Minor), nvmlsim.NvidiaMajor, m.Parent.Minor, true)
-			if err != nil {
-				return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
-			}
-			nodes = append(nodes, parent)
-			for _, minor := range []int{nvmlsim.GIAccessMinor(m.Parent.Minor, gi), nvmlsim.CIAccessMinor(m.Parent.Minor, gi, 0)} {
-				capNode, err := s.cdi.deviceNode(fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), nvmlsim.NvidiaCapsMajor, minor, true)
-				if err != nil {
-					return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
-				}
-				nodes = append(nodes, capNode)
-			}
-			klog.Infof("Created MIG device %s (%s) on %s: GPU instance %d, compute instance 0", r.Device, uuid, m.Parent, gi)
-		} else {
-			g := s.lib.ByName(r.Device)
-			uuid = g.UUID
-			node, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", g.Minor), nvmlsim.NvidiaMajor, g.Minor, true)
-			if err != nil {
-				return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
-			}
-			nodes = append(nodes, node)
-		}
-		base := claimUID + "-" + r.Device
-		d := PreparedDevice{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, UUID: uuid,
-			AdminAccess: ptr.Deref(r.AdminAccess, false)}
+		d := PreparedDevice{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
+			UUID: s.lib.deviceUUID(r.Device), AdminAccess: ptr.Deref(r.AdminAccess, false)}
 		if !s.cfg.Faults.Has(FaultCDINotInjected) {
-			d.CDIDeviceIDs = []string{cdiparser.QualifiedName(cdiVendor, cdiClaimClass, base)}
-			if !seen[base] {
-				seen[base] = true
-				spec.Devices = append(spec.Devices, cdispec.Device{Name: base,
-					ContainerEdits: cdispec.ContainerEdits{DeviceNodes: nodes}})
-				uuids = append(uuids, uuid)
-			}
+			d.CDIDeviceIDs = []string{cdiparser.QualifiedName(cdiVendor, cdiClaimClass, claimUID+"-"+r.Device)}
+			names = append(names, r.Device)
 		}
 		devices = append(devices, d)
 	}
-	if len(spec.Devices) > 0 {
-		common, err := s.cdi.commonEdits(uuids)
-		if err != nil {
-			return nil, fmt.Errorf("unable to create CDI spec file for claim: failed to get common CDI spec edits: %w", err)
-		}
-		spec.ContainerEdits = *common
-		version, err := cdiapi.MinimumRequiredVersion(spec)
-		if err != nil {
-			return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
-		}
-		spec.Version = version
-		if err := s.cdi.WriteClaimSpec(claimUID, spec); err != nil {
-			return nil, fmt.Errorf("unable to create CDI spec file for claim: %w", err)
-		}
+	if err := s.writeMigSpec(claimUID, names); err != nil {
+		return nil, err
 	}
 	if err := s.checkpoint.update(func(cp *Checkpoint) {
 		cp.PreparedClaims[claimUID] = PreparedClaim{CheckpointState: ClaimCheckpointStatePrepareCompleted,
@@ -448,4 +402,95 @@ func ParseDynamicMIG(gates string) (bool, error) {
 		}
 	}
 	return on, nil
+}
+
+// deviceUUID is the UUID of a whole GPU or (once created) of a MIG device, by device name.
+func (l *DeviceLib) deviceUUID(name string) string {
+	if m := l.MigByName(name); m != nil {
+		return m.UUID()
+	}
+	if g := l.ByName(name); g != nil {
+		return g.UUID
+	}
+	return ""
+}
+
+// writeMigSpec writes the claim's CDI spec for these devices (whole GPUs or MIG devices, each
+// once): per device its nodes, common to the claim /dev/nvidiactl, NVIDIA_VISIBLE_DEVICES and
+// the nvidia-smi mounts.  No devices: no spec.
+func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
+	spec := &cdispec.Spec{Kind: cdiKind}
+	var uuids []string
+	seen := map[string]bool{}
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		var nodes []*cdispec.DeviceNode
+		if m := s.lib.MigByName(name); m != nil {
+			gi := m.Slot.GI
+			parent, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", m.Parent.Minor), nvmlsim.NvidiaMajor, m.Parent.Minor, true)
+			if err != nil {
+				return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+			}
+			nodes = append(nodes, parent)
+			for _, minor := range []int{nvmlsim.GIAccessMinor(m.Parent.Minor, gi), nvmlsim.CIAccessMinor(m.Parent.Minor, gi, 0)} {
+				capNode, err := s.cdi.deviceNode(fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), nvmlsim.NvidiaCapsMajor, minor, true)
+				if err != nil {
+					return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+				}
+				nodes = append(nodes, capNode)
+			}
+			klog.Infof("Created MIG device %s (%s) on %s: GPU instance %d, compute instance 0", name, m.UUID(), m.Parent, gi)
+		} else {
+			g := s.lib.ByName(name)
+			if g == nil {
+				return fmt.Errorf("unable to create CDI spec file for claim: no device %q", name)
+			}
+			node, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", g.Minor), nvmlsim.NvidiaMajor, g.Minor, true)
+			if err != nil {
+				return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+			}
+			nodes = append(nodes, node)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: claimUID + "-" + name,
+			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: nodes}})
+		uuids = append(uuids, s.lib.deviceUUID(name))
+	}
+	if len(spec.Devices) == 0 {
+		return nil
+	}
+	common, err := s.cdi.commonEdits(uuids)
+	if err != nil {
+		return fmt.Errorf("unable to create CDI spec file for claim: failed to get common CDI spec edits: %w", err)
+	}
+	spec.ContainerEdits = *common
+	version, err := cdiapi.MinimumRequiredVersion(spec)
+	if err != nil {
+		return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+	}
+	spec.Version = version
+	if err := s.cdi.WriteClaimSpec(claimUID, spec); err != nil {
+		return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+	}
+	return nil
+}
+
+// ensureMigSpec rewrites a prepared claim's CDI spec on a DynamicMIG node if it went missing
+// (the counterpart of ensureSpec for whole GPUs).
+func (s *DeviceState) ensureMigSpec(claimUID string, pc PreparedClaim) error {
+	if _, err := os.Stat(s.cdi.SpecPath(claimUID)); err == nil {
+		return nil
+	}
+	var names []string
+	for _, d := range pc.PreparedDevices {
+		if len(d.CDIDeviceIDs) > 0 {
+			names = append(names, d.DeviceName)
+		}
+	}
+	if len(names) > 0 {
+		klog.Warningf("CDI spec of prepared claim %s is missing: writing it again", claimUID)
+	}
+	return s.writeMigSpec(claimUID, names)
 }

@@ -193,3 +193,25 @@ func TestParseDynamicMIG(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestPreparedMigClaimGetsItsSpecBack(t *testing.T) {
+	b := newMigBed(t, 1)
+	c := claim("m1", "gpu-0-mig-3g40gb-9-4", "gpu-0-mig-1g10gb-19-0")
+	first, err := b.state.Prepare(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := readSpec(t, b, "m1")
+	if err := os.Remove(b.cdi.SpecPath("m1")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := reopen(t, b.cfg).state.Prepare(c) // a restarted plugin, /var/run emptied
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := readSpec(t, b, "m1")
+	if len(first) != 2 || len(again) != 2 || len(after.Devices) != 2 ||
+		strings.Join(after.ContainerEdits.Env, " ") != strings.Join(before.ContainerEdits.Env, " ") {
+		t.Fatalf("spec not rewritten as before:\n%+v\n%+v", before, after)
+	}
+}

@@ -181,6 +181,9 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 // ensureSpec rewrites the CDI spec of a prepared claim if it went missing (e.g. /var/run
 // was emptied while the checkpoint survived), so that an idempotent prepare stays usable.
 func (s *DeviceState) ensureSpec(claimUID string, pc PreparedClaim) error {
+	if s.lib.migs != nil { // a DynamicMIG node: see mig.go
+		return s.ensureMigSpec(claimUID, pc)
+	}
 	var allocated, injected []*GpuInfo
 	for _, d := range pc.PreparedDevices {
 		if len(d.CDIDeviceIDs) == 0 || d.InjectedMinor == nil {
