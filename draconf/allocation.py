@@ -5,7 +5,8 @@ published devices, the live DeviceClasses' selectors) and returns a :class:`Judg
 evidence it read and every broken promise of DRA it found.  It reads nothing itself, so each
 branch is unit-tested over recorded objects (``tests/unit/test_allocation.py``) and shown firing
 through the real API on a bed by a misbehaving allocator or driver
-(``tests/testbed/test_allocation_branches.py``).
+(``tests/testbed/test_allocation_branches.py``; ``partition-overlap`` on the mig-counters-ignored
+bed, ``tests/testbed/test_diagnosis_on_beds.py``, where the real scheduler makes it).
 
 The promises, one branch each (``Problem.kind``):
 
@@ -27,6 +28,8 @@ The promises, one branch each (``Problem.kind``):
 ``class-selectors``       the device satisfies the DeviceClass's selectors
 ``request-selectors``     the device satisfies the request's own selectors
 ``other-node``            the device is on the node its pod runs on
+``partition-overlap``     no partition (a MIG device: ``parentUUID``) of a GPU in one claim while
+                          another holds that GPU whole (shared counters, KEP-4815)
 ========================  ===================================================================
 
 >>> from draconf.claims import Claim
@@ -130,12 +133,15 @@ def requested_count(claim: Claim, request: str) -> int | None:
 
 def judge(snapshot: Snapshot, *, expected_pods: int, extended_resources: bool = False,
           identity_attribute: str | None = None,
-          describe_device: Callable[[Device], str] | None = None) -> Judgement:
+          describe_device: Callable[[Device], str] | None = None,
+          parent_attribute: str | None = None) -> Judgement:
     """Every promise of the module docstring, checked over ``snapshot``.
 
     ``identity_attribute`` (e.g. ``uuid``) names the attribute that identifies one physical
     GPU; two claims holding devices that publish the same value hold the same GPU.
     ``describe_device`` renders a device's published attributes for a selector problem.
+    ``parent_attribute`` (e.g. ``parentUUID``) names the attribute by which a partition (a MIG
+    device) names the identity of the GPU it is carved from.
     """
     problems: list[Problem] = []
     evidence: list[str] = []
@@ -146,6 +152,7 @@ def judge(snapshot: Snapshot, *, expected_pods: int, extended_resources: bool = 
     pods = snapshot.pods
     if len(pods) != expected_pods:
         add("pod-count", f"expected {expected_pods} pod(s), found {len(pods)}")
+    parts: dict[str, tuple[str, str]] = {}
     for pod in pods:
         if pod.unschedulable_message:
             add("unscheduled", f"pod {pod.name} is not scheduled: {pod.unschedulable_message}")
@@ -184,6 +191,9 @@ def judge(snapshot: Snapshot, *, expected_pods: int, extended_resources: bool = 
                 judged.add(claim_name)  # a shared claim's devices are judged once
                 _judge_results(snapshot, claim, owners, identities, identity_attribute,
                                describe_device, add)
+                if identity_attribute and parent_attribute:
+                    _judge_partitions(snapshot, claim, identities, parts, identity_attribute,
+                                      parent_attribute, add)
             for result in claim.results:
                 device = snapshot.published.lookup(result.driver, result.pool, result.device)
                 if device and device.node and pod.node and device.node != pod.node:
@@ -242,6 +252,30 @@ def _judge_results(snapshot: Snapshot, claim: Claim, owners: dict[str, str],
             published = f"; it publishes {describe_device(device)}" if describe_device else ""
             add("request-selectors", f"claim {claim.name}: device {result.key} does not satisfy "
                                      f"the request's selectors ({verdict}){published}")
+
+
+def _judge_partitions(snapshot: Snapshot, claim: Claim, identities: dict[str, tuple[str, str]],
+                      parts: dict[str, tuple[str, str]], identity_attribute: str,
+                      parent_attribute: str, add) -> None:
+    """``partition-overlap``: a device naming GPU P as its parent, and P itself (by identity),
+    held by two claims.  ``identities`` holds the whole GPUs judged so far, ``parts`` the first
+    partition of each parent."""
+    for result in claim.results:
+        device = snapshot.published.lookup(result.driver, result.pool, result.device)
+        if device is None or result.admin_access:
+            continue
+        parent = device.attribute(parent_attribute)
+        if parent:
+            parts.setdefault(parent, (result.key, claim.name))
+            whole = identities.get(parent)
+            if whole and whole[1] != claim.name:
+                add("partition-overlap", f"{result.key} (a partition of GPU {parent}) is allocated to "
+                                         f"{claim.name} while {whole[1]} holds that whole GPU as {whole[0]}")
+        identity = device.attribute(identity_attribute)
+        part = parts.get(identity) if identity else None
+        if part and part[1] != claim.name:
+            add("partition-overlap", f"{part[0]} (a partition of GPU {identity}) is allocated to "
+                                     f"{part[1]} while {claim.name} holds that whole GPU as {result.key}")
 
 
 def extended_limits(pod: Pod) -> str:

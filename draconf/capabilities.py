@@ -219,3 +219,25 @@ def sharing_nodes(profile, published, kwok: set[str], avoid=frozenset(),
     return Capability(name, False, f"no node that runs containers publishes {gpus} {profile.driver} GPUs "
                                    f"(per node: {seen}); KWOK nodes run no container, so what the driver "
                                    "does to a GPU cannot be observed there"), []
+
+
+def mig(api, profile, published) -> tuple[Capability, list]:
+    """MIG devices are published: the profile knows the MIG DeviceClass, it exists, and some
+    published device (of the validated nodes: ``published``) satisfies its selectors and names
+    its parent GPU.  Returns the capability and those devices."""
+    from draconf.devices import class_selectors
+    from draconf.mig import MIG_DEVICE_CLASS, class_devices, is_mig
+    name = "MIG (DeviceClass mig.nvidia.com)"
+    if MIG_DEVICE_CLASS not in (profile.optional_device_classes or []):
+        return Capability(name, False, f"the {profile.name} driver profile has no {MIG_DEVICE_CLASS} "
+                                       "DeviceClass (not an NVIDIA driver)"), []
+    class_cel = class_selectors(api, MIG_DEVICE_CLASS)
+    if class_cel is None:
+        return Capability(name, False, f"DeviceClass {MIG_DEVICE_CLASS} does not exist"), []
+    found = [d for d in class_devices(published, class_cel) if is_mig(d)]
+    if not found:
+        return Capability(name, False, f"no published device matches DeviceClass {MIG_DEVICE_CLASS} "
+                                       "(the driver publishes no MIG device: DynamicMIG off, no "
+                                       "MIG-capable GPU, or KWOK nodes)"), []
+    nodes = sorted({d.node for d in found if d.node})
+    return Capability(name, True, f"{len(found)} MIG device(s) published on {', '.join(nodes)}"), found

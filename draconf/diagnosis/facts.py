@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes.utils import parse_quantity
 
-from draconf import allocation, cel
+from draconf import allocation, cel, mig
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
@@ -192,6 +192,9 @@ class Facts:
     #: what :func:`draconf.allocation.judge` finds wrong with the allocations of the namespace's
     #: scheduled pods (the broken promises only, not "not allocated yet")
     allocation_problems: list[str] = field(default_factory=list)
+    #: those of them that are a partition (MIG device) and its whole GPU in two claims
+    #: (``partition-overlap``: shared counters not kept)
+    partition_overlaps: list[str] = field(default_factory=list)
     #: gatherer name -> error, for what could not be read
     errors: dict[str, str] = field(default_factory=dict)
     #: seconds without any scheduler/controller action that mean a stalled control plane
@@ -456,7 +459,8 @@ def _untolerated_taints(claims: list[dict], slices: list[dict]) -> dict[str, lis
 #: not happened yet (those are the scheduling rules' to explain).
 BROKEN_ALLOCATION = frozenset({"not-owned", "not-extended", "not-reserved", "wrong-count", "device-twice",
                                "shared-device", "shared-gpu", "unpublished", "missing-class",
-                               "class-selectors", "request-selectors", "other-node"})
+                               "class-selectors", "request-selectors", "other-node",
+                               "partition-overlap"})
 
 
 def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
@@ -470,5 +474,7 @@ def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
         allocation.Snapshot(pods, {c.name: c for c in facts.claims},
                             PublishedDevices(profile.driver, facts.devices),
                             dict(facts.device_classes)),
-        expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"))
+        expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"),
+        parent_attribute=mig.PARENT_ATTRIBUTE)
+    facts.partition_overlaps = [str(p) for p in judgement.problems if p.kind == "partition-overlap"]
     return [str(p) for p in judgement.problems if p.kind in BROKEN_ALLOCATION]

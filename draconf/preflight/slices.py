@@ -135,9 +135,26 @@ def evaluate_attributes(devices: Iterable[Device], required: Iterable[str],
     return check_result(True, f"all {len(devices)} device(s) publish {wanted}")
 
 
+def of_profile_type(devices: Iterable[Device], profile) -> list[Device]:
+    """The devices the profile's attributes describe: all but those publishing another `type`
+    than the profile's ``deviceType`` (an NVIDIA driver's MIG devices, ``type: mig``, have no
+    ``uuid``: they are the optional class mig.nvidia.com's, not full GPUs).
+
+    >>> from draconf.profile import builtin
+    >>> gpu = Device("gpu.nvidia.com", "n", "gpu-0", "n", {"gpu.nvidia.com/type": "gpu"})
+    >>> part = Device("gpu.nvidia.com", "n", "gpu-0-mig-1g10gb-19-0", "n", {"gpu.nvidia.com/type": "mig"})
+    >>> [d.name for d in of_profile_type([gpu, part, Device("gpu.nvidia.com", "n", "x", "n")], builtin("nvidia"))]
+    ['gpu-0', 'x']
+    """
+    role = (profile.attributes or {}).get("type")
+    if not role or not profile.device_type:
+        return list(devices)
+    return [d for d in devices if not d.has_attribute(role) or d.attribute(role) == profile.device_type]
+
+
 @check("device-attributes")
 def check_device_attributes(api, profile) -> CheckResult:
-    devices = devices_from_slices(driver_slices(api, profile.driver))
+    devices = of_profile_type(devices_from_slices(driver_slices(api, profile.driver)), profile)
     return evaluate_attributes(devices, profile.required_attributes(), profile.memory_capacity)
 
 

@@ -136,6 +136,14 @@ DIAGNOSES: dict[str, str] = {
         "tolerate the taint: kube-scheduler ignores device taints (DRADeviceTaints off there, or "
         "a scheduler older than the API server). Turn the gate on in kube-scheduler and move the "
         "workload off the device (`kubectl get resourceslices -o yaml` shows the taints).",
+    "partition-overlap":
+        "A GPU and a MIG device carved from it (a partition: its parentUUID is the GPU's uuid) are "
+        "allocated to two claims at once. The driver publishes both as partitionable devices "
+        "consuming one counter set per GPU (KEP-4815, DRAPartitionableDevices), so the scheduler "
+        "can never do this unless the MIG devices consume no counters (a driver publishing them "
+        "without consumesCounters) or the scheduler ignores counters. `kubectl get resourceslices "
+        "-o yaml` shows whether the MIG devices carry consumesCounters; the node then fails to "
+        "create the MIG device (NVML: Insufficient Resources) or the full GPU's workload shares it.",
     "intermittent":
         "The check failed, but the same reading repeated by the diagnosis moments later showed "
         "the expected state: the failure did not persist. Rerun with --reruns to tell a flake "

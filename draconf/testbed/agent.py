@@ -325,7 +325,8 @@ class Agent:
             self._create(lambda b: admin.rbac.create_cluster_role_binding(b), binding)
         self._create(lambda b: admin.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b),
                      plugin_daemonset(sorted(self.faults), template_annotations,
-                                      faults_mod.plugin_feature_gates(self.faults)))
+                                      {**faults_mod.plugin_feature_gates(self.faults),
+                                       **({"DynamicMIG": True} if self.inventory.get("dynamicMIG") else {})}))
         # Its status is the operator's to report (run(), as the driver).
         self._create(lambda b: admin.custom.create_cluster_custom_object(
             "nvidia.com", "v1alpha1", "gpuclusters", b),

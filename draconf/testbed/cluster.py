@@ -195,6 +195,9 @@ class Testbed:
         if any(f in faults_mod.NEED_UNHEALTHY_GPU for f in faults):
             from draconf.testbed.inventory import with_unhealthy_gpu
             inventory = with_unhealthy_gpu(inventory)
+        if any(f in faults_mod.NEED_DYNAMIC_MIG for f in faults):
+            from draconf.testbed.inventory import with_dynamic_mig
+            inventory = with_dynamic_mig(inventory)
         if driver not in DRIVERS:
             raise DraconfError(f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}")
         if driver == "example":
@@ -412,7 +415,8 @@ class Testbed:
         (paths.cni_conf_dir / "10-draconf.conflist").write_text(node_config.cni_conflist(net.pod_cidr))
         labels = {}
         if driver == "nvidia":
-            nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi")
+            nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi",
+                                       mig_caps="mig-caps-missing" not in faults)
             labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
         taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
         spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,
@@ -648,5 +652,5 @@ def _inventory_doc(inventory: Inventory) -> dict:
     """The inventory as the agent reads it back: per node, what NVML reports on it (the same
     record real nodes get in their driver root)."""
     from draconf.testbed import nvidia
-    return {"source": inventory.source,
+    return {"source": inventory.source, "dynamicMIG": inventory.dynamic_mig,
             "nodes": [{"name": n.name, "kind": n.kind, **nvidia.nvml_data(n)} for n in inventory.nodes]}

@@ -67,6 +67,13 @@ FAULTS: dict[str, str] = {
         "kube-scheduler runs with DRADeviceTaints off while the driver taints an unhealthy GPU "
         "gpu.nvidia.com/xid=79:NoSchedule: the tainted GPU is allocated to claims that do not "
         "tolerate it (the bed adds that GPU when the inventory has no unhealthy one)",
+    "mig-counters-ignored":
+        "the driver (DynamicMIG on) publishes MIG devices without consumesCounters, so the scheduler "
+        "gives a full GPU and a MIG device of it to two claims (the bed turns DynamicMIG on)",
+    "mig-caps-missing":
+        "the GPU nodes lack the MIG capability device nodes (/dev/nvidia-caps, which nvidia-modprobe "
+        "creates from /proc/driver/nvidia-caps/mig-minors), so the driver cannot hand a MIG device to "
+        "a container: MIG pods never start (the bed turns DynamicMIG on)",
 }
 
 #: Faults that turn one DRA feature gate off in kube-scheduler only: the API server keeps the
@@ -78,6 +85,9 @@ SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
 
 #: Faults that need an unhealthy (tainted) GPU in the fleet to show (``inventory.with_unhealthy_gpu``).
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
+
+#: Faults that need the driver's DynamicMIG gate on (``inventory.with_dynamic_mig``).
+NEED_DYNAMIC_MIG = ("mig-counters-ignored", "mig-caps-missing")
 
 
 #: The chart's ``featureGates`` the bed installs the driver with (GPU sharing is alpha upstream,

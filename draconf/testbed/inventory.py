@@ -38,6 +38,29 @@ NODE_KINDS = ("real", "kwok")
 
 
 @dataclass(frozen=True)
+class MigProfile:
+    """One GPU instance profile of a MIG-capable model (a row of ``nvidia-smi mig -lgip``)."""
+    name: str
+    id: int
+    memory_mib: int
+    multiprocessors: int
+    size: int
+    placements: tuple[int, ...]
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpeg_engines: int = 0
+    ofa_engines: int = 0
+
+
+@dataclass(frozen=True)
+class MigSupport:
+    """What NVML reports about a MIG-capable model: memory slices and GPU instance profiles."""
+    memory_slices: int
+    profiles: tuple[MigProfile, ...]
+
+
+@dataclass(frozen=True)
 class GpuModel:
     key: str
     product_name: str
@@ -45,6 +68,9 @@ class GpuModel:
     cuda_compute_capability: str
     memory_bytes: int
     brand: str = "Nvidia"
+    #: MIG profiles the GPU supports (None: no MIG).  The driver publishes them only with its
+    #: DynamicMIG feature gate on (the inventory's ``dynamicMIG``).
+    mig: MigSupport | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +124,16 @@ class Node:
 class Inventory:
     nodes: tuple[Node, ...]
     source: str = ""
+    #: The driver's DynamicMIG feature gate (chart value featureGates.DynamicMIG): MIG-capable
+    #: GPUs are published as partitionable devices with their possible MIG devices.
+    dynamic_mig: bool = False
+
+    @property
+    def mig_gpus(self) -> tuple[Gpu, ...]:
+        """The GPUs the driver publishes MIG devices of (on real nodes; none with the gate off)."""
+        if not self.dynamic_mig:
+            return ()
+        return tuple(g for n in self.real_nodes for g in n.gpus if g.model.mig)
 
     @property
     def gpu_nodes(self) -> tuple[Node, ...]:
@@ -127,8 +163,10 @@ class Inventory:
         def unhealthy(n: Node) -> str:
             bad = [f"{g.device_name} " + ("lost" if g.lost else f"xid {g.xid}") for g in n.gpus if not g.healthy]
             return f"; unhealthy: {', '.join(bad)}" if bad else ""
+        def mig(n: Node) -> str:
+            return "; MIG (DynamicMIG)" if self.dynamic_mig and n.kind == "real" and n.gpus and n.gpus[0].model.mig else ""
         return "\n".join(
-            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind}){unhealthy(n)}" if n.gpus
+            f"{n.name}: {len(n.gpus)} x {n.gpus[0].model.product_name} ({n.kind}){unhealthy(n)}{mig(n)}" if n.gpus
             else f"{n.name}: no GPU ({n.kind})" for n in self.nodes)
 
 
@@ -168,7 +206,8 @@ def from_dict(data, source: str = "<inventory>") -> Inventory:
         models[key] = GpuModel(
             key=key, product_name=str(spec["productName"]), architecture=str(spec["architecture"]),
             cuda_compute_capability=str(spec.get("cudaComputeCapability", "9.0.0")),
-            memory_bytes=int(memory), brand=str(spec.get("brand", "Nvidia")))
+            memory_bytes=int(memory), brand=str(spec.get("brand", "Nvidia")),
+            mig=_mig_support(spec.get("mig"), lambda msg: fail(f"model {key!r}: {msg}")))
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise fail("`nodes` must be a non-empty list")
@@ -199,7 +238,59 @@ def from_dict(data, source: str = "<inventory>") -> Inventory:
         if spec.get("unhealthy") and not gpus:
             raise fail(f"node {name!r}: `unhealthy` names GPUs, but the node has none")
         nodes.append(Node(name, gpus, kind))
-    return Inventory(tuple(nodes), source=source)
+    dynamic_mig = data.get("dynamicMIG", False)
+    if not isinstance(dynamic_mig, bool):
+        raise fail("`dynamicMIG` must be true or false")
+    return Inventory(tuple(nodes), source=source, dynamic_mig=dynamic_mig)
+
+
+#: GPU instances a GPU has (the driver's capability minors reserve 15 per GPU).
+MAX_GPU_INSTANCES = 15
+
+
+def _mig_support(spec, fail) -> MigSupport | None:
+    """A model's ``mig:`` block: ``memorySlices`` and ``profiles`` (name, id, memory, multiprocessors,
+    size, placements; copyEngines, decoders, encoders, jpegEngines, ofaEngines default 0).
+
+    >>> m = _mig_support({"memorySlices": 8, "profiles": [{"name": "1g.10gb", "id": 19, "memory": "9984Mi",
+    ...     "multiprocessors": 16, "size": 1, "placements": [0, 1]}]}, ValueError)
+    >>> m.profiles[0].memory_mib, m.profiles[0].placements
+    (9984, (0, 1))
+    """
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or not isinstance(spec.get("memorySlices"), int) \
+            or not isinstance(spec.get("profiles"), list) or spec["memorySlices"] < 1:
+        raise fail("`mig` needs a positive `memorySlices` and a list of `profiles`")
+    profiles, slots = [], 0
+    for p in spec["profiles"]:
+        try:
+            placements = tuple(int(x) for x in p["placements"])
+            profile = MigProfile(
+                name=str(p["name"]), id=int(p["id"]),
+                memory_mib=int(parse_quantity(p["memory"]) // (1024 * 1024)),
+                multiprocessors=int(p["multiprocessors"]), size=int(p["size"]), placements=placements,
+                **{field: int(p.get(key, 0)) for field, key in (
+                    ("copy_engines", "copyEngines"), ("decoders", "decoders"), ("encoders", "encoders"),
+                    ("jpeg_engines", "jpegEngines"), ("ofa_engines", "ofaEngines"))})
+        except (KeyError, TypeError, ValueError) as err:
+            raise fail(f"MIG profile {p!r}: {err}") from None
+        if any(s < 0 or s + profile.size > spec["memorySlices"] for s in placements):
+            raise fail(f"MIG profile {profile.name}: a placement lies outside {spec['memorySlices']} memory slices")
+        profiles.append(profile)
+        slots += len(placements)
+    if slots > MAX_GPU_INSTANCES:
+        raise fail(f"{slots} MIG placements; a GPU has {MAX_GPU_INSTANCES} GPU instances")
+    return MigSupport(spec["memorySlices"], tuple(profiles))
+
+
+def with_dynamic_mig(inv: Inventory) -> Inventory:
+    """``inv`` with the driver's DynamicMIG gate on (what the mig-counters-ignored fault needs).
+
+    >>> with_dynamic_mig(load()).mig_gpus[0].device_name
+    'gpu-0'
+    """
+    return replace(inv, dynamic_mig=True)
 
 
 def uniform(nodes: int, gpus_per_node: int, model: str = "h100-80gb-hbm3", kind: str = "kwok") -> Inventory:
@@ -218,8 +309,8 @@ def with_node_kind(inventory: Inventory, kind: str) -> Inventory:
     """The same fleet with every node of ``kind`` (``draconf testbed up --node-kind``)."""
     if kind not in NODE_KINDS:
         raise DraconfError(f"node kind must be one of {', '.join(NODE_KINDS)}, not {kind!r}")
-    return Inventory(tuple(replace(n, kind=kind) for n in inventory.nodes),
-                     source=f"{inventory.source} ({kind} nodes)")
+    return replace(inventory, nodes=tuple(replace(n, kind=kind) for n in inventory.nodes),
+                   source=f"{inventory.source} ({kind} nodes)")
 
 
 def _unhealthy(gpus: tuple[Gpu, ...], spec, fail) -> tuple[Gpu, ...]:

@@ -45,6 +45,11 @@ DEVICE_CLASSES = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig", "vfio.gpu.nv
 #: Character-device major number of NVIDIA GPUs (/dev/nvidia<minor>; nvidiactl is minor 255).
 NVIDIA_MAJOR = 195
 NVML_DATA = "usr/share/nvidia-sim/nvml.json"
+#: Character-device major of the MIG capability nodes dev/nvidia-caps/nvidia-cap<minor> (dynamic
+#: on a real host; fixed on the bed, as gomod/gpu-driver/internal/nvmlsim NvidiaCapsMajor).
+NVIDIA_CAPS_MAJOR = 508
+#: GPU instances per GPU in the driver's capability minor numbering (mig-minors).
+MAX_GPU_INSTANCES = 15
 
 
 def semver(version: str) -> str:
@@ -84,14 +89,48 @@ def nvml_data(node) -> dict:
                       "cudaComputeCapability": g.model.cuda_compute_capability,
                       "pciBusID": g.pci_bus_id, "pcieRoot": g.pcie_root,
                       "memoryBytes": g.model.memory_bytes,
+                      **({"mig": mig_data(g.model.mig)} if g.model.mig else {}),
                       **({} if g.healthy else {"health": {k: v for k, v in
                                                           (("xid", g.xid), ("lost", g.lost)) if v}})}
                      for g in gpus]}
 
 
-def install_driver_root(root: Path, node, nvidia_smi: Path) -> None:
-    """Lay out the simulated GPUs of ``node`` under ``root`` (mounted at /run/nvidia/driver)."""
+def mig_data(mig) -> dict:
+    """A model's MIG profiles as NVML reports them (nvml.json ``mig``)."""
+    return {"memorySlices": mig.memory_slices, "profiles": [
+        {"name": p.name, "id": p.id, "memoryMiB": p.memory_mib, "multiprocessors": p.multiprocessors,
+         "copyEngines": p.copy_engines, "decoders": p.decoders, "encoders": p.encoders,
+         "jpegEngines": p.jpeg_engines, "ofaEngines": p.ofa_engines, "size": p.size,
+         "placements": list(p.placements)} for p in mig.profiles]}
+
+
+def cap_minors(gpu_minor: int) -> list[int]:
+    """The MIG capability minors of a GPU's 15 GPU instances and their first compute instance,
+    numbered as the driver's /proc/driver/nvidia-caps/mig-minors (gpu0/gi1/access is 12).
+
+    >>> cap_minors(0)[:3], cap_minors(1)[0]
+    ([3, 4, 12], 138)
+    """
+    out = []
+    for gi in range(MAX_GPU_INSTANCES):
+        access = 3 + gpu_minor * MAX_GPU_INSTANCES * 9 + gi * 9
+        out += [access, access + 1]
+    return out
+
+
+def install_driver_root(root: Path, node, nvidia_smi: Path, mig_caps: bool = True) -> None:
+    """Lay out the simulated GPUs of ``node`` under ``root`` (mounted at /run/nvidia/driver),
+    with the MIG capability nodes of its MIG-capable GPUs (dev/nvidia-caps/nvidia-cap<minor>),
+    which the plugin hands to containers given a MIG device (none with ``mig_caps`` False: the
+    mig-caps-missing fault, a host where nvidia-modprobe never created them)."""
     install_gpu_view(root, nvml_data(node), [g.minor for g in node.gpus], nvidia_smi)
+    caps = [m for g in node.gpus if g.model.mig and mig_caps for m in cap_minors(g.minor)]
+    if caps:
+        (root / "dev" / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+    for minor in caps:
+        path = root / "dev" / "nvidia-caps" / f"nvidia-cap{minor}"
+        if not path.exists():
+            os.mknod(path, 0o444 | stat.S_IFCHR, os.makedev(NVIDIA_CAPS_MAJOR, minor))
 
 
 def install_gpu_view(root: Path, nvml: dict, minors: list[int], nvidia_smi: Path | None) -> None:
@@ -127,7 +166,8 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "cdi-not-injected": "cdi-not-injected", "cdi-wrong-device": "cdi-wrong-device",
                  "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash",
                  "admin-access-exclusive": "admin-access-exclusive",
-                 "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored"}
+                 "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored",
+                 "mig-counters-ignored": "mig-counters-ignored"}
 
 
 def feature_gates_env(gates: dict[str, bool]) -> str:
@@ -160,7 +200,8 @@ def plugin_rbac() -> list[dict]:
 def plugin_daemonset(faults: list[str], template_annotations: dict[str, str],
                      feature_gates: dict[str, bool] | None = None) -> dict:
     """The kubelet-plugin DaemonSet, shaped like the chart's; its pods run on every GPU node.
-    ``feature_gates`` is the chart's ``featureGates`` value (FEATURE_GATES when not empty)."""
+    ``feature_gates`` is the chart's ``featureGates`` value (FEATURE_GATES when not empty):
+    TimeSlicingSettings and MPSSupport for GPU sharing, DynamicMIG for MIG."""
     labels = {"app": PLUGIN_DAEMONSET, PLUGIN_COMPONENT_LABEL: "kubelet-plugin"}
     simulated = ",".join(PLUGIN_FAULTS[f] for f in faults if f in PLUGIN_FAULTS)
     gates = feature_gates_env(feature_gates or {})

@@ -39,13 +39,17 @@ GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "
 REAL_NODES_ONLY = ("job/", "gpu-sharing/")
 #: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
-REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off")
+REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off", "mig-counters-ignored",
+                    "mig-caps-missing")
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
 #: those parts could only fail or give no verdict there, which tells nothing.
 WALKTHROUGH = "test_preflight or TestWorkload"
 FEATURES_ONLY = ("-k", "test_preflight or test_features")
+#: The MIG checks (suites/test_mig.py): only a bed with DynamicMIG on real nodes publishes MIG
+#: devices (faults.NEED_DYNAMIC_MIG turns it on), and only these checks read them.
+MIG_ONLY = ("-k", "test_preflight or test_mig")
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,13 @@ EXPECTED: dict[str, Expectation] = {
     "device-taints-ignored": Expectation(
         ("device-taints/untolerated",), {"device-taints/untolerated": "device-tainted"},
         run_args=FEATURES_ONLY),
+    # MIG (real nodes only: the KWOK agent publishes no MIG device, REAL_NODE_FAULTS).
+    "mig-counters-ignored": Expectation(
+        ("mig/exclusive",), {"mig/exclusive": "partition-overlap"}, run_args=MIG_ONLY),
+    "mig-caps-missing": Expectation(
+        ("mig/by-profile", "mig/same-parent"),
+        {"mig/by-profile": "plugin-unhealthy", "mig/same-parent": "plugin-unhealthy"},
+        dragged=("mig/exclusive",), run_args=MIG_ONLY),
 }
 
 

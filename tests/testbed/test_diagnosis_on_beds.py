@@ -198,6 +198,28 @@ def test_device_taints_ignored(dg_beds, dg_namespaces):
     assert "gpu.nvidia.com/xid=79:NoSchedule" in result.reason and f"{ns}/gpu-untolerated" in result.reason
 
 
+def test_mig_counters_ignored(dg_beds, dg_namespaces):
+    """MIG devices published without consumesCounters: the real scheduler gives a MIG device of a
+    GPU another claim holds whole; the diagnosis reads that from the claims' results and the
+    devices' parentUUID and uuid (allocation.judge's partition-overlap)."""
+    from draconf import manifests, mig
+    api = dg_beds.get("mig-counters-ignored")
+    parent = sorted({mig.parent_of(d) for d in PublishedDevices.read(api, DRIVER) if mig.is_mig(d)})[0]
+    ns = dg_namespaces(api, "w")
+    deploy(api, ns, mig.MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], 1, selectors={
+        "gpu-whole": [sel.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [parent])]})).wait_running()
+    manifests.create(api, ns, mig.MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], 1,
+                                              profiles={"mig": "1g.10gb"}, parent=parent).documents(PROFILE),
+                     RUN.labels)
+    started = time.monotonic()
+    waits.wait_until("the MIG claim to be allocated", lambda: api.resource.read_namespaced_resource_claim(
+        "mig-on-whole-gpu", ns), lambda c: bool(c.status and c.status.allocation), timeout=30)
+    result = diagnosed(api, ns, "exclusive", "claim mig-on-whole-gpu was allocated", "mig-counters-ignored",
+                       time.monotonic() - started)
+    assert result.code == "partition-overlap", result
+    assert f"a partition of GPU {parent}) is allocated to mig-on-whole-gpu while gpu-whole" in result.reason
+
+
 # --- faults on the node side ----------------------------------------------------------------
 
 def test_plugin_unhealthy(dg_beds, dg_namespaces):

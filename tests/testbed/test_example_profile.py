@@ -43,7 +43,10 @@ NOT_APPLICABLE = {("preflight", "gpu-cluster"): "capabilities.gpuCluster",
                      for check in ("allocation", "cdi-injection", "sharing", "cleanup", "invalid-config")},
                   # the device-taints workload: the bed's example driver taints no device
                   **{("device-taints", check): "no tainted device published"
-                     for check in ("allocation", "cdi-injection", "cleanup", "untolerated")}}
+                     for check in ("allocation", "cdi-injection", "cleanup", "untolerated")},
+                  # the MIG checks (suites/test_mig.py): MIG devices are the NVIDIA driver's
+                  **{("mig", check): "has no mig.nvidia.com DeviceClass"
+                     for check in ("by-profile", "same-parent", "exclusive")}}
 
 
 @pytest.fixture(scope="module")

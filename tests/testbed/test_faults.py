@@ -315,3 +315,44 @@ def test_device_taints_ignored(start_fault_bed):
                              lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
     assert [r.key for r in claim.results] == [device.key]
     assert taints.untolerated(claim.raw, taints.read_slices(api, PROFILE.driver))
+
+
+def _mig_devices(api):
+    from draconf import mig
+    return [d for d in PublishedDevices.read(api, PROFILE.driver) if mig.is_mig(d)]
+
+
+@pytest.mark.skipif(not REAL_NODES, reason="MIG devices are published on real nodes only")
+def test_mig_counters_ignored(start_fault_bed):
+    """The bed turns DynamicMIG on; the plugin publishes MIG devices without consumesCounters,
+    so the scheduler gives a GPU held whole and a MIG device of it to two claims."""
+    from draconf import mig
+    bed, api = start_fault_bed("mig-counters-ignored")
+    slices = [api.api_client.sanitize_for_serialization(s) for s in
+              api.resource.list_resource_slice(field_selector=f"spec.driver={PROFILE.driver}").items]
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    parts = [d for d in devices if d["attributes"]["type"]["string"] == "mig"]
+    assert parts and not any(d.get("consumesCounters") for d in parts)
+    assert any(s["spec"].get("sharedCounters") for s in slices)  # the GPUs still count theirs
+    parent = sorted(mig.parent_of(d) for d in _mig_devices(api))[0]
+    uuid = selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [parent])
+    whole = deploy(api, mig.MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], 1, selectors={"gpu-whole": [uuid]}))
+    whole.wait_running()
+    part = mig.MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], 1, profiles={"mig": "1g.10gb"}, parent=parent)
+    from draconf import manifests
+    manifests.create(api, whole.namespace, part.documents(PROFILE), {})
+    claim = waits.wait_until("the MIG claim to be allocated", lambda: Claim.read(api, whole.namespace, "mig-on-whole-gpu"),
+                             lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
+    assert claim.results[0].device.startswith(Claim.read(api, whole.namespace, "gpu-whole").results[0].device + "-mig-")
+
+
+@pytest.mark.skipif(not REAL_NODES, reason="MIG devices are prepared on real nodes only")
+def test_mig_caps_missing(start_fault_bed):
+    """DynamicMIG on, but the nodes have no /dev/nvidia-caps: a MIG claim is allocated and the
+    node fails to prepare it, naming the capability node it cannot find."""
+    from draconf import mig
+    bed, api = start_fault_bed("mig-caps-missing")
+    assert _mig_devices(api)
+    deployed = deploy(api, mig.MigWorkload("mig", ["features/60-mig-by-profile.yaml"], 1, profiles={"mig": "1g.10gb"}))
+    with pytest.raises(waits.WaitFailed, match="nvidia-caps"):
+        deployed.wait_running(timeout=60)

@@ -441,6 +441,15 @@ def case_48(bed, api, ns):
 
 
 CASES = {
+    # 60, 61: Running on a MIG device of their profile where MIG devices are published (a
+    # DynamicMIG bed, mixed-mig.yaml), else Pending (the healthy bed: DynamicMIG off).  61 is
+    # judged by its first request's CEL.
+    "features/60-mig-by-profile.yaml": lambda b, a, n: runs_on_matching_device(b, a, n, "features/60-mig-by-profile.yaml"),
+    "features/61-mig-same-parent.yaml": lambda b, a, n: runs_on_matching_device(b, a, n, "features/61-mig-same-parent.yaml"),
+    "features/62-mig-whole-gpu.yaml": lambda b, a, n: placeholder_stays_pending(
+        b, a, n, "features/62-mig-whole-gpu.yaml", "gpu-whole"),
+    "features/63-mig-on-whole-gpu.yaml": lambda b, a, n: placeholder_stays_pending(
+        b, a, n, "features/63-mig-on-whole-gpu.yaml", "mig-on-whole-gpu"),
     "01-single-gpu.yaml": case_01,
     "02-model-selected.yaml": lambda b, a, n: runs_on_matching_device(b, a, n, "02-model-selected.yaml"),
     "03-memory-selected.yaml": lambda b, a, n: runs_on_matching_device(b, a, n, "03-memory-selected.yaml"),

@@ -178,3 +178,30 @@ def test_a_device_on_another_node_than_its_pod(consumer):
     pods = [pod(node="n1"), pod("q", "u2", node="n1")]
     pods[0 if consumer == "first" else 1] = pod(*(("p", "u1") if consumer == "first" else ("q", "u2")), node="n2")
     assert kinds(pods, [claim(reserved=("u1", "u2"))]) == ["other-node"]
+
+
+def mig_device(name="gpu-0-mig-1g10gb-19-0", parent="GPU-n1-gpu-0", node="n1"):
+    return Device(DRIVER, node, name, node, {f"{DRIVER}/type": "mig", f"{DRIVER}/parentUUID": parent,
+                                             f"{DRIVER}/profile": "1g.10gb"})
+
+
+@pytest.mark.parametrize("whole_first", [True, False])
+def test_a_gpu_and_a_mig_device_of_it_in_two_claims(whole_first):
+    """The scheduler must not give a GPU and a MIG device carved from it to two claims (their
+    shared counters, KEP-4815): a driver publishing MIG devices without consumesCounters lets it."""
+    whole, part = (pod("a", "ua", claims={"gpu": "a"}), claim("a", reserved=("ua",))), \
+        (pod("b", "ub", claims={"gpu": "b"}), claim("b", results=(("gpu", "n1", "gpu-0-mig-1g10gb-19-0"),),
+                                                    reserved=("ub",)))
+    first, second = (whole, part) if whole_first else (part, whole)
+    devices = [device(), mig_device()]
+    assert kinds([first[0], second[0]], [first[1], second[1]], devices,
+                 parent_attribute="parentUUID") == ["partition-overlap"]
+    # Without the parent attribute the judgement knows nothing of partitions.
+    assert kinds([first[0], second[0]], [first[1], second[1]], devices) == []
+
+
+def test_a_mig_device_of_another_gpu_or_in_the_same_claim_is_fine():
+    other = (pod("b", "ub", claims={"gpu": "b"}), claim("b", results=(("gpu", "n1", "gpu-1-mig-1g10gb-19-0"),),
+                                                        reserved=("ub",)))
+    devices = [device(), mig_device(), mig_device("gpu-1-mig-1g10gb-19-0", "GPU-n1-gpu-1")]
+    assert kinds([pod(), other[0]], [claim(), other[1]], devices, parent_attribute="parentUUID") == []

@@ -866,7 +866,8 @@ def test_every_code_is_reachable_and_known():
             "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
             "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
-            "allocation-invalid", "config-rejected", "config-ignored"} == set(DIAGNOSES)
+            "allocation-invalid", "config-rejected", "config-ignored",
+            "partition-overlap"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -1214,6 +1215,31 @@ def test_one_device_in_two_claims_is_allocation_invalid():
     code, reason = classify(build_facts(snap, builtin("nvidia")), "allocation", UNRELATED)
     assert code == "allocation-invalid"
     assert "device gpu.nvidia.com/gpu-a100-0/gpu-1 is allocated to both first and second" in reason
+
+
+H100_MIG_SLICE = {"metadata": {"name": "m"}, "spec": {
+    "driver": "gpu.nvidia.com", "nodeName": "gpu-a100-0", "pool": {"name": "gpu-a100-0", "generation": 1,
+                                                                    "resourceSliceCount": 1},
+    "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": "GPU-0"}}},
+                {"name": "gpu-0-mig-1g10gb-19-0", "attributes": {
+                    "type": {"string": "mig"}, "profile": {"string": "1g.10gb"},
+                    "parentUUID": {"string": "GPU-0"}}}]}}
+MIG_CLASS = {"metadata": {"name": "mig.nvidia.com"}, "spec": {"selectors": [{"cel": {
+    "expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"}}]}}
+
+
+def test_a_gpu_and_a_mig_device_of_it_in_two_claims_is_partition_overlap():
+    """Recorded from the mig-counters-ignored bed: the full GPU to one claim, a MIG device
+    carved from it to another (MIG devices published without consumesCounters)."""
+    mig_claim = _claim_on("mig", "gpu-0-mig-1g10gb-19-0", "p2")
+    mig_claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "mig.nvidia.com"
+    claims = [_claim_on("whole", "gpu-0", "p1"), mig_claim]
+    snap = Snapshot(namespace="ns", pods=[_consumer("a", "p1", "whole"), _consumer("b", "p2", "mig")],
+                    claims=claims, all_claims=claims, slices=[H100_MIG_SLICE],
+                    device_classes=[GPU_CLASS, MIG_CLASS], control_plane={"kube-scheduler": "x"})
+    code, reason = classify(build_facts(snap, builtin("nvidia")), "exclusive", UNRELATED)
+    assert code == "partition-overlap"
+    assert "gpu-0-mig-1g10gb-19-0 (a partition of GPU GPU-0) is allocated to mig while whole" in reason
 
 
 def test_right_allocations_are_not_allocation_invalid():

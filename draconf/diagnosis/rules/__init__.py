@@ -68,7 +68,8 @@ from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict
 from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_config_rejected,
                                           rule_image_pull, rule_intermittent, rule_plugin_unhealthy)
 from draconf.diagnosis.rules.placement import (rule_allocation, rule_allocation_invalid,
-                                               rule_node_excluded, rule_scheduler_without_dra)
+                                               rule_node_excluded, rule_partition_overlap,
+                                               rule_scheduler_without_dra)
 
 
 def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str]:
@@ -86,7 +87,7 @@ def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str
 RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_plane,
          # A pod bound with its claims unallocated never happens under a scheduler running DRA,
          # whatever else is wrong with the claim (a missing class keeps a pod Pending there).
-         rule_scheduler_without_dra, rule_allocation_invalid,
+         rule_scheduler_without_dra, rule_partition_overlap, rule_allocation_invalid,
          rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
          rule_feature_disabled,
          rule_node_excluded, rule_allocation, rule_image_pull,

@@ -27,6 +27,18 @@ def rule_scheduler_without_dra(facts: Facts, check, error_text):
     return None
 
 
+def rule_partition_overlap(facts: Facts, check, error_text):
+    """A GPU and a MIG device of it held by two claims: the shared counters (KEP-4815) were not
+    kept (before allocation-invalid, which would also list it, as one broken promise of many)."""
+    if not facts.partition_overlaps:
+        return None
+    return ("partition-overlap",
+            f"{'; '.join(facts.partition_overlaps[:2])}: a GPU and a MIG device carved from it are "
+            "held by two claims. The driver's MIG devices must consume its counter set "
+            "(consumesCounters in their ResourceSlice), and kube-scheduler must honour it "
+            "(DRAPartitionableDevices).")
+
+
 def rule_allocation_invalid(facts: Facts, check, error_text):
     """The namespace's scheduled pods hold allocations that break DRA's promises (the same
     judgement as the allocation check, :mod:`draconf.allocation`, over the gathered objects)."""

@@ -46,9 +46,13 @@
 //
 // # Simulated faults
 //
+// --feature-gates DynamicMIG=true (or FEATURE_GATES, as the chart's featureGates value sets it):
+// MIG-capable GPUs (nvml.json "mig") are published as partitionable devices with their
+// possible MIG devices, and MIG devices are prepared (internal/plugin/mig.go).
+//
 // --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
 // cdi-not-injected, cdi-wrong-device, unprepare-fails, crash, admin-access-exclusive,
-// nvml-flaky, sharing-config-ignored.  See internal/plugin.
+// nvml-flaky, sharing-config-ignored, mig-counters-ignored.  See internal/plugin.
 //
 // # GPU sharing
 //
@@ -134,7 +138,7 @@ func run(args []string) int {
 	fs.Float64Var(&qps, "kube-api-qps", envFloat(5, "KUBE_API_QPS"), "QPS to use while communicating with the Kubernetes apiserver. [$KUBE_API_QPS]")
 	fs.IntVar(&burst, "kube-api-burst", envInt(10, "KUBE_API_BURST"), "Burst to use while communicating with the Kubernetes apiserver. [$KUBE_API_BURST]")
 	gates := env("", "FEATURE_GATES")
-	fs.StringVar(&gates, "feature-gates", gates, "A set of key=value pairs that describe feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true. [$FEATURE_GATES]")
+	fs.StringVar(&gates, "feature-gates", gates, "A set of key=value pairs that describe feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true,DynamicMIG=true. [$FEATURE_GATES]")
 	fs.Func("simulate-fault", "Simulate a malfunction (repeatable; also $SIMULATE_FAULTS, comma-separated): "+
 		faultNames()+".", func(v string) error { faults = append(faults, v); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -158,6 +162,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "Error: invalid argument %q for \"--feature-gates\" flag: %v\n", gates, err)
 		return 1
 	}
+	cfg.DynamicMIG = cfg.FeatureGates.Enabled(plugin.FeatureGateDynamicMIG)
 	if cfg.NodeName == "" {
 		fmt.Fprintln(os.Stderr, `Error: Required flag "node-name" not set`)
 		return 1

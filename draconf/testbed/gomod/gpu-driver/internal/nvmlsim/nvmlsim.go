@@ -59,6 +59,8 @@ type GPU struct {
 	// Health is what the NVML event monitor has seen on this GPU since the plugin started;
 	// nil (the default) is a healthy GPU.
 	Health *Health `json:"health,omitempty"`
+	// MIG is the GPU's MIG profiles (see mig.go); nil: no MIG.
+	MIG *MIG `json:"mig,omitempty"`
 }
 
 // Health is one GPU's health events, the two NVML reports that make the NVIDIA driver taint
@@ -126,6 +128,11 @@ func (d *Data) validate() error {
 			return fmt.Errorf("gpus[%d]: pciBusID is empty", i)
 		}
 		seen[g.Minor] = true
+		if g.MIG != nil {
+			if err := g.MIG.validate(g); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -28,7 +28,11 @@
 //     validated nor applied; its devices are prepared as with the default config;
 //   - nvml-flaky: containers get NVIDIA_SIM_FLAKY=exec-once, so nvidia-smi fails NVML
 //     initialisation once per container, in the first process exec'd into it (see
-//     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults.
+//     cmd/nvidia-smi): a failure that does not persist, for telling flakes from faults;
+//   - mig-counters-ignored: with DynamicMIG, MIG devices are published without
+//     consumesCounters (a driver that forgot them), so the scheduler may give a GPU and a MIG
+//     device of it to two claims; the node then refuses the second (NVML: Insufficient
+//     Resources), as the real GPU would.
 package plugin
 
 import (
@@ -66,10 +70,13 @@ type Config struct {
 	KubeletPluginsDirectoryPath   string
 	// HealthcheckPort: >0 serve the gRPC health service there, 0 on a random port, <0 off.
 	HealthcheckPort int
-	// FeatureGates are the chart's featureGates (FEATURE_GATES), e.g. TimeSlicingSettings and
-	// MPSSupport for GPU sharing (sharing.go).
+	// FeatureGates are the chart's featureGates (FEATURE_GATES): TimeSlicingSettings and
+	// MPSSupport for GPU sharing (sharing.go), DynamicMIG for MIG (mig.go).
 	FeatureGates FeatureGates
-	Faults       Faults
+	// DynamicMIG is FeatureGates' DynamicMIG: MIG-capable GPUs are published as partitionable
+	// devices (mig.go).
+	DynamicMIG bool
+	Faults     Faults
 }
 
 // DriverPluginPath is the plugin's data directory: its DRA socket and checkpoint live here.
@@ -99,6 +106,8 @@ const (
 	FaultNVMLFlaky Fault = "nvml-flaky"
 	// FaultSharingConfigIgnored reads no opaque claim config.
 	FaultSharingConfigIgnored Fault = "sharing-config-ignored"
+	// FaultMigCountersIgnored publishes MIG devices without consumesCounters.
+	FaultMigCountersIgnored Fault = "mig-counters-ignored"
 )
 
 // FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
@@ -107,7 +116,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
-	FaultNVMLFlaky, FaultSharingConfigIgnored}
+	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

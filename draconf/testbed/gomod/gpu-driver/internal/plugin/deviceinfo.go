@@ -137,6 +137,10 @@ type DeviceLib struct {
 	containerDriverRoot string
 	nvidiaSMIPath       string
 	GPUs                []*GpuInfo
+	// dynamicMIG is the DynamicMIG feature gate; migs the MIG-capable GPUs' possible MIG
+	// devices, by GPU name (see mig.go).
+	dynamicMIG bool
+	migs       map[string]*migCapable
 }
 
 // NewDeviceLib locates the driver in the container driver root and enumerates the GPUs, as
@@ -175,6 +179,7 @@ func NewDeviceLib(containerDriverRoot string, faults Faults) (*DeviceLib, error)
 			klog.Warningf("GPU %s is unhealthy: tainting it %v", info, info.taints)
 		}
 		l.GPUs = append(l.GPUs, info)
+		l.addMig(info, g)
 	}
 	return l, nil
 }
@@ -243,6 +248,9 @@ func (l *DeviceLib) ByName(name string) *GpuInfo {
 // the order is NVML's, which makes the slice reproducible).  With zero GPUs the pool still
 // has its one, empty, slice.
 func (l *DeviceLib) DriverResources(nodeName string, faults Faults) resourceslice.DriverResources {
+	if l.dynamicMIG {
+		return l.partitionedResources(nodeName, faults)
+	}
 	var slice resourceslice.Slice
 	for _, g := range l.GPUs {
 		dev := g.GetDevice()

@@ -81,6 +81,9 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	if err := os.MkdirAll(nvmlsim.StateDir(cfg.ContainerDriverRoot), 0o755); err != nil {
 		klog.Warningf("GPU state directory unavailable (is the driver root mounted read-only?): %v", err)
 	}
+	if lib.dynamicMIG = cfg.DynamicMIG; !cfg.DynamicMIG {
+		lib.migs = nil
+	}
 	cdi, err := NewCDIHandler(cfg.CDIRoot, cfg.HostDriverRoot, cfg.ContainerDriverRoot, lib.nvidiaSMIPath)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create CDI handler: %w", err)

@@ -97,10 +97,13 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 				r.Pool, r.Device, ResourceClaimToString(claim), s.cfg.NodeName)
 			continue
 		}
-		if s.lib.ByName(r.Device) == nil {
+		if s.lib.ByName(r.Device) == nil && s.lib.MigByName(r.Device) == nil {
 			return nil, fmt.Errorf("prepare devices failed: allocatable not found for device %q", r.Device)
 		}
 		results = append(results, r)
+	}
+	if s.lib.migs != nil { // a node with MIG-capable GPUs under DynamicMIG: see mig.go
+		return s.prepareMig(claim, cp, results)
 	}
 	if s.cfg.Faults.Has(FaultAdminAccessExclusive) {
 		results = withoutAdminAccess(results)
@@ -194,6 +197,9 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 // ensureSpec rewrites the CDI spec of a prepared claim if it went missing (e.g. /var/run
 // was emptied while the checkpoint survived), so that an idempotent prepare stays usable.
 func (s *DeviceState) ensureSpec(claimUID string, pc PreparedClaim) error {
+	if s.lib.migs != nil { // a DynamicMIG node: see mig.go
+		return s.ensureMigSpec(claimUID, pc)
+	}
 	var allocated, injected []*GpuInfo
 	for _, d := range pc.PreparedDevices {
 		if len(d.CDIDeviceIDs) == 0 || d.InjectedMinor == nil {

@@ -77,6 +77,8 @@ type GPU struct {
 	Index int
 	nvmlsim.GPU
 	State nvmlsim.GPUState
+	// MIGs are the MIG devices of this GPU the container was given (see mig.go).
+	MIGs []nvmlsim.MigSlot
 }
 
 // VisibleGPUs returns the GPUs whose device nodes are in env.DevDir, in PCI bus id order.
@@ -111,6 +113,7 @@ func VisibleGPUs(env Env, data *nvmlsim.Data) ([]GPU, error) {
 	for i, g := range gpus {
 		out[i] = GPU{Index: i, GPU: g}
 	}
+	visibleMigs(env, out)
 	return out, nil
 }
 
@@ -258,9 +261,7 @@ func Run(args []string, stdout, stderr io.Writer, env Env) int {
 	case o.computeMode != "":
 		return setComputeMode(stdout, env, gpus, o.computeMode)
 	case o.list:
-		for _, g := range gpus {
-			fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s)\n", g.Index, g.ProductName, g.UUID)
-		}
+		printList(stdout, gpus)
 	case fields != nil:
 		printQuery(stdout, fields, csvOpts, gpus, all, data)
 	default:
