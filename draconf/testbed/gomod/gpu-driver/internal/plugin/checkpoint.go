@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -48,6 +49,32 @@ type PreparedDevice struct {
 	InjectedMinor *int     `json:"injectedMinor,omitempty"`
 	// Sharing is what the claim's GpuConfig did to this device (sharing.go), for unprepare.
 	Sharing *SharingState `json:"sharing,omitempty"`
+}
+
+// heldByOthers calls visit with each device, not prepared with adminAccess, of every claim but
+// claimUID whose preparation completed, in claim UID order (so errors name the same claim every
+// time); the first error visit returns ends the walk and is returned.
+func (cp *Checkpoint) heldByOthers(claimUID string, visit func(uid string, d PreparedDevice) error) error {
+	uids := make([]string, 0, len(cp.PreparedClaims))
+	for uid := range cp.PreparedClaims {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		pc := cp.PreparedClaims[uid]
+		if uid == claimUID || pc.CheckpointState != ClaimCheckpointStatePrepareCompleted {
+			continue
+		}
+		for _, d := range pc.PreparedDevices {
+			if d.AdminAccess {
+				continue
+			}
+			if err := visit(uid, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 type checkpointStore struct {

@@ -294,36 +294,22 @@ func (l *DeviceLib) migConflict(cp *Checkpoint, claimUID, device string) error {
 	if mine != nil {
 		parent = mine.Parent.CanonicalName()
 	}
-	uids := make([]string, 0, len(cp.PreparedClaims))
-	for uid := range cp.PreparedClaims {
-		uids = append(uids, uid)
-	}
-	sort.Strings(uids)
-	for _, uid := range uids {
-		pc := cp.PreparedClaims[uid]
-		if uid == claimUID || pc.CheckpointState != ClaimCheckpointStatePrepareCompleted {
-			continue
+	return cp.heldByOthers(claimUID, func(uid string, d PreparedDevice) error {
+		other := l.MigByName(d.DeviceName)
+		switch {
+		case mine != nil && other == nil && d.DeviceName == parent:
+			return fmt.Errorf("error creating MIG device: error creating GPU instance for '%s': Insufficient Resources "+
+				"(GPU %s is in use as a full GPU by claim %s)", device, parent, uid)
+		case mine != nil && other != nil && other.Parent == mine.Parent &&
+			overlaps(mine.memSlices(), other.memSlices()) && other.CanonicalName() != device:
+			return fmt.Errorf("error creating MIG device: error creating GPU instance for '%s': Insufficient Resources "+
+				"(memory slices in use by %s of claim %s)", device, other.CanonicalName(), uid)
+		case mine == nil && other != nil && other.Parent.CanonicalName() == device:
+			return fmt.Errorf("requested device %s is in MIG use: %s is prepared for claim %s", device,
+				other.CanonicalName(), uid)
 		}
-		for _, d := range pc.PreparedDevices {
-			if d.AdminAccess {
-				continue
-			}
-			other := l.MigByName(d.DeviceName)
-			switch {
-			case mine != nil && other == nil && d.DeviceName == parent:
-				return fmt.Errorf("error creating MIG device: error creating GPU instance for '%s': Insufficient Resources "+
-					"(GPU %s is in use as a full GPU by claim %s)", device, parent, uid)
-			case mine != nil && other != nil && other.Parent == mine.Parent &&
-				overlaps(mine.memSlices(), other.memSlices()) && other.CanonicalName() != device:
-				return fmt.Errorf("error creating MIG device: error creating GPU instance for '%s': Insufficient Resources "+
-					"(memory slices in use by %s of claim %s)", device, other.CanonicalName(), uid)
-			case mine == nil && other != nil && other.Parent.CanonicalName() == device:
-				return fmt.Errorf("requested device %s is in MIG use: %s is prepared for claim %s", device,
-					other.CanonicalName(), uid)
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func overlaps(a, b []int) bool {

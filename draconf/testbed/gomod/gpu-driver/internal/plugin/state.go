@@ -292,23 +292,12 @@ func validateNoOverlappingPreparedDevices(cp *Checkpoint, claimUID string, resul
 			requested[r.Device] = true
 		}
 	}
-	uids := make([]string, 0, len(cp.PreparedClaims))
-	for uid := range cp.PreparedClaims {
-		uids = append(uids, uid)
-	}
-	sort.Strings(uids)
-	for _, uid := range uids {
-		pc := cp.PreparedClaims[uid]
-		if uid == claimUID || pc.CheckpointState != ClaimCheckpointStatePrepareCompleted {
-			continue
+	return cp.heldByOthers(claimUID, func(uid string, d PreparedDevice) error {
+		if requested[d.DeviceName] {
+			return fmt.Errorf("requested device %s is already allocated to different claim %s", d.DeviceName, uid)
 		}
-		for _, d := range pc.PreparedDevices {
-			if !d.AdminAccess && requested[d.DeviceName] {
-				return fmt.Errorf("requested device %s is already allocated to different claim %s", d.DeviceName, uid)
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // wrongDevices is the cdi-wrong-device fault: for each allocated GPU, a GPU of the same node
