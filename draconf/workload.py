@@ -617,6 +617,17 @@ class DeployedWorkload:
         return evidence
 
 
+def wait_scheduler_answer(api, namespace: str, claim: str, pod: str, timeout: float) -> tuple[Claim, Pod]:
+    """The scheduler's first answer on ``pod``, whose claim is ``claim``: the claim allocated, or
+    the pod told why not (its ``PodScheduled`` message).  For checks whose verdict is the
+    answer itself (a claim that must not get a device), not the pod running."""
+    return waits.wait_until(
+        f"the scheduler's verdict on pod {pod}",
+        lambda: (Claim.read(api, namespace, claim), Pod.read(api, namespace, pod)),
+        lambda state: state[0].is_allocated or bool(state[1].unschedulable_message),
+        timeout=timeout, describe=lambda state: f"{state[0].summary()}; pod phase {state[1].phase}")
+
+
 def _api_message(err: ApiException) -> str:
     """The ``message`` of an API error's Status body, else its body."""
     import json

@@ -43,7 +43,8 @@ from draconf import capabilities, cel, manifests, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
-from draconf.workload import REJECTED_STATUSES, VERDICT_AFTER, DeployedWorkload, Start, Workload
+from draconf.workload import (REJECTED_STATUSES, VERDICT_AFTER, DeployedWorkload, Start, Workload,
+                              wait_scheduler_answer)
 
 
 
@@ -556,22 +557,15 @@ def test_tainted_device_is_not_allocated_without_toleration(request, cluster, pr
     """46-device-taint-untolerated.yaml: a claim selecting only the tainted device, without a
     toleration, stays unallocated; the scheduler says it cannot allocate the pod's claims.
     (The ``namespace`` fixture: the diagnosis of a failure reads that namespace.)"""
-    from draconf.pods import Pod
     ns = namespace
     device = tainted_target(request, cluster, profile, ns, validated_nodes.avoid)
     workload = taint_workload("device-taints", "features/46-device-taint-untolerated.yaml", UNTOLERATED_CLAIM,
                               device, profile, validated_nodes.avoid)
     manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
 
-    def observe():
-        return Claim.read(cluster, ns, UNTOLERATED_CLAIM), Pod.read(cluster, ns, UNTOLERATED_CLAIM)
-
     try:
-        claim, pod = waits.wait_until(
-            f"the scheduler's verdict on pod {UNTOLERATED_CLAIM}", observe,
-            lambda state: state[0].is_allocated or bool(state[1].unschedulable_message),
-            timeout=UNTOLERATED_VERDICT_TIMEOUT,
-            describe=lambda state: f"{state[0].summary()}; pod phase {state[1].phase}")
+        claim, pod = wait_scheduler_answer(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM,
+                                           UNTOLERATED_VERDICT_TIMEOUT)
     except waits.WaitFailed as err:
         raise AssertionError(f"no verdict from the scheduler on a claim for tainted device "
                              f"{device.summary()}: {err}") from None

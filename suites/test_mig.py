@@ -26,9 +26,9 @@ from draconf import allocation, capabilities, manifests, mig, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import Pod, exec_in_container
+from draconf.pods import exec_in_container
 from draconf.reporting import note
-from draconf.workload import DeployedWorkload
+from draconf.workload import DeployedWorkload, wait_scheduler_answer
 
 #: How long the MIG claim on a held GPU is watched for the scheduler's verdict.
 VERDICT_TIMEOUT = 40
@@ -167,14 +167,8 @@ def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, r
                              avoid_nodes=validated_nodes.avoid, profiles={"mig": smallest}, parent=parent)
     manifests.create(cluster, namespace, asking.documents(profile), run_id.labels)
 
-    def observe():
-        return Claim.read(cluster, namespace, MIG_ON_WHOLE), Pod.read(cluster, namespace, MIG_ON_WHOLE)
-
     try:
-        claim, pod = waits.wait_until(
-            f"the scheduler's verdict on pod {MIG_ON_WHOLE}", observe,
-            lambda state: state[0].is_allocated or bool(state[1].unschedulable_message),
-            timeout=VERDICT_TIMEOUT, describe=lambda state: f"{state[0].summary()}; pod phase {state[1].phase}")
+        claim, pod = wait_scheduler_answer(cluster, namespace, MIG_ON_WHOLE, MIG_ON_WHOLE, VERDICT_TIMEOUT)
     except waits.WaitFailed as err:
         raise AssertionError(f"no verdict from the scheduler on a {smallest} MIG device of GPU {parent}, "
                              f"which {WHOLE_CLAIM} holds: {err}") from None
