@@ -95,7 +95,7 @@ FAILURE_MODES = ("failure-modes/missing-deviceclass", "failure-modes/selector-un
 
 #: What the preflight gate holds back when a blocking check fails: no verdict, with the reason.
 GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*") + _features() \
-    + ("device-taints/*",)
+    + ("device-taints/*", "mig/*")
 
 
 EXPECTED: dict[str, Expectation] = {
