@@ -50,6 +50,15 @@ def cluster_api(config):
     return config.stash.get(CLUSTER_API, None)
 
 
+#: The driver profile of the run (``--profile`` for ``--target``), resolved at configure time.
+PROFILE = pytest.StashKey["Profile"]()
+
+
+def run_profile(config):
+    """The run's driver profile (None before pytest_configure resolved it)."""
+    return config.stash.get(PROFILE, None)
+
+
 #: A file every pytest-xdist worker of one run shares (made by the controller, whose environment
 #: the workers inherit), so the breaker one worker trips holds for all of them.
 BREAKER_FILE_ENV = "DRACONF_BREAKER_FILE"
@@ -138,8 +147,8 @@ def pytest_configure(config):
         # extra) it must still be a known marker.
         config.addinivalue_line("markers", "xdist_group(name): keep these tests on one xdist worker")
     try:
-        config.draconf_profile = for_target(resolve_profile(config.getoption("--profile")),
-                                            config.getoption("--target"))
+        config.stash[PROFILE] = for_target(resolve_profile(config.getoption("--profile")),
+                                           config.getoption("--target"))
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
@@ -280,7 +289,7 @@ def _read_devices_for_collection(config) -> None:
         unusable = probe(api)
         if unusable:
             raise DraconfError(unusable)
-        config.stash[COLLECTED_DEVICES] = PublishedDevices.read(api, config.draconf_profile.driver)
+        config.stash[COLLECTED_DEVICES] = PublishedDevices.read(api, run_profile(config).driver)
     except Exception as err:  # DraconfError, or the API refusing the read
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise pytest.UsageError(f"draconf: --all-models reads the published devices to collect the "
@@ -409,7 +418,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def profile(pytestconfig):
     """The driver profile chosen with --profile (validated before anything is created)."""
-    return pytestconfig.draconf_profile
+    return run_profile(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -441,7 +450,7 @@ def cluster(pytestconfig):
     if runinfo.from_env() is None:
         try:
             _set_run_info(pytestconfig, **runinfo.collect(
-                api, pytestconfig.draconf_profile, target, namespaces.RunId.for_this_run().value))
+                api, run_profile(pytestconfig), target, namespaces.RunId.for_this_run().value))
         except Exception as err:  # the report loses detail; the run itself goes on
             log.warning("could not collect run information: %s", err)
     return api
@@ -471,7 +480,7 @@ def make_namespace(request, api, run_id, label: str) -> str:
     lock.acquire(exclusive=test.get_closest_marker("exclusive_capacity") is not None)
     request.addfinalizer(lock.release)
     # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
-    profile = request.config.draconf_profile
+    profile = run_profile(request.config)
     name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),
                              sa_timeout=stall_after(profile))
     # The diagnosis of a failing test of this scope reads this namespace (released after

@@ -108,8 +108,8 @@ def pytest_generate_tests(metafunc):
     when the session started (the params of ``started`` otherwise)."""
     if metafunc.cls is not TestWorkload or not metafunc.config.getoption("--all-models", False):
         return
-    from draconf.pytest_plugin import collected_devices
-    names = all_workloads(collected_devices(metafunc.config), metafunc.config.draconf_profile)
+    from draconf.pytest_plugin import collected_devices, run_profile
+    names = all_workloads(collected_devices(metafunc.config), run_profile(metafunc.config))
     # A parametrize mark takes precedence over the fixture's own params.
     metafunc.definition.add_marker(pytest.mark.parametrize("started", names, indirect=True, scope="class"))
 

@@ -90,12 +90,12 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     :func:`draconf.reporting.recording.recorded_namespace`) and its check (``draconf`` marker).
     Returns None when there is no cluster connection to read from.
     """
-    from draconf.pytest_plugin import cluster_api
+    from draconf.pytest_plugin import cluster_api, run_profile
     from draconf.reporting.recording import recorded_namespace
 
     config = item.config
     api = cluster_api(config)
-    profile = getattr(config, "draconf_profile", None)
+    profile = run_profile(config)
     if api is None or profile is None:
         return None
     namespace = recorded_namespace(item)
