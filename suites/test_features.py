@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,8 +267,10 @@ def start_admin_access(request, cluster, profile, run_id, published, avoid=froze
                     avoid_nodes=avoid)
     monitor_docs = Workload("admin-access", ["features/43-admin-access-monitor.yaml"], 1,
                             selectors=both.selectors, avoid_nodes=avoid).documents(profile)
-    deployed.workload = both
-    deployed.documents = deployed.documents + monitor_docs
+    # From here the workload is both claims and both pods: a deployment of its own (the
+    # holder's objects stay as they are in the cluster).
+    deployed = dataclasses.replace(deployed, workload=both, documents=deployed.documents + monitor_docs,
+                                   _unschedulable_since={})
     try:
         manifests.create(cluster, ns, monitor_docs, run_id.labels)
     except AdmissionDenied as err:
