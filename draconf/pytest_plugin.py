@@ -324,7 +324,7 @@ def pytest_runtest_call(item):
 
 
 def _diagnose(item, exc) -> None:
-    from draconf.workload import ControlPlaneStalled
+    from draconf.startup import ControlPlaneStalled
     if isinstance(exc, ControlPlaneStalled):
         trip_breaker(item.config, exc.code, str(exc))
         # The wait read the evidence itself (no binding, no claim, no ServiceAccount, the
@@ -469,7 +469,7 @@ def make_namespace(request, api, run_id, label: str) -> str:
         from draconf.errors import NoVerdict
         raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict
     from draconf.podsecurity import namespace_labels
-    from draconf.workload import stall_after
+    from draconf.startup import stall_after
     # Under pytest-xdist: hold the run's capacity lock (draconf.parallel) while this namespace
     # lives, exclusive for a test that needs the free GPUs to itself.  Released after the
     # namespace's devices are (finalizers run last-in, first-out).

@@ -35,7 +35,8 @@ from draconf.pods import Pod
 from draconf.quantity import format_binary
 from draconf.errors import NoVerdict
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis, show_templated
-from draconf.workload import VERDICT_AFTER, DeployedWorkload, Workload, is_definitive
+from draconf.startup import VERDICT_AFTER, is_definitive
+from draconf.workload import DeployedWorkload, Workload
 
 # Quota and failure behaviour only means something on a cluster that passes preflight.
 pytestmark = pytest.mark.usefixtures("preflight_gate")

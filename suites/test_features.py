@@ -44,8 +44,8 @@ from draconf import capabilities, cel, manifests, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
-from draconf.workload import (REJECTED_STATUSES, VERDICT_AFTER, DeployedWorkload, Start, Workload,
-                              wait_scheduler_answer)
+from draconf.startup import VERDICT_AFTER, wait_scheduler_answer
+from draconf.workload import REJECTED_STATUSES, DeployedWorkload, Start, Workload
 
 
 

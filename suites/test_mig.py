@@ -28,7 +28,8 @@ from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import exec_in_container
 from draconf.reporting import note
-from draconf.workload import DeployedWorkload, wait_scheduler_answer
+from draconf.startup import wait_scheduler_answer
+from draconf.workload import DeployedWorkload
 
 #: How long the MIG claim on a held GPU is watched for the scheduler's verdict.
 VERDICT_TIMEOUT = 40

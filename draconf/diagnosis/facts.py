@@ -258,7 +258,7 @@ def build_facts(snap: Snapshot, profile) -> Facts:
                   control_plane=dict(snap.control_plane),
                   namespace_without_sa_for=seconds_since(snap.namespace_without_sa))
     if getattr(profile, "timeouts", None) is not None:
-        from draconf.workload import stall_after
+        from draconf.startup import stall_after
         facts.stall_after = stall_after(profile)
     if snap.resource_versions is not None:
         facts.resource_versions = list(snap.resource_versions)

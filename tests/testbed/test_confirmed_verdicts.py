@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 
 from draconf import manifests, waits
-from draconf.workload import VERDICT_AFTER, DeployedWorkload, Workload
+from draconf.startup import VERDICT_AFTER
+from draconf.workload import DeployedWorkload, Workload
 
 from .test_allocation_branches import PROFILE, claim_doc, pod_doc
 

@@ -24,7 +24,8 @@ import pytest
 from draconf.devices import PublishedDevices
 from draconf.profile import builtin, for_target
 from draconf.waits import ControlPlaneStalled
-from draconf.workload import DeployedWorkload, Workload, stall_after
+from draconf.startup import stall_after
+from draconf.workload import DeployedWorkload, Workload
 
 from .test_cli import draconf
 
