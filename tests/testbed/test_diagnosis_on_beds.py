@@ -21,7 +21,7 @@ from draconf.devices import PublishedDevices
 from draconf.diagnosis import diagnose
 from draconf.kube import connect
 from draconf.profile import builtin, for_target
-from draconf.testbed import inventory
+from draconf.testbed import inventory, nvidia
 from draconf.testbed import cluster
 from draconf.workload import DeployedWorkload, Workload
 
@@ -224,6 +224,13 @@ def test_mig_counters_ignored(dg_beds, dg_namespaces):
 
 def test_plugin_unhealthy(dg_beds, dg_namespaces):
     api = dg_beds.get("plugin-unhealthy")
+    # The cluster this diagnoses: plugins that crash and are restarted.  Right after the bed is
+    # up they may still be starting (ContainerCreating), which is not yet that cluster.
+    restarts = lambda: [sum(cs.restart_count for cs in p.status.container_statuses or [])  # noqa: E731
+                        for p in api.core.list_namespaced_pod(nvidia.PLUGIN_NAMESPACE).items]
+    waits.wait_until("every kubelet plugin to have crashed and been restarted", restarts,
+                     lambda counts: counts and min(counts) >= 2, timeout=120,
+                     describe=lambda counts: f"restarts per plugin pod: {counts}")
     ns = dg_namespaces(api, "w")
     workload = deploy(api, ns, single_gpu())
     error, took = failure_of(workload.wait_running)
