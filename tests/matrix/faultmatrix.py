@@ -50,6 +50,11 @@ FEATURES_ONLY = ("-k", "test_preflight or test_features")
 #: The MIG checks (suites/test_mig.py): only a bed with DynamicMIG on real nodes publishes MIG
 #: devices (faults.NEED_DYNAMIC_MIG turns it on), and only these checks read them.
 MIG_ONLY = ("-k", "test_preflight or test_mig")
+#: What CDI injection reaches: every workload whose containers get devices (the walkthrough's,
+#: the job, the feature workloads and GPU sharing), not the quota and failure-mode scenarios.
+CDI_SCOPE = ("-k", WALKTHROUGH + " or test_jobs or TestFeatureWorkload or TestGpuSharing")
+#: The quota scenarios and the extended-resource quota check (suites/test_features.py).
+QUOTA_SCOPE = ("-k", "test_preflight or test_quota or test_extended_resource_pod_is_charged_once_and_capped")
 
 
 @dataclass(frozen=True)
@@ -120,19 +125,20 @@ EXPECTED: dict[str, Expectation] = {
     "gpu-cluster-not-ready": Expectation(
         ("preflight/gpu-cluster",), {"preflight/gpu-cluster": "gpu-operator-not-ready"}, no_verdict=GATED),
     "clusterpolicy-conflict": Expectation(
-        ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"}),
+        ("preflight/policy-conflict",), {"preflight/policy-conflict": "policy-conflict"},
+        run_args=("-k", WALKTHROUGH)),
     # The job's container has no nvidia-smi to run, so the job fails.
     "cdi-not-injected": Expectation(
         _all("cdi-injection") + ("job/completion",) + _features("cdi-injection"),
         {p: "cdi-not-injected" for p in _all("cdi-injection") + ("job/completion",)
-         + _features("cdi-injection")}, dragged=SHARING_DRAGGED),
+         + _features("cdi-injection")}, dragged=SHARING_DRAGGED, run_args=CDI_SCOPE),
     # two-gpu may land on a 2-GPU node: holding every GPU there, it cannot be given a wrong
     # one, so it is allowed to pass; every single-device workload must catch the fault.
     "cdi-wrong-device": Expectation(
         tuple(p for p in _all("cdi-injection") if not p.startswith("two-gpu/")) + ("job/completion",)
         + _features("cdi-injection"),
         {p: "cdi-wrong-device" for p in _all("cdi-injection") + ("job/completion",) + _features("cdi-injection")},
-        dragged=("two-gpu/cdi-injection",) + SHARING_DRAGGED),
+        dragged=("two-gpu/cdi-injection",) + SHARING_DRAGGED, run_args=CDI_SCOPE),
     # On real nodes the driver keeps the devices of claims it never unprepared and refuses them to
     # later claims ("already allocated to different claim"): after the first workload, which
     # must catch it, later ones may not start at all (their injection and cleanup then give no
@@ -148,7 +154,7 @@ EXPECTED: dict[str, Expectation] = {
          "quota/generated-claim", "extended-resource/quota"),
         {"quota/deviceclass-quota": "quota-not-enforced", "quota/claim-count": "quota-not-enforced",
          "quota/extended-resource-trap": "quota-not-enforced", "quota/generated-claim": "quota-not-enforced",
-         "extended-resource/quota": "quota-not-enforced"}),
+         "extended-resource/quota": "quota-not-enforced"}, run_args=QUOTA_SCOPE),
     # The first nvidia-smi exec'd into each container fails NVML initialisation; the diagnosis,
     # reading the containers again, finds them right (intermittent), and --reruns runs the
     # check again, which passes: flaky, never plain passed, and --fail-on-flaky fails the run.
