@@ -101,20 +101,9 @@ func runComputePolicy(args []string, stdout, stderr io.Writer, env Env) int {
 		fmt.Fprint(stdout, driverFailed)
 		return ExitDriverFailed
 	}
-	gpus, err := VisibleGPUs(env, data)
-	if err != nil {
-		fmt.Fprint(stdout, driverFailed)
-		return ExitDriverFailed
-	}
-	if len(gpus) == 0 {
-		fmt.Fprintln(stdout, "No devices were found")
-		return ExitNoDevices
-	}
-	for i := range gpus {
-		if gpus[i].State, err = nvmlsim.LoadState(env.StateDir, gpus[i].UUID); err != nil {
-			fmt.Fprint(stdout, driverFailed)
-			return ExitDriverFailed
-		}
+	gpus, code := loadGPUs(stdout, env, data)
+	if code != ExitOK {
+		return code
 	}
 	if len(ids) > 0 {
 		if gpus, err = selectIDs(gpus, ids); err != nil {

@@ -235,20 +235,9 @@ func Run(args []string, stdout, stderr io.Writer, env Env) int {
 		printVersion(stdout, data)
 		return ExitOK
 	}
-	gpus, err := VisibleGPUs(env, data)
-	if err != nil {
-		fmt.Fprint(stdout, driverFailed)
-		return ExitDriverFailed
-	}
-	if len(gpus) == 0 {
-		fmt.Fprintln(stdout, "No devices were found")
-		return ExitNoDevices
-	}
-	for i := range gpus {
-		if gpus[i].State, err = nvmlsim.LoadState(env.StateDir, gpus[i].UUID); err != nil {
-			fmt.Fprint(stdout, driverFailed)
-			return ExitDriverFailed
-		}
+	gpus, code := loadGPUs(stdout, env, data)
+	if code != ExitOK {
+		return code
 	}
 	all := gpus
 	if len(o.ids) > 0 {
@@ -318,3 +307,24 @@ Usage: nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
                                   noheader - skip the first line with column headers
                                   nounits - don't print units for numerical values
 `
+
+// loadGPUs is the GPUs the container sees, each with its state (compute mode, time slice), or
+// the exit code nvidia-smi gives when it has none: no driver, or no device.
+func loadGPUs(stdout io.Writer, env Env, data *nvmlsim.Data) ([]GPU, int) {
+	gpus, err := VisibleGPUs(env, data)
+	if err != nil {
+		fmt.Fprint(stdout, driverFailed)
+		return nil, ExitDriverFailed
+	}
+	if len(gpus) == 0 {
+		fmt.Fprintln(stdout, "No devices were found")
+		return nil, ExitNoDevices
+	}
+	for i := range gpus {
+		if gpus[i].State, err = nvmlsim.LoadState(env.StateDir, gpus[i].UUID); err != nil {
+			fmt.Fprint(stdout, driverFailed)
+			return nil, ExitDriverFailed
+		}
+	}
+	return gpus, ExitOK
+}
