@@ -45,16 +45,18 @@ def mig_devices(cluster, profile, published_devices, validated_nodes) -> list:
     return found
 
 
-def judge(deployed: DeployedWorkload, profile, expected_pods: int):
+def judged_allocation(deployed: DeployedWorkload, profile):
+    """The one pod of a MIG workload, its generated claim and, per request, the published device
+    allocated for it, once :func:`draconf.allocation.judge` finds the allocation right (MIG
+    devices and their parents included)."""
     published = PublishedDevices.read(deployed.api, profile.driver)
-    return allocation.judge(deployed.allocation_snapshot(published), expected_pods=expected_pods,
-                            identity_attribute=profile.attributes.get("uuid"),
-                            parent_attribute=mig.PARENT_ATTRIBUTE), published
-
-
-def allocated(claim: Claim, published) -> dict:
-    """request -> the published device allocated for it."""
-    return {r.request: published.lookup(r.driver, r.pool, r.device) for r in claim.results}
+    judgement = allocation.judge(deployed.allocation_snapshot(published), expected_pods=1,
+                                 identity_attribute=profile.attributes.get("uuid"),
+                                 parent_attribute=mig.PARENT_ATTRIBUTE)
+    assert judgement.right, f"the allocation is wrong: {judgement}"
+    (pod,) = deployed.pods()
+    (claim,) = [c for c in deployed.claims().values() if c.is_generated]
+    return pod, claim, {r.request: published.lookup(r.driver, r.pool, r.device) for r in claim.results}
 
 
 def smi_list(cluster, profile, ns: str, pod: str, container: str):
@@ -78,11 +80,7 @@ def test_mig_device_by_profile(request, cluster, profile, run_id, namespace, val
     workload = mig.MigWorkload("mig", ["features/60-mig-by-profile.yaml"], expected_pods=1,
                                avoid_nodes=validated_nodes.avoid, profiles={"mig": wanted})
     deployed = started(cluster, namespace, workload, profile, run_id)
-    judgement, published = judge(deployed, profile, 1)
-    assert judgement.right, f"the allocation is wrong: {judgement}"
-    (pod,) = deployed.pods()
-    (claim,) = [c for c in deployed.claims().values() if c.is_generated]
-    devices = allocated(claim, published)
+    pod, claim, devices = judged_allocation(deployed, profile)
     device = devices.get("mig")
     assert device is not None and mig.is_mig(device) and mig.profile_of(device) == wanted, (
         f"claim {claim.name} asked for a {wanted} MIG device and got {claim.summary()}")
@@ -109,11 +107,7 @@ def test_mig_devices_share_their_parent(request, cluster, profile, run_id, names
     workload = mig.MigWorkload("mig", ["features/61-mig-same-parent.yaml"], expected_pods=1,
                                avoid_nodes=validated_nodes.avoid, profiles=profiles)
     deployed = started(cluster, namespace, workload, profile, run_id)
-    judgement, published = judge(deployed, profile, 1)
-    assert judgement.right, f"the allocation is wrong: {judgement}"
-    (pod,) = deployed.pods()
-    (claim,) = [c for c in deployed.claims().values() if c.is_generated]
-    devices = allocated(claim, published)
+    pod, claim, devices = judged_allocation(deployed, profile)
     parents = {r: mig.parent_of(d) if d else None for r, d in devices.items()}
     assert len(set(parents.values())) == 1 and None not in parents.values(), (
         f"matchAttribute gpu.nvidia.com/parentUUID must keep the claim's MIG devices on one GPU; "
