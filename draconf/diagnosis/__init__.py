@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from draconf.diagnosis.evidence import evidence
-from draconf.diagnosis.facts import (ContainerGPUs, EventFacts, Facts, NodeFacts, PluginPodFacts,
+from draconf.diagnosis.facts import (ContainerGPUs, EventFacts, Facts, NodeFacts,
                                      QuotaFacts, TemplateFacts, build_facts,
                                      selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
@@ -44,7 +44,7 @@ from draconf.reporting.diagnoses import DIAGNOSES
 log = logging.getLogger("draconf.diagnosis")
 
 __all__ = ["ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
-           "PLUGIN_SELECTORS", "PluginPodFacts", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
+           "PLUGIN_SELECTORS", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
            "Snapshot", "TemplateFacts", "build_facts", "classify",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
            "selectors_eval", "tolerates"]

@@ -22,6 +22,7 @@ from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.namespaces import MANAGED_BY
+from draconf.plugins import PluginPod
 from draconf.pods import Pod, request_matches
 
 #: draconf's own objects carry this label (a quota the suite made is its checks' subject)
@@ -95,26 +96,6 @@ class ContainerGPUs:
 
 
 @dataclass
-class PluginPodFacts:
-    name: str
-    namespace: str
-    node: str | None = None
-    phase: str = "Pending"
-    ready: bool = False
-    waiting: list[str] = field(default_factory=list)
-    restarts: int = 0
-    log_tail: str | None = None
-
-    def summary(self) -> str:
-        state = f"{self.phase}, {'ready' if self.ready else 'not ready'}"
-        if self.waiting:
-            state += ", waiting: " + ", ".join(self.waiting)
-        if self.restarts:
-            state += f", {self.restarts} restarts"
-        return f"kubelet plugin {self.namespace}/{self.name} on {self.node or '(no node)'}: {state}"
-
-
-@dataclass
 class QuotaFacts:
     name: str
     namespace: str = "default"
@@ -171,7 +152,7 @@ class Facts:
     #: device key (driver/pool/device) -> "namespace/claim" it is allocated to, cluster-wide
     allocated: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeFacts] = field(default_factory=list)
-    plugin_pods: list[PluginPodFacts] = field(default_factory=list)
+    plugin_pods: list[PluginPod] = field(default_factory=list)
     #: False when the kubelet-plugin pods could not be listed at all
     plugin_pods_known: bool = True
     gpu_cluster: bool = False
@@ -304,13 +285,9 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
         extended_gpus=_int_quantity(((n.get("status") or {}).get("allocatable") or {}).get(EXTENDED_GPU)))
         for n in snap.nodes]
-    for raw in snap.plugin_pods:
-        pf = Pod(raw)
-        restarts = sum(cs.get("restartCount") or 0 for cs in (raw.get("status") or {}).get("containerStatuses") or [])
-        facts.plugin_pods.append(PluginPodFacts(
-            name=pf.name or "", namespace=pf.namespace or "", node=pf.node, phase=pf.phase, ready=pf.is_ready,
-            waiting=pf.waiting_reasons, restarts=restarts,
-            log_tail=snap.plugin_logs.get(f"{pf.namespace}/{pf.name}")))
+    facts.plugin_pods = [PluginPod.from_raw(raw).with_log(
+        snap.plugin_logs.get(f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"))
+        for raw in snap.plugin_pods]
     facts.plugin_pods_known = snap.plugin_pods_known
     facts.gpu_cluster = snap.gpu_cluster is not None
     facts.gpu_cluster_state = ((snap.gpu_cluster or {}).get("status") or {}).get("state")

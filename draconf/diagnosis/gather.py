@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from draconf.pods import Pod
-from draconf.preflight.nodes import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
+from draconf.plugins import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
 
 #: Where the NVIDIA kubelet plugin runs, and how its pods are labelled: preflight's, defined
 #: once there, and the GPU Operator-managed DaemonSet's pod label (preflight reaches those

@@ -7,21 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from kubernetes.client import ApiClient
+
+from draconf.plugins import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS, PluginPod
 from draconf.preflight.reading import Access, read
+
+#: Turns client objects into the API's dicts (needs no configuration).
+_SERIALIZER = ApiClient()
 
 #: Node labels that mark a GPU node: Node Feature Discovery's PCI vendor 10de (NVIDIA) label,
 #: and GPU Feature Discovery's. Absence proves nothing (the guide), so a node hosting a
 #: kubelet-plugin pod counts as a GPU node too.
 GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
                    "nvidia.com/gpu.present": "true"}
-#: (namespace, name) of the kubelet-plugin DaemonSet in each known install: the current chart,
-#: the older chart prefix, and the GPU Operator-managed install of the guide.
-PLUGIN_DAEMONSETS = (("dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu-kubelet-plugin"),
-                     ("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-kubelet-plugin"),
-                     ("gpu-operator", "nvidia-dra-driver-kubelet-plugin"))
-#: Pod label selectors of the kubelet plugin (current and older chart prefix), any namespace.
-PLUGIN_POD_SELECTORS = ("dra-driver-nvidia-gpu-component=kubelet-plugin",
-                        "nvidia-dra-driver-gpu-component=kubelet-plugin")
 
 
 def is_gpu_node_labels(labels: Mapping[str, str] | None,
@@ -45,56 +43,9 @@ def gpu_node_names(nodes: Iterable[tuple[str, Mapping[str, str] | None]],
     return sorted(names | {n for n in plugin_nodes if n})
 
 
-@dataclass(frozen=True)
-class PluginPod:
-    """A kubelet-plugin pod, reduced to what its health check needs."""
-
-    namespace: str
-    name: str
-    node: str | None
-    phase: str | None
-    ready: bool
-    #: one line per unhealthy container, e.g. "gpus: CrashLoopBackOff (restarts 7, last exit 1 Error)"
-    problems: tuple[str, ...] = ()
-    #: the containers' waiting/terminated reasons alone, e.g. ("CrashLoopBackOff",)
-    reasons: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        state = "Ready" if self.ready else f"not Ready ({self.phase or 'no phase'})"
-        lines = [f"{self.namespace}/{self.name} on {self.node or '(unscheduled)'}: {state}"]
-        lines += [f"  {p}" for p in self.problems]
-        return "\n".join(lines)
-
-
 def plugin_pod(pod) -> PluginPod:
-    """A :class:`PluginPod` from a V1Pod of the Python client."""
-    status = pod.status
-    ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or [])) \
-        if status else False
-    problems, reasons = [], []
-    for kind, statuses in (("init", status.init_container_statuses if status else None),
-                           ("", status.container_statuses if status else None)):
-        for cs in statuses or []:
-            if cs.ready or (kind == "init" and cs.state and cs.state.terminated
-                            and cs.state.terminated.exit_code == 0):
-                continue
-            what = "running, not ready"
-            if cs.state and cs.state.waiting:
-                what = cs.state.waiting.reason or "Waiting"
-                reasons.append(what)
-                if cs.state.waiting.message:
-                    what += f": {cs.state.waiting.message}"
-            elif cs.state and cs.state.terminated:
-                reasons.append(cs.state.terminated.reason or "Terminated")
-                what = f"terminated {cs.state.terminated.reason or ''} exit {cs.state.terminated.exit_code}"
-            extra = [f"restarts {cs.restart_count}"] if cs.restart_count else []
-            last = cs.last_state.terminated if cs.last_state else None
-            if last:
-                extra.append(f"last exit {last.exit_code} {last.reason or ''}".rstrip())
-            label = f"{'init container ' if kind else ''}{cs.name}"
-            problems.append(f"{label}: {what}" + (f" ({', '.join(extra)})" if extra else ""))
-    return PluginPod(pod.metadata.namespace, pod.metadata.name, pod.spec.node_name if pod.spec else None,
-                     status.phase if status else None, ready, tuple(problems), tuple(reasons))
+    """A :class:`~draconf.plugins.PluginPod` from a V1Pod of the Python client."""
+    return PluginPod.from_raw(_SERIALIZER.sanitize_for_serialization(pod))
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from draconf import selectors as sel
 from draconf.devices import Device
 from draconf.claims import Claim, DeviceRequest
 from draconf.diagnosis import (ContainerGPUs, Diagnosis, EventFacts, Facts, NodeFacts,
-                               PluginPodFacts, QuotaFacts, Snapshot,
+                               QuotaFacts, Snapshot,
                                TemplateFacts, build_facts, classify, node_exclusions,
                                tolerates)
+from draconf.plugins import PluginPod
 from draconf.pods import EXTENDED_CLAIM, Pod
 from draconf.profile import builtin
 from draconf.reporting import DIAGNOSES
@@ -167,7 +168,7 @@ def healthy(**changes) -> Facts:
         required_attributes=builtin("nvidia").required_attributes(),
         device_classes={DRIVER: [CLASS_CEL], "mig.nvidia.com": [CLASS_CEL.replace("'gpu'", "'mig'")]},
         slice_count=3, devices=fleet(), nodes=nodes(),
-        plugin_pods=[PluginPodFacts(f"plugin-{n}", "gpu-operator", node=n, phase="Running", ready=True)
+        plugin_pods=[PluginPod("gpu-operator", f"plugin-{n}", node=n, phase="Running", ready=True)
                      for n in ("gpu-h100-0", "gpu-a100-0", "gpu-h200-0")],
         gpu_cluster=True, gpu_cluster_state="ready")
     return dataclasses.replace(facts, **changes)
@@ -548,9 +549,9 @@ def test_insufficient_extended_resource_a_class_maps_is_feature_disabled():
 def test_plugin_pod_crash_looping_on_the_node():
     pod, claim = bound_not_running()
     facts = with_workload(healthy(), pod, claim)
-    facts.plugin_pods[0] = PluginPodFacts("plugin-gpu-h100-0", "gpu-operator", node="gpu-h100-0",
-                                          phase="Running", ready=False, waiting=["gpus: CrashLoopBackOff"],
-                                          restarts=7)
+    facts.plugin_pods[0] = PluginPod("gpu-operator", "plugin-gpu-h100-0", node="gpu-h100-0",
+                                     phase="Running", ready=False, reasons=("CrashLoopBackOff",),
+                                     restarts=7)
     code, reason = classify(facts, None, "timed out")
     assert code == "plugin-unhealthy" and "CrashLoopBackOff" in reason
 
