@@ -48,11 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--workers", type=int, default=4)
     args = parser.parse_args(argv)
     from draconf.kube import connect
-    from draconf.testbed.cluster import Testbed
+    from _bed import running_bed
 
-    bed = Testbed.named(args.testbed_name)
-    if not bed.is_up:
-        print(f"test bed {args.testbed_name!r} is not up: `draconf testbed up --name {args.testbed_name}`")
+    bed = running_bed(args.testbed_name)
+    if bed is None:
         return 2
     api = connect(bed.kubeconfig)
     root = Path(tempfile.mkdtemp(prefix="draconf-soak-"))

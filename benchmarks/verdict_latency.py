@@ -82,11 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from draconf.kube import connect
     from draconf.profile import builtin, for_target
-    from draconf.testbed.cluster import Testbed
+    from _bed import running_bed
 
-    bed = Testbed.named(args.testbed_name)
-    if not bed.is_up:
-        print(f"test bed {args.testbed_name!r} is not up: `draconf testbed up --name {args.testbed_name}`")
+    bed = running_bed(args.testbed_name)
+    if bed is None:
         return 2
     api, profile = connect(bed.kubeconfig), for_target(builtin("nvidia"), "testbed")
     print(f"verdict latency on bed {args.testbed_name!r}, {os.cpu_count()} CPUs, {args.times} rounds each")

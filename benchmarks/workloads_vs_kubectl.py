@@ -47,11 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from draconf.profile import TESTBED_IMAGE
     from draconf.testbed import pins
-    from draconf.testbed.cluster import Testbed
+    from _bed import running_bed
 
-    bed = Testbed.named(args.testbed_name)
-    if not bed.is_up:
-        print(f"test bed {args.testbed_name!r} is not up: `draconf testbed up --name {args.testbed_name}`")
+    bed = running_bed(args.testbed_name)
+    if bed is None:
         return 2
     env = {"KUBECONFIG": str(bed.kubeconfig), "IMAGE": TESTBED_IMAGE,
            "PATH": f"{pins.bin_dir()}:{os.environ['PATH']}"}
