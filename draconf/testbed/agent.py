@@ -7,11 +7,11 @@ identity it would have there:
 * the **Helm chart** (every bed), as the cluster admin (``admin.kubeconfig``, as ``helm install``
   runs): installs the CRDs, the DeviceClasses, the GPUCluster singleton, the kubelet-plugin
   DaemonSet with its ServiceAccount and RBAC (:mod:`draconf.testbed.nvidia`), and the
-  ServiceAccount and ClusterRole of what runs afterwards (:func:`driver_rbac`).  On real nodes
+  ServiceAccount and ClusterRole of what runs afterwards (:func:`~draconf.testbed.driver_objects.driver_rbac`).  On real nodes
   that DaemonSet's pods are the real DRA kubelet plugin; nothing below applies to them.
 
 Afterwards the agent runs as ``system:serviceaccount:gpu-operator:nvidia-dra-driver``, in no
-group, with only what :func:`driver_rbac` grants (a 403 in its log is a rule missing there):
+group, with only what :func:`~draconf.testbed.driver_objects.driver_rbac` grants (a 403 in its log is a rule missing there):
 
 * the **GPU Operator**'s status reporting: GPUCluster ``status.state`` from the plugin DaemonSet;
 
@@ -52,65 +52,19 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf.kube import connect
 from draconf.pods import exec_in_container
-from draconf.quantity import format_binary
 from draconf.testbed import faults as faults_mod
-from draconf.testbed import pki
+from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy, driver_rbac,
+                                            resource_slice)
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
                                     device_class, install_gpu_view, node_labels, plugin_daemonset,
-                                    plugin_rbac, semver)
+                                    plugin_rbac)
 
 log = logging.getLogger("nvidia-dra-driver")
 
 DATA = Path(__file__).parent / "data"
 #: Held on a claim while its devices are prepared on a KWOK node whose unprepare never completes.
 UNPREPARE_FINALIZER = "gpu.nvidia.com/unprepare-pending"
-
-
-def resource_slice(node: dict, drift: bool) -> dict:
-    """The one-slice pool the NVIDIA kubelet plugin publishes for ``node``."""
-    devices = []
-    for gpu in node["gpus"]:
-        attributes = {
-            "type": {"string": "gpu"},
-            "uuid": {"string": gpu["uuid"]},
-            "productName": {"string": gpu["productName"]},
-            "brand": {"string": gpu["brand"]},
-            "architecture": {"string": gpu["architecture"]},
-            "cudaComputeCapability": {"version": semver(gpu["cudaComputeCapability"])},
-            "driverVersion": {"version": semver(node["driverVersion"])},
-            "cudaDriverVersion": {"version": semver(node["cudaDriverVersion"])},
-            "resource.kubernetes.io/pciBusID": {"string": gpu["pciBusID"]},
-            "resource.kubernetes.io/pcieRoot": {"string": gpu["pcieRoot"]},
-        }
-        if drift:
-            del attributes["productName"]
-        devices.append({"name": f"gpu-{gpu['minor']}", "attributes": attributes,
-                        "capacity": {"memory": {"value": format_binary(gpu["memoryBytes"])}},
-                        **({"taints": health_taints(gpu["health"])} if gpu.get("health") else {})})
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node['name']}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node["name"],
-                     "pool": {"name": node["name"], "generation": 1, "resourceSliceCount": 1},
-                     "devices": devices}}
-
-
-def health_taints(health: dict) -> list[dict]:
-    """The device taints of a GPU with these NVML health events, as the plugin on real nodes
-    publishes them (gomod/gpu-driver deviceinfo.go healthTaints: the NVIDIA driver's keys); the
-    API server stamps timeAdded.
-
-    >>> health_taints({"xid": 79})
-    [{'key': 'gpu.nvidia.com/xid', 'value': '79', 'effect': 'NoSchedule'}]
-    >>> health_taints({"lost": True})
-    [{'key': 'gpu.nvidia.com/gpu-lost', 'effect': 'NoSchedule'}]
-    """
-    taints = []
-    if health.get("xid"):
-        taints.append({"key": f"{DRIVER}/xid", "value": str(health["xid"]), "effect": "NoSchedule"})
-    if health.get("lost"):
-        taints.append({"key": f"{DRIVER}/gpu-lost", "effect": "NoSchedule"})
-    return taints
 
 
 #: The pod-level name of the scheduler's claim for a pod's extended resources.
@@ -120,81 +74,6 @@ EXTENDED_CLAIM = "(extended resources)"
 def _extended(pod):
     """``status.extendedResourceClaimStatus`` (DRAExtendedResource), or None."""
     return pod.status.extended_resource_claim_status if pod.status else None
-
-
-#: The label the admin-access-everywhere fault puts on every new namespace.
-ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
-
-
-def admin_access_everywhere_policy() -> list[dict]:
-    """A MutatingAdmissionPolicy and its binding that label every namespace on create
-    ``resource.kubernetes.io/admin-access: "true"``.
-
-    >>> [d["kind"] for d in admin_access_everywhere_policy()]
-    ['MutatingAdmissionPolicy', 'MutatingAdmissionPolicyBinding']
-    """
-    name = "grant-gpu-admin-access"
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-         "metadata": {"name": name},
-         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                          "operations": ["CREATE"], "resources": ["namespaces"]}]},
-                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
-                  "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                      "expression": 'Object{metadata: Object.metadata{labels: {"%s": "true"}}}'
-                                    % ADMIN_ACCESS_LABEL}}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": {"name": name}, "spec": {"policyName": name}},
-    ]
-
-
-#: What the agent runs as once the install is done (a key of :data:`pki.IDENTITIES`).
-DRIVER_IDENTITY = "nvidia-dra-driver"
-#: Its ServiceAccount: the identity's user name is that ServiceAccount's.
-DRIVER_SERVICE_ACCOUNT = pki.IDENTITIES[DRIVER_IDENTITY][0].rsplit(":", 1)[1]
-
-
-def driver_rbac() -> list[dict]:
-    """The ServiceAccount, ClusterRole and binding of the agent after its install: exactly the
-    calls of :meth:`Agent.run` (GPU Operator status, and the kubelet plugin, kubelet and CDI
-    runtime of KWOK GPU nodes), nothing more.
-
-    >>> account, role, binding = driver_rbac()
-    >>> account["metadata"], binding["subjects"][0]["name"] == account["metadata"]["name"]
-    ({'name': 'nvidia-dra-driver', 'namespace': 'gpu-operator'}, True)
-    >>> sorted((g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"])[:3]
-    [('', 'events'), ('', 'pods'), ('', 'pods/exec')]
-    """
-    name = DRIVER_SERVICE_ACCOUNT
-
-    def rule(group: str, resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict:
-        return {"apiGroups": [group], "resources": resources, "verbs": verbs,
-                **({"resourceNames": names} if names else {})}
-
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": PLUGIN_NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-         "rules": [
-             # GPU Operator: GPUCluster ready when every kubelet-plugin pod is.
-             rule("apps", ["daemonsets"], ["get"], [PLUGIN_DAEMONSET]),
-             rule("nvidia.com", ["gpuclusters/status"], ["patch"], ["gpu-cluster"]),
-             # kubelet plugin on KWOK GPU nodes: its pools; the claims of the pods it prepares
-             # (patch: the finalizer of claims-not-released).
-             rule("resource.k8s.io", ["resourceslices"], ["create"]),
-             rule("resource.k8s.io", ["resourceclaims"], ["list", "patch"]),
-             # kubelet: the pods bound to its nodes, marked prepared; events (plugin-unhealthy);
-             # exec into a container to see that kwok serves its rule (a websocket upgrade: get, and
-             # create since Kubernetes 1.35, AuthorizePodWebsocketUpgradeCreatePermission).
-             rule("", ["pods"], ["list", "patch"]),
-             rule("", ["events"], ["create"]),
-             rule("", ["pods/exec"], ["get", "create"]),
-             # CDI / container runtime: kwok's Exec rule per prepared pod.
-             rule("kwok.x-k8s.io", ["execs"], ["create", "delete"]),
-         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PLUGIN_NAMESPACE}]},
-    ]
 
 
 class Agent:

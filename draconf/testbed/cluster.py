@@ -48,7 +48,7 @@ IN_CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kwok")
 #: The DRA drivers a bed can run: the simulated NVIDIA driver, or dra-example-driver.
 DRIVERS = ("nvidia", "example")
 #: Roles the bed grants its components that are not in system:masters (kwok's own; the
-#: simulated driver's comes with its install, agent.driver_rbac).
+#: simulated driver's comes with its install, driver_objects.driver_rbac).
 COMPONENT_RBAC = Path(__file__).parent / "data" / "rbac"
 #: Where kwok and the only programs a KWOK "container" can run live inside its sandbox.
 KWOK_TOOLS = "/kwok-node"

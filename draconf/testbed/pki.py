@@ -43,7 +43,7 @@ IDENTITIES = {
     "kwok": ("system:kwok-controller", ""),
     # The simulated driver once installed (agent.Agent.run: GPU Operator status; kubelet plugin,
     # kubelet and runtime of KWOK GPU nodes): the ServiceAccount's name, in no group, bound
-    # only to the ClusterRole of agent.driver_rbac(), which the install creates.
+    # only to the ClusterRole of driver_objects.driver_rbac(), which the install creates.
     "nvidia-dra-driver": ("system:serviceaccount:gpu-operator:nvidia-dra-driver", ""),
     # The suite as a platform team runs it: no group, only what manifests/rbac/ binds to it
     # (`draconf-suite.kubeconfig` in the bed's directory).

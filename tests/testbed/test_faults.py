@@ -17,7 +17,7 @@ from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import builtin, for_target
-from draconf.testbed import agent, faults, inventory, nvidia
+from draconf.testbed import agent, driver_objects, faults, inventory, nvidia
 from draconf.workload import DeployedWorkload, Workload
 
 #: CI's choice (.ci/run): every fault's matrix row starts a bed with that fault in the same run;
@@ -252,7 +252,7 @@ def test_admin_access_exclusive(start_fault_bed):
         pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")
     bed, api = start_fault_bed("admin-access-exclusive")
     holder = deploy(api, Workload("admin-access", ["features/42-gpu-in-use.yaml"], 1))
-    api.core.patch_namespace(holder.namespace, {"metadata": {"labels": {agent.ADMIN_ACCESS_LABEL: "true"}}})
+    api.core.patch_namespace(holder.namespace, {"metadata": {"labels": {driver_objects.ADMIN_ACCESS_LABEL: "true"}}})
     holder.wait_running()
     (device,) = Claim.read(api, holder.namespace, "gpu-in-use").results
     uuid = PublishedDevices.read(api, PROFILE.driver).lookup(device.driver, device.pool, device.device) \
@@ -271,7 +271,7 @@ def test_admin_access_exclusive(start_fault_bed):
 def test_admin_access_everywhere(start_fault_bed):
     bed, api = start_fault_bed("admin-access-everywhere")
     ns = namespaces.create(api, RUN, "unlabelled")
-    assert (api.core.read_namespace(ns).metadata.labels or {}).get(agent.ADMIN_ACCESS_LABEL) == "true"
+    assert (api.core.read_namespace(ns).metadata.labels or {}).get(driver_objects.ADMIN_ACCESS_LABEL) == "true"
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "monitor"},
              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                  "deviceClassName": "gpu.nvidia.com", "adminAccess": True}}]}}}

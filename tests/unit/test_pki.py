@@ -157,10 +157,10 @@ def test_only_the_admin_is_a_master():
 
 
 def test_the_driver_is_bound_to_the_role_its_install_creates():
-    from draconf.testbed import agent
-    account, role, binding = agent.driver_rbac()
+    from draconf.testbed import driver_objects
+    account, role, binding = driver_objects.driver_rbac()
     # The identity's user name is the ServiceAccount's, so the binding's subject is that identity.
-    user = pki_mod.IDENTITIES[agent.DRIVER_IDENTITY][0]
+    user = pki_mod.IDENTITIES[driver_objects.DRIVER_IDENTITY][0]
     assert user == f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", **account["metadata"]}]
