@@ -413,6 +413,12 @@ class Agent:
         deadline = time.monotonic() + timeout
         seen, probes = "no answer", 0
         while not self.stopping:
+            if self._gone(pod):
+                # Deleted right after it was scheduled (the suite's probe pods are): nothing will
+                # exec into it, and an exec into a deleted pod is retried for seconds, holding up
+                # every other pod this loop prepares.
+                log.info("%s/%s went away before kwok served its exec rule", namespace, name)
+                break
             probes += 1
             try:
                 env = exec_in_container(self.api, namespace, name, container, ["env"], timeout=5).stdout
@@ -428,6 +434,13 @@ class Agent:
                 break
             time.sleep(0.1)
         return probes
+
+    def _gone(self, pod) -> bool:
+        """The pod was deleted, or is being deleted (listed, as its RBAC allows, by name)."""
+        found = self.api.core.list_namespaced_pod(
+            pod.metadata.namespace, field_selector=f"metadata.name={pod.metadata.name}").items
+        return not found or found[0].metadata.uid != pod.metadata.uid \
+            or found[0].metadata.deletion_timestamp is not None
 
     def _unprepare_released(self, pods, claims) -> None:
         """Unprepare every prepared claim that no running pod on its node consumes any more."""

@@ -22,6 +22,10 @@ _NOT_READY = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .stat
               "operator": "NotIn", "values": ["True"]}
 
 
+#: The scheduler's claim for a pod's DRA-backed extended resources (DRAExtendedResource).
+_EXTENDED_CLAIM = ".status.extendedResourceClaimStatus"
+
+
 def _annotation(name: str) -> str:
     return f'.metadata.annotations["{name}"]'
 
@@ -198,11 +202,22 @@ def stages() -> list[dict]:
                {"statusTemplate": _NODE_STATUS}, delay_ms=600000),
         _stage("pod-ready", "Pod",
                [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
-                {"key": ".spec.resourceClaims", "operator": "DoesNotExist"}],
+                {"key": ".spec.resourceClaims", "operator": "DoesNotExist"},
+                {"key": _EXTENDED_CLAIM, "operator": "DoesNotExist"}],
                {"statusTemplate": _RUNNING_STATUS}),
         _stage("pod-ready-claims-prepared", "Pod",
                [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
                 {"key": ".spec.resourceClaims", "operator": "Exists"},
+                {"key": _annotation(PREPARED_ANNOTATION), "operator": "In", "values": ["true"]}],
+               {"statusTemplate": _RUNNING_STATUS}),
+        # A pod asking for a DRA-backed extended resource (nvidia.com/gpu: 1) lists no claim;
+        # the scheduler's claim is in its status, and the kubelet prepares it before starting the
+        # container like any other.  Without this stage kwok started such pods at once, and an
+        # exec could reach the container before its GPUs were there.
+        _stage("pod-ready-extended-resources-prepared", "Pod",
+               [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
+                {"key": ".spec.resourceClaims", "operator": "DoesNotExist"},
+                {"key": _EXTENDED_CLAIM, "operator": "Exists"},
                 {"key": _annotation(PREPARED_ANNOTATION), "operator": "In", "values": ["true"]}],
                {"statusTemplate": _RUNNING_STATUS}),
         _stage("pod-crash-loop", "Pod",
