@@ -267,12 +267,38 @@ class Agent:
         pods = self.api.core.list_pod_for_all_namespaces().items
         claims = {(c.metadata.namespace, c.metadata.name): c
                   for c in self.api.resource.list_resource_claim_for_all_namespaces().items}
+        written = []
         for pod in pods:
             if (pod.spec.node_name in self.gpu_nodes and (pod.spec.resource_claims or _extended(pod))
                     and not pod.metadata.deletion_timestamp
                     and (pod.metadata.annotations or {}).get(PREPARED_ANNOTATION) != "true"):
-                self._maybe_prepare(pod, claims)
+                if self._maybe_prepare(pod, claims):
+                    written.append(pod)
+        if written:
+            self._start_prepared(written)
         self._unprepare_released(pods, claims)
+
+    def _start_prepared(self, pods: list) -> None:
+        """Let kwok start ``pods``, whose claims are prepared and Exec rules written, once kwok
+        serves those rules.  kwok learns them through one watch, in the order they were written,
+        so the last pod's rule being served means every earlier one is: one exec probe per
+        sync instead of one per pod (the probe is most of the time a pod takes here)."""
+        probes = None
+        for pod in reversed(pods):  # the last one still there: a deleted pod's rule proves nothing
+            probes = self._wait_until_runtime_serves(pod)
+            if probes is not None:
+                break
+        for pod in pods:
+            try:
+                self.api.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                   {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                continue  # deleted meanwhile: nothing to start
+            log.info("prepared %s/%s/%s on %s (exec rules of %d pod(s) served after %s probe(s))",
+                     pod.metadata.namespace, pod.metadata.name, pod.metadata.uid, pod.spec.node_name,
+                     len(pods), "no" if probes is None else probes)
 
     def _pod_claims(self, pod, claims) -> dict[str, object] | None:
         """Pod claim name -> ResourceClaim, or None while any is missing or not yet reserved."""
@@ -294,10 +320,12 @@ class Agent:
             result[ref_name] = claim
         return result
 
-    def _maybe_prepare(self, pod, claims) -> None:
+    def _maybe_prepare(self, pod, claims) -> bool:
+        """Prepare the pod's claims and write its Exec rule when the scheduler has allocated and
+        reserved them all; True when it did (kwok may start it once the rule is served)."""
         pod_claims = self._pod_claims(pod, claims)
         if pod_claims is None:
-            return
+            return False
         key = f"{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
         if "plugin-unhealthy" in self.faults:
             if key not in self.warned:
@@ -308,15 +336,12 @@ class Agent:
                             f"NodePrepareResources failed for ResourceClaim {first.metadata.name}: "
                             f"failed to get gRPC client for driver {DRIVER}: plugin name {DRIVER} "
                             "not found in the list of registered DRA plugins")
-            return
+            return False
         node = pod.spec.node_name
         for claim in pod_claims.values():
             self._prepare_claim(claim, node)
         self._write_exec(pod, pod_claims)
-        probes = self._wait_until_runtime_serves(pod)
-        self.api.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                           {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
-        log.info("prepared %s on %s (exec rule served after %d probe(s))", key, node, probes)
+        return True
 
     def _prepare_claim(self, claim, node: str) -> None:
         """Record the CDI spec of a claim: one per claim, as the NVIDIA plugin writes it."""
@@ -400,13 +425,13 @@ class Agent:
             self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
             self.api.custom.create_namespaced_custom_object(*args, body)
 
-    def _wait_until_runtime_serves(self, pod, timeout: float = 15.0) -> int:
+    def _wait_until_runtime_serves(self, pod, timeout: float = 15.0) -> int | None:
         """Hold the pod back until kwok answers ``exec`` with this pod's own rule.
 
         kwok learns Exec objects through a watch.  A pod marked Running before kwok has seen its
         rule would answer ``exec`` from the default rule, as a container without GPUs, which a
         real node never does: the runtime starts the container only after CDI injection.
-        Returns the number of probes it took.
+        Returns the number of probes it took, or None when the pod went away first.
         """
         name, namespace, uid = pod.metadata.name, pod.metadata.namespace, pod.metadata.uid
         container = pod.spec.containers[0].name
@@ -418,7 +443,7 @@ class Agent:
                 # exec into it, and an exec into a deleted pod is retried for seconds, holding up
                 # every other pod this loop prepares.
                 log.info("%s/%s went away before kwok served its exec rule", namespace, name)
-                break
+                return None
             probes += 1
             try:
                 env = exec_in_container(self.api, namespace, name, container, ["env"], timeout=5).stdout
