@@ -30,9 +30,12 @@ from draconf import namespaces, waits
 from draconf.kube import connect
 from draconf.testbed import external_faults, inventory
 from draconf.testbed.cluster import Testbed
+from tests.suite_modules import suite_module
 
 REPO = Path(__file__).resolve().parents[2]
-GPU_WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
+#: The walkthrough's workloads, as suites/test_workloads.py declares them: one list, so a workload
+#: added there is expected here too.
+GPU_WORKLOADS = list(suite_module("test_workloads").WORKLOADS)
 #: Checks that need containers that really run (and exit; gpu-sharing reads nvidia-smi in them):
 #: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).

@@ -19,31 +19,18 @@ pods the real scheduler binds.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from draconf import capabilities, manifests, selectors
 from draconf.devices import PublishedDevices
 from draconf.diagnosis import diagnose
+from tests.suite_modules import suite_module
 
 from .test_allocation_branches import DRIVER, NODE, PROFILE, allocate, consume
 
 
-def _features():
-    """suites/test_features.py, loaded as pytest would (it loads test_workloads itself)."""
-    name = "suites.test_features"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[2] / "suites" / "test_features.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-FEATURES = _features()
+FEATURES = suite_module("test_features")
 
 
 def claim_from(manifest: str, name: str, uuid: str | None = None) -> dict:

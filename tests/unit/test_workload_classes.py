@@ -1,11 +1,11 @@
 """``--all-models``: the model and memory classes enumerated from the published devices (pure
 functions of suites/test_workloads.py over PublishedDevices), and the workload each class gets."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.suite_modules import suite_module
 from draconf.devices import Device, PublishedDevices
 from draconf.profile import resolve
 
@@ -14,15 +14,7 @@ GI = 2**30
 H100, A100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA H200"
 
 
-def _suite():
-    path = Path(__file__).resolve().parents[2] / "suites" / "test_workloads.py"
-    spec = importlib.util.spec_from_file_location("draconf_suite_workloads_classes", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SUITE = _suite()
+SUITE = suite_module("test_workloads")
 
 
 def gpu(n: int, product: str | None, memory: int | None, node: str = "node-a") -> Device:

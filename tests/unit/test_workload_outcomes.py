@@ -1,25 +1,16 @@
 """The pure parts of the workload outcome model: Start, NoVerdict, and what the memory-selected
 workload does when the cluster publishes no memory capacity."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
+from tests.suite_modules import suite_module
 from draconf.devices import Device, PublishedDevices
 from draconf.errors import NoVerdict
 from draconf.profile import resolve
 from draconf.workload import Start
 
 DRIVER = "gpu.nvidia.com"
-
-
-def _suite():
-    path = Path(__file__).resolve().parents[2] / "suites" / "test_workloads.py"
-    spec = importlib.util.spec_from_file_location("draconf_suite_workloads", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def gpu(minor: int, memory: int | None, arch: str = "Hopper") -> Device:
@@ -43,7 +34,7 @@ def test_start_outcome():
 
 
 def test_memory_selected_keeps_its_memory_selector():
-    suite, profile = _suite(), resolve("nvidia")
+    suite, profile = suite_module("test_workloads"), resolve("nvidia")
     published = PublishedDevices(DRIVER, [gpu(0, 80 * 2**30), gpu(1, 140 * 2**30)])
     workload = suite.build_workload("memory-selected", published, profile)
     assert [len(v) for v in workload.selectors.values()] == [1, 1]
@@ -51,7 +42,7 @@ def test_memory_selected_keeps_its_memory_selector():
 
 
 def test_memory_selected_without_published_memory_is_a_finding_not_a_single_gpu_workload():
-    suite, profile = _suite(), resolve("nvidia")
+    suite, profile = suite_module("test_workloads"), resolve("nvidia")
     published = PublishedDevices(DRIVER, [gpu(0, None), gpu(1, None)])
     with pytest.raises(suite.NotBuildable, match=r"^\[attribute-missing\] no published device has "
                                                  r"the capacity 'memory'"):
