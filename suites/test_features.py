@@ -726,11 +726,26 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
         pytest.fail(diagnosis_prefix("device-tainted") + f"claim {UNTOLERATED_CLAIM} tolerates no taint but was "
                     f"allocated {[str(r) for r in claim.results]}, tainted by {taints.describe_rule(rule)}",
                     pytrace=False)
-    holders = [h for h in holders_of_key(cluster, device.key)]
-    assert not holders, (f"no verdict on the rule: {device.pool}/{device.name} is held by {holders}, so "
-                         f"{UNTOLERATED_CLAIM} could not have it anyway")
-    note(request.node, f"{taints.describe_rule(rule)}; {device.pool}/{device.name} is free and not allocated "
-                       f"to {UNTOLERATED_CLAIM} (no toleration); the scheduler: {pod.unschedulable_message}")
+    from draconf.errors import NoVerdict
+    holders = holders_of_key(cluster, device.key)
+    if holders:
+        raise NoVerdict(f"{device.pool}/{device.name} is held by {holders}, so {UNTOLERATED_CLAIM} could not "
+                        "have it anyway: that says nothing about the rule")
+    # The rule is the reason only if the same claim gets the device once the rule is gone (a
+    # node taint, say, would keep it Pending either way).
+    said = pod.unschedulable_message
+    cluster.resource_beta.delete_device_taint_rule(name)
+    try:
+        claim = waits.wait_until(f"claim {UNTOLERATED_CLAIM} to be allocated once the rule is deleted",
+                                 lambda: Claim.read(cluster, ns, UNTOLERATED_CLAIM), lambda c: c.is_allocated,
+                                 timeout=UNTOLERATED_VERDICT_TIMEOUT, describe=lambda c: c.summary())
+    except waits.WaitTimeout:
+        raise NoVerdict(f"claim {UNTOLERATED_CLAIM} is not allocated {device.pool}/{device.name} even with the "
+                        f"rule deleted (the scheduler: {Pod.read(cluster, ns, UNTOLERATED_CLAIM).unschedulable_message}): "
+                        "something else than the rule keeps it Pending") from None
+    note(request.node, f"{taints.describe_rule(rule)}; {device.pool}/{device.name} was free and not allocated "
+                       f"to {UNTOLERATED_CLAIM} (no toleration), the scheduler: {said}; with the rule deleted "
+                       f"the claim got it: {claim.summary()}")
 
 
 def pod_uid(cluster, ns: str, name: str) -> str | None:

@@ -71,6 +71,10 @@ FAULTS: dict[str, str] = {
         "kube-scheduler runs with DRADeviceTaintRules off while the API server serves DeviceTaintRules "
         "(a scheduler started without the beta gate the API server has): a GPU an admin tainted "
         "NoSchedule by rule is allocated to claims that do not tolerate it",
+    "device-taint-eviction-off":
+        "kube-controller-manager runs without its device-taint-eviction-controller (a --controllers "
+        "list that leaves it out): pods keep GPUs tainted NoExecute, by the driver or by a "
+        "DeviceTaintRule, that their claims do not tolerate",
     "mig-counters-ignored":
         "the driver (DynamicMIG on) publishes MIG devices without consumesCounters, so the scheduler "
         "gives a full GPU and a MIG device of it to two claims (the bed turns DynamicMIG on)",
@@ -187,12 +191,16 @@ def apiserver_flags(faults) -> list[str]:
 
 def controller_manager_flags(faults) -> list[str]:
     """kube-controller-manager's ``--feature-gates``: the bed's (its device-taint-eviction
-    controller reads DeviceTaintRules only with DRADeviceTaintRules on).
+    controller reads DeviceTaintRules only with DRADeviceTaintRules on); ``--controllers``
+    without that controller for ``device-taint-eviction-off``.
 
     >>> controller_manager_flags([])
     ['--feature-gates=DRADeviceTaintRules=true']
+    >>> controller_manager_flags(["device-taint-eviction-off"])[1]
+    '--controllers=*,-device-taint-eviction-controller'
     """
-    return gate_flags()
+    return gate_flags() + (["--controllers=*,-device-taint-eviction-controller"]
+                           if "device-taint-eviction-off" in faults else [])
 
 
 #: The taint the gpu-nodes-tainted fault puts on every GPU node.

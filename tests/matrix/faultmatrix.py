@@ -100,7 +100,7 @@ FAILURE_MODES = ("failure-modes/missing-deviceclass", "failure-modes/selector-un
 
 #: What the preflight gate holds back when a blocking check fails: no verdict, with the reason.
 GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*") + _features() \
-    + ("device-taints/*", "mig/*")
+    + ("device-taints/*", "device-taint-rule/*", "mig/*")
 
 
 EXPECTED: dict[str, Expectation] = {
@@ -209,9 +209,25 @@ EXPECTED: dict[str, Expectation] = {
     "sharing-gates-off": Expectation(
         ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "config-rejected"},
         no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup"), run_args=FEATURES_ONLY),
+    # A scheduler without DRADeviceTaints has DRADeviceTaintRules off too (the gate needs it),
+    # so it ignores a rule's taint as well: the claim asking for the GPU a rule tainted is
+    # allocated it.
     "device-taints-ignored": Expectation(
-        ("device-taints/untolerated",), {"device-taints/untolerated": "device-tainted"},
+        ("device-taints/untolerated", "device-taint-rule/no-schedule"),
+        {"device-taints/untolerated": "device-tainted", "device-taint-rule/no-schedule": "device-tainted"},
         run_args=FEATURES_ONLY),
+    # kube-scheduler with DRADeviceTaintRules off while the API server serves DeviceTaintRules
+    # (and kube-controller-manager writes their status): the claim asking for the GPU a rule
+    # tainted NoSchedule is allocated it at once.  Driver taints still hold (device-taints).
+    "device-taint-rules-ignored": Expectation(
+        ("device-taint-rule/no-schedule",), {"device-taint-rule/no-schedule": "device-tainted"},
+        run_args=FEATURES_ONLY),
+    # kube-controller-manager without its device-taint-eviction-controller: the pod on the GPU a
+    # NoExecute rule drains still runs when the check's wait (30 s) ends; the rule gets no
+    # status.  The verdict includes starting the two pods.
+    "device-taint-eviction-off": Expectation(
+        ("device-taint-rule/no-execute",), {"device-taint-rule/no-execute": "device-tainted"},
+        verdict_seconds=75, run_args=FEATURES_ONLY),
     # MIG (real nodes only: the KWOK agent publishes no MIG device, REAL_NODE_FAULTS).
     "mig-counters-ignored": Expectation(
         ("mig/exclusive",), {"mig/exclusive": "partition-overlap"}, run_args=MIG_ONLY),
