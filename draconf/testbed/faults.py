@@ -136,7 +136,8 @@ def gate_flags(off=()) -> list[str]:
     >>> gate_flags(["DRADeviceTaints"])
     ['--feature-gates=DRADeviceTaintRules=false,DRADeviceTaints=false']
     """
-    off = set(off) | {g for g, needs in GATE_NEEDS.items() if needs in off}
+    off = set(off)
+    off |= {g for g, needs in GATE_NEEDS.items() if needs in off}
     gates = {g: True for g in BED_GATES_ON} | {g: False for g in off}
     return [f"--feature-gates={','.join(f'{g}={str(v).lower()}' for g, v in sorted(gates.items()))}"]
 
@@ -149,6 +150,8 @@ def scheduler_flags(faults) -> list[str]:
     ['--feature-gates=DRADeviceTaintRules=true,DRAPrioritizedList=false']
     >>> scheduler_flags(["device-taint-rules-ignored"])
     ['--feature-gates=DRADeviceTaintRules=false']
+    >>> scheduler_flags(["device-taints-ignored"])
+    ['--feature-gates=DRADeviceTaintRules=false,DRADeviceTaints=false']
     >>> scheduler_flags([])
     ['--feature-gates=DRADeviceTaintRules=true']
     """
