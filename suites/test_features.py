@@ -21,6 +21,12 @@ what the feature itself promises:
   a GPU the driver tainted NoSchedule/NoExecute (an unhealthy GPU: ``gpu.nvidia.com/xid=79``)
   is allocated to a claim whose request tolerates the taint and selects it; the same device
   asked for without a toleration is never allocated (the scheduler leaves the pod Pending).
+* **device-taint-rule** (``49-device-taint-rule.yaml``, ``50-device-taint-rule-evict.yaml``,
+  ``51-gpu-drained.yaml``; checks, not a workload with the three) - an administrator's
+  DeviceTaintRule (resource.k8s.io/v1beta2, beta and off by default in 1.36) tainting one free
+  GPU NoSchedule keeps a claim without a toleration off it, until the rule is deleted; one
+  tainting the GPUs of two running pods NoExecute gets the pod whose claim does not tolerate it
+  evicted by kube-controller-manager and its claim released, while the tolerating pod runs on.
 
 Each is capability-gated (draconf/capabilities.py): where the cluster does not serve the field
 (a server-side dry-run create drops it) or the DeviceClass maps no extended resource, the
