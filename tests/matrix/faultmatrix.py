@@ -162,9 +162,11 @@ EXPECTED: dict[str, Expectation] = {
         (), {p: "intermittent" for p in _all("cdi-injection")}, flaky=_all("cdi-injection"),
         run_args=("--reruns", "1", "--fail-on-flaky", "-k", WALKTHROUGH)),
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
+    # (device-taint-rule: the ruled GPU's claim stays Pending with the rule deleted, the drained
+    # pods never start: no verdict, when the run selects them, as the example bed's run does.)
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
-        dragged=("job/*", "quota/*", "failure-modes/*") + _features(),
+        dragged=("job/*", "quota/*", "failure-modes/*", "device-taint-rule/*") + _features(),
         no_verdict=_all("cdi-injection") + _all("cleanup"), run_args=("-k", WALKTHROUGH)),
     # kube-scheduler with a DRA gate off: the feature's pod is never placed, with the
     # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.
