@@ -705,9 +705,11 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
         pytest.skip(f"device-taint-rule selects the ruled device by uuid: {profile.lacks('uuid')}")
     device = free_gpu(cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid)
     name = create_rule(request, cluster, ns, run_id, RULE_MANIFEST, device.key)
-    # The controller-manager's status says the rule reached the control plane's informers
-    # (kube-scheduler's among them) before the claim is created; without one, the check goes on.
-    rule = wait_rule_status(cluster, name)
+    # A claim created at once could be allocated before kube-scheduler's watch delivers the
+    # rule.  kube-controller-manager's status shows a watch delivered it; waiting for it (at
+    # most RULE_STATUS_TIMEOUT: a cluster whose controller-manager ignores rules writes none)
+    # gives kube-scheduler's the same time.
+    wait_rule_status(cluster, name)
     uuid = device.attribute(profile.attributes["uuid"])
     workload = Workload("device-taint-rule", ["features/46-device-taint-untolerated.yaml"], expected_pods=1,
                         avoid_nodes=validated_nodes.avoid, selectors={UNTOLERATED_CLAIM: [
