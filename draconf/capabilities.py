@@ -160,6 +160,36 @@ def device_taints(api, namespace: str, device_class: str) -> Capability:
                         "spec.devices.requests.0.exactly.tolerations.0.key")
 
 
+def device_taint_rules(api, driver: str) -> Capability:
+    """``DeviceTaintRule`` (resource.k8s.io/v1beta2, DRADeviceTaintRules: beta and **off** by
+    default in 1.36, served only with ``--feature-gates=DRADeviceTaintRules=true`` and
+    ``--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true``): a server-side dry-run
+    create of a rule keeps its selector and taint.  Not served: the API server answers 404."""
+    name = "DeviceTaintRule (resource.k8s.io/v1beta2)"
+    rule = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+            "metadata": {"name": "draconf-probe-device-taint-rule"},
+            "spec": {"deviceSelector": {"driver": driver, "device": "draconf-probe"},
+                     "taint": {"key": "draconf.example/probe", "effect": "NoSchedule"}}}
+    try:
+        kept = api.resource_beta.create_device_taint_rule(rule, dry_run="All")
+    except ApiException as err:
+        if err.status == 404:
+            return Capability(name, False, "the API server does not serve resource.k8s.io/v1beta2 "
+                                           "devicetaintrules (Kubernetes 1.36: beta and off by default; "
+                                           "--feature-gates=DRADeviceTaintRules=true on kube-apiserver, "
+                                           "kube-scheduler and kube-controller-manager, and "
+                                           "--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true)")
+        if err.status in (400, 403, 422):
+            return Capability(name, False, f"a server-side dry-run create of a DeviceTaintRule was refused: "
+                                           f"HTTP {err.status}: {_server_message(err)}")
+        raise
+    kept = api.api_client.sanitize_for_serialization(kept)
+    if field_at(kept, "spec.taint.key") is None or field_at(kept, "spec.deviceSelector.device") is None:
+        return Capability(name, False, "the API server dropped the rule's taint or selector from a dry-run create")
+    return Capability(name, True, "the API server serves resource.k8s.io/v1beta2 devicetaintrules "
+                                  "(dry-run create kept the selector and taint)")
+
+
 #: The annotation KWOK puts on the nodes it simulates: API objects only, no container runs there.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 

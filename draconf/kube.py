@@ -50,6 +50,12 @@ class Api:
         return client.ResourceV1Api(self.api_client)
 
     @cached_property
+    def resource_beta(self) -> client.ResourceV1beta2Api:
+        """resource.k8s.io/v1beta2: DeviceTaintRule is served there only (beta, off by default
+        in 1.36)."""
+        return client.ResourceV1beta2Api(self.api_client)
+
+    @cached_property
     def admission(self) -> client.AdmissionregistrationV1Api:
         return client.AdmissionregistrationV1Api(self.api_client)
 

@@ -20,10 +20,16 @@ False
 True
 >>> tolerates([], taint)
 False
+
+An administrator taints devices by selector with a ``DeviceTaintRule`` (resource.k8s.io/v1beta2,
+DRADeviceTaintRules: beta and off by default in 1.36).  Its taint is not written into the
+ResourceSlice: kube-scheduler and kube-controller-manager apply it to the devices it selects as
+they read the slices, so a judgement over slices takes the rules in (:func:`with_rule_taints`).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 #: The effects that keep a device from claims which do not tolerate them.
@@ -149,6 +155,84 @@ def untolerated(claim_raw: dict, slices) -> list[str]:
             problems.append(f"{r.get('request')}: {device.pool}/{device.name} "
                             f"({', '.join(describe(t) for t in bad)})")
     return problems
+
+
+def rule_selects(rule: dict, driver: str, pool: str, device: str) -> bool:
+    """Whether a DeviceTaintRule (API dict) selects the device: every selector field that is set
+    matches; no ``deviceSelector`` selects nothing (the API's own rule).
+
+    >>> rule = {"spec": {"deviceSelector": {"driver": "d", "device": "gpu-1"}}}
+    >>> rule_selects(rule, "d", "node-a", "gpu-1"), rule_selects(rule, "d", "node-a", "gpu-0")
+    (True, False)
+    >>> rule_selects({"spec": {}}, "d", "p", "gpu-1")
+    False
+    """
+    selector = (rule.get("spec") or {}).get("deviceSelector")
+    if selector is None:
+        return False
+    wanted = {"driver": driver, "pool": pool, "device": device}
+    return all(selector.get(k) in (None, v) for k, v in wanted.items())
+
+
+def with_rule_taints(slices, rules) -> list[dict]:
+    """``slices`` (API dicts) with each DeviceTaintRule's taint added to the devices it selects,
+    as kube-scheduler and the eviction controller see them (the stored slices are unchanged).
+
+    >>> slices = [{"spec": {"driver": "d", "pool": {"name": "p"}, "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}]
+    >>> rule = {"spec": {"deviceSelector": {"driver": "d", "pool": "p", "device": "gpu-1"},
+    ...                  "taint": {"key": "example.com/maintenance", "effect": "NoSchedule", "timeAdded": "t"}}}
+    >>> [d.summary() for d in tainted_devices(with_rule_taints(slices, [rule]))]
+    ['p/gpu-1 (example.com/maintenance=:NoSchedule)']
+    >>> tainted_devices(slices)
+    []
+    """
+    out = []
+    for s in slices:
+        s = copy.deepcopy(s)
+        spec = s.get("spec") or {}
+        driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+        for dev in spec.get("devices") or []:
+            for rule in rules:
+                if rule_selects(rule, driver, pool, dev.get("name", "")):
+                    dev.setdefault("taints", []).append(dict((rule.get("spec") or {}).get("taint") or {}))
+        out.append(s)
+    return out
+
+
+#: The condition kube-controller-manager's device-taint-eviction controller writes on a rule.
+EVICTION_CONDITION = "EvictionInProgress"
+
+
+def rule_condition(rule: dict) -> dict | None:
+    """The rule's ``EvictionInProgress`` condition (None until the controller wrote one).
+
+    >>> rule_condition({"status": {"conditions": [{"type": "EvictionInProgress", "status": "False",
+    ...     "reason": "OtherEffect"}]}})["reason"]
+    'OtherEffect'
+    >>> rule_condition({}) is None
+    True
+    """
+    return next((c for c in ((rule.get("status") or {}).get("conditions") or [])
+                 if c.get("type") == EVICTION_CONDITION), None)
+
+
+def describe_rule(rule: dict) -> str:
+    """``DeviceTaintRule r: driver=d pool=p device=gpu-1 -> k=v:NoSchedule; EvictionInProgress=False
+    (OtherEffect: ...)``
+
+    >>> describe_rule({"metadata": {"name": "r"}, "spec": {"deviceSelector": {"driver": "d", "device": "gpu-1"},
+    ...     "taint": {"key": "k", "value": "v", "effect": "NoExecute"}}, "status": {"conditions": [
+    ...     {"type": "EvictionInProgress", "status": "False", "reason": "Completed",
+    ...      "message": "1 pod evicted since starting the controller."}]}})
+    'DeviceTaintRule r: driver=d device=gpu-1 -> k=v:NoExecute; EvictionInProgress=False (Completed: 1 pod evicted since starting the controller.)'
+    """
+    spec = rule.get("spec") or {}
+    selector = " ".join(f"{k}={v}" for k, v in (spec.get("deviceSelector") or {}).items() if v)
+    condition = rule_condition(rule)
+    status = (f"{EVICTION_CONDITION}={condition.get('status')} ({condition.get('reason')}: "
+              f"{condition.get('message') or ''})" if condition else "no status yet")
+    return (f"DeviceTaintRule {(rule.get('metadata') or {}).get('name', '?')}: {selector or 'no selector'} -> "
+            f"{describe(spec.get('taint') or {})}; {status}")
 
 
 def tolerations_for_devices(api, driver: str, keys) -> list[dict]:

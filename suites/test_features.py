@@ -21,6 +21,12 @@ what the feature itself promises:
   a GPU the driver tainted NoSchedule/NoExecute (an unhealthy GPU: ``gpu.nvidia.com/xid=79``)
   is allocated to a claim whose request tolerates the taint and selects it; the same device
   asked for without a toleration is never allocated (the scheduler leaves the pod Pending).
+* **device-taint-rule** (``49-device-taint-rule.yaml``, ``50-device-taint-rule-evict.yaml``,
+  ``51-gpu-drained.yaml``; checks, not a workload with the three) - an administrator's
+  DeviceTaintRule (resource.k8s.io/v1beta2, beta and off by default in 1.36) tainting one free
+  GPU NoSchedule keeps a claim without a toleration off it, until the rule is deleted; one
+  tainting the GPUs of two running pods NoExecute gets the pod whose claim does not tolerate it
+  evicted by kube-controller-manager and its claim released, while the tolerating pod runs on.
 
 Each is capability-gated (draconf/capabilities.py): where the cluster does not serve the field
 (a server-side dry-run create drops it) or the DeviceClass maps no extended resource, the
@@ -43,6 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import capabilities, cel, manifests, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
+from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
 from draconf.startup import VERDICT_AFTER, wait_scheduler_answer
 from draconf.workload import REJECTED_STATUSES, DeployedWorkload, Start, Workload
@@ -587,13 +594,237 @@ def test_tainted_device_is_not_allocated_without_toleration(request, cluster, pr
 
 def holders_of(api, device: taints.TaintedDevice) -> list[str]:
     """The claims (namespace/name), cluster-wide, allocated ``device``."""
+    return holders_of_key(api, device.key)
+
+
+def holders_of_key(api, key: str) -> list[str]:
+    """The claims (namespace/name), cluster-wide, allocated the device ``key`` (driver/pool/device)."""
     found = []
     for obj in api.resource.list_resource_claim_for_all_namespaces().items:
         claim = Claim(api.api_client.sanitize_for_serialization(obj))
-        if any(r.key == device.key for r in claim.results):
+        if any(r.key == key for r in claim.results):
             found.append(f"{claim.meta.get('namespace')}/{claim.meta.get('name')}")
     return found
 
+
+
+# --- DeviceTaintRule -------------------------------------------------------------------------
+
+#: 49: one free GPU tainted NoSchedule by rule; 46 then asks for it without a toleration.
+RULE_MANIFEST = "features/49-device-taint-rule.yaml"
+#: 50: a NoExecute rule, created once per GPU the two pods of 51 hold.
+DRAIN_MANIFEST = "features/50-device-taint-rule-evict.yaml"
+DRAINED, DRAIN_TOLERANT = "gpu-drained", "gpu-drain-tolerant"
+#: How long kube-controller-manager has to write a new rule's status (it does within a second
+#: on the bed), and to evict a pod from a device tainted NoExecute.
+RULE_STATUS_TIMEOUT = 20
+EVICTION_TIMEOUT = 30
+
+
+def rule_capability(cluster, profile) -> None:
+    """Skip, with the API server's answer, where DeviceTaintRule is not served (1.36: beta, off
+    by default)."""
+    capability = capabilities.device_taint_rules(cluster, profile.driver)
+    if not capability.available:
+        pytest.skip(capability.skip_reason)
+
+
+def create_rule(request, cluster, ns: str, run_id, manifest: str, key: str, suffix: str = "") -> str:
+    """The manifest's DeviceTaintRule for the device ``key`` (driver/pool/device), named after ``ns``
+    and owned by that namespace (a cluster-scoped rule left behind would keep tainting a GPU:
+    deleting the namespace, as ``draconf sweep`` does, deletes it too); deleted when the test
+    ends.  Returns its name."""
+    doc = manifests.find(manifests.load(manifest), "DeviceTaintRule")
+    meta = doc["metadata"]
+    meta["name"] = f"{ns}-{meta['name']}{suffix}"
+    meta.setdefault("labels", {}).update(run_id.labels)
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Namespace", "name": ns,
+                                "uid": cluster.core.read_namespace(ns).metadata.uid}]
+    driver, pool, device = key.split("/")
+    doc["spec"]["deviceSelector"] = {"driver": driver, "pool": pool, "device": device}
+    cluster.resource_beta.create_device_taint_rule(doc)
+
+    def delete():
+        try:
+            cluster.resource_beta.delete_device_taint_rule(meta["name"])
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    request.addfinalizer(delete)
+    return meta["name"]
+
+
+def read_rule(cluster, name: str) -> dict:
+    return cluster.api_client.sanitize_for_serialization(cluster.resource_beta.read_device_taint_rule(name))
+
+
+def wait_rule_status(cluster, name: str, done=lambda condition: True, timeout: float = RULE_STATUS_TIMEOUT) -> dict:
+    """The rule once kube-controller-manager wrote an ``EvictionInProgress`` condition that
+    ``done`` accepts; as last read when it did not within ``timeout`` (the caller judges)."""
+    try:
+        return waits.wait_until(f"DeviceTaintRule {name}'s status", lambda: read_rule(cluster, name),
+                                lambda rule: (c := taints.rule_condition(rule)) is not None and done(c),
+                                timeout=timeout, describe=taints.describe_rule)
+    except waits.WaitTimeout:
+        return read_rule(cluster, name)
+
+
+def free_gpu(cluster, profile, published, avoid=frozenset()):
+    """A device of the profile's class on the validated nodes, with a uuid, that no claim holds and
+    no taint (the driver's or a rule's) keeps from claims: the one the rule is about to taint."""
+    from draconf.devices import class_selectors
+    class_cel = class_selectors(cluster, profile.device_class) or []
+    slices = taints.read_slices(cluster, profile.driver)
+    rules = [cluster.api_client.sanitize_for_serialization(r)
+             for r in cluster.resource_beta.list_device_taint_rule().items]
+    tainted = {d.key for d in taints.tainted_devices(taints.with_rule_taints(slices, rules)) if d.blocking}
+    held = {r.key for obj in cluster.resource.list_resource_claim_for_all_namespaces().items
+            for r in Claim(cluster.api_client.sanitize_for_serialization(obj)).results}
+    found = [d for d in published if d.node not in avoid and d.key not in tainted | held
+             and d.has_attribute(profile.attributes["uuid"]) and cel.evaluate_all(class_cel, d).matched]
+    if not found:
+        pytest.skip(f"no free {profile.device_class} device on the validated nodes to taint by rule")
+    return sorted(found, key=lambda d: d.key)[0]
+
+
+@pytest.mark.conformance
+@pytest.mark.exclusive_capacity  # it takes a GPU out of service while it runs
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload="device-taint-rule", check="no-schedule")
+def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile, run_id, namespace,
+                                                       validated_nodes, published_devices):
+    """49-device-taint-rule.yaml taints one free GPU ``example.com/gpu-maintenance=planned:NoSchedule``
+    by driver, pool and device; 46-device-taint-untolerated.yaml then asks for exactly that GPU
+    (by uuid) without a toleration: the claim stays unallocated while the scheduler reports the
+    pod unschedulable.  The rule's status (written by kube-controller-manager) is the evidence the
+    control plane took the rule in."""
+    from draconf import selectors as sel
+    ns = namespace
+    rule_capability(cluster, profile)
+    if not profile.has("uuid"):
+        pytest.skip(f"device-taint-rule selects the ruled device by uuid: {profile.lacks('uuid')}")
+    device = free_gpu(cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid)
+    name = create_rule(request, cluster, ns, run_id, RULE_MANIFEST, device.key)
+    # A claim created at once could be allocated before kube-scheduler's watch delivers the
+    # rule.  kube-controller-manager's status shows a watch delivered it; waiting for it (at
+    # most RULE_STATUS_TIMEOUT: a cluster whose controller-manager ignores rules writes none)
+    # gives kube-scheduler's the same time.
+    wait_rule_status(cluster, name)
+    uuid = device.attribute(profile.attributes["uuid"])
+    workload = Workload("device-taint-rule", ["features/46-device-taint-untolerated.yaml"], expected_pods=1,
+                        avoid_nodes=validated_nodes.avoid, selectors={UNTOLERATED_CLAIM: [
+                            sel.uuid_in(profile.domain, profile.attributes["uuid"], [uuid])]})
+    manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
+    try:
+        claim, pod = wait_scheduler_answer(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM,
+                                           UNTOLERATED_VERDICT_TIMEOUT)
+    except waits.WaitFailed as err:
+        raise AssertionError(f"no verdict from the scheduler on a claim for {device.pool}/{device.name}, "
+                             f"tainted by rule: {err}") from None
+    rule = read_rule(cluster, name)
+    if claim.is_allocated:
+        problems = taints.untolerated(claim.raw, taints.with_rule_taints(
+            taints.read_slices(cluster, profile.driver), [rule]))
+        record_diagnosis(request.node, "device-tainted",
+                         {"DeviceTaintRule": json.dumps(rule, indent=2), "ResourceClaim": json.dumps(claim.raw, indent=2)},
+                         f"Claim {ns}/{UNTOLERATED_CLAIM} was allocated {', '.join(problems) or claim.summary()}, "
+                         f"which {taints.describe_rule(rule)} taints and the claim does not tolerate: "
+                         "kube-scheduler ignores DeviceTaintRules (turn DRADeviceTaintRules on there, as on "
+                         "the API server).")
+        pytest.fail(diagnosis_prefix("device-tainted") + f"claim {UNTOLERATED_CLAIM} tolerates no taint but was "
+                    f"allocated {[str(r) for r in claim.results]}, tainted by {taints.describe_rule(rule)}",
+                    pytrace=False)
+    from draconf.errors import NoVerdict
+    holders = holders_of_key(cluster, device.key)
+    if holders:
+        raise NoVerdict(f"{device.pool}/{device.name} is held by {holders}, so {UNTOLERATED_CLAIM} could not "
+                        "have it anyway: that says nothing about the rule")
+    # The rule is the reason only if the same claim gets the device once the rule is gone (a
+    # node taint, say, would keep it Pending either way).
+    said = pod.unschedulable_message
+    cluster.resource_beta.delete_device_taint_rule(name)
+    try:
+        claim = waits.wait_until(f"claim {UNTOLERATED_CLAIM} to be allocated once the rule is deleted",
+                                 lambda: Claim.read(cluster, ns, UNTOLERATED_CLAIM), lambda c: c.is_allocated,
+                                 timeout=UNTOLERATED_VERDICT_TIMEOUT, describe=lambda c: c.summary())
+    except waits.WaitTimeout:
+        raise NoVerdict(f"claim {UNTOLERATED_CLAIM} is not allocated {device.pool}/{device.name} even with the "
+                        f"rule deleted (the scheduler: {Pod.read(cluster, ns, UNTOLERATED_CLAIM).unschedulable_message}): "
+                        "something else than the rule keeps it Pending") from None
+    note(request.node, f"{taints.describe_rule(rule)}; {device.pool}/{device.name} was free and not allocated "
+                       f"to {UNTOLERATED_CLAIM} (no toleration), the scheduler: {said}; with the rule deleted "
+                       f"the claim got it: {claim.summary()}")
+
+
+def pod_uid(cluster, ns: str, name: str) -> str | None:
+    """The uid of pod ``name`` unless it is gone or being deleted."""
+    try:
+        pod = Pod.read(cluster, ns, name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return None if pod.is_deleting else pod.uid
+
+
+@pytest.mark.conformance
+@pytest.mark.exclusive_capacity  # it drains two GPUs while it runs
+@pytest.mark.usefixtures("preflight_gate")
+@pytest.mark.draconf(workload="device-taint-rule", check="no-execute")
+def test_device_taint_rule_no_execute_evicts_untolerated_pods(request, cluster, profile, run_id, namespace,
+                                                             validated_nodes, published_devices):
+    """51-gpu-drained.yaml: two pods each holding a GPU, one claim tolerating
+    ``example.com/gpu-maintenance:NoExecute``; then 50-device-taint-rule-evict.yaml drains both
+    GPUs (one rule per GPU, by driver, pool and device).  kube-controller-manager's
+    device-taint-eviction controller must delete the untolerating pod, its claim must be
+    released, the tolerating pod must keep running, and the drained GPU's rule reports the
+    eviction in its status."""
+    ns = namespace
+    rule_capability(cluster, profile)
+    workload = Workload("device-taint-rule", ["features/51-gpu-drained.yaml"], expected_pods=2,
+                        avoid_nodes=validated_nodes.avoid)
+    start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
+    if start.never_started:
+        from draconf.errors import NoVerdict
+        raise NoVerdict(start.no_verdict_cause)
+    claims = start.deployed.claims()
+    held = {name: [r for r in claims[name].results] for name in (DRAINED, DRAIN_TOLERANT)}
+    assert all(held.values()), f"the running pods' claims hold no device: {held}"
+    uids = {name: pod_uid(cluster, ns, name) for name in held}
+    rules = {name: create_rule(request, cluster, ns, run_id, DRAIN_MANIFEST, held[name][0].key, f"-{name}")
+             for name in held}
+
+    def evicted():
+        return pod_uid(cluster, ns, DRAINED) != uids[DRAINED]
+    try:
+        waits.wait_until(f"pod {DRAINED} to be evicted", evicted, bool, timeout=EVICTION_TIMEOUT)
+    except waits.WaitTimeout:
+        rule = read_rule(cluster, rules[DRAINED])
+        record_diagnosis(request.node, "device-tainted",
+                         {"DeviceTaintRule": json.dumps(rule, indent=2),
+                          "ResourceClaim": json.dumps(Claim.read(cluster, ns, DRAINED).raw, indent=2)},
+                         f"Pod {ns}/{DRAINED} still runs {EVICTION_TIMEOUT} s after {taints.describe_rule(rule)} "
+                         f"tainted the GPU its claim holds NoExecute, which the claim does not tolerate: "
+                         "kube-controller-manager does not evict for device taints (its "
+                         "device-taint-eviction-controller is not running, see --controllers, or "
+                         "DRADeviceTaints/DRADeviceTaintRules are off there).")
+        pytest.fail(diagnosis_prefix("device-tainted") + f"pod {DRAINED} was not evicted within "
+                    f"{EVICTION_TIMEOUT} s of {taints.describe_rule(rule)}", pytrace=False)
+    # Released: the pod is gone, so the claim has no consumer and no allocation.
+    claim = waits.wait_until(f"claim {DRAINED} to be released", lambda: Claim.read(cluster, ns, DRAINED),
+                             lambda c: not c.is_allocated and not c.reserved_for_uids, timeout=60,
+                             describe=lambda c: c.summary())
+    tolerant = Pod.read(cluster, ns, DRAIN_TOLERANT)
+    assert tolerant.uid == uids[DRAIN_TOLERANT] and tolerant.is_running and not tolerant.is_deleting, (
+        f"pod {DRAIN_TOLERANT}, whose claim tolerates the NoExecute taint, was not left running: "
+        f"phase {tolerant.phase}, deleting {tolerant.is_deleting}")
+    drained_rule = wait_rule_status(cluster, rules[DRAINED], lambda c: c.get("reason") == "Completed")
+    condition = taints.rule_condition(drained_rule) or {}
+    assert condition.get("reason") == "Completed", (
+        f"pod {DRAINED} was evicted, but its rule does not report it: {taints.describe_rule(drained_rule)}")
+    note(request.node, f"{taints.describe_rule(drained_rule)}; claim {DRAINED} released ({claim.summary()}); "
+                       f"{DRAIN_TOLERANT} still runs on {held[DRAIN_TOLERANT][0]}: "
+                       f"{taints.describe_rule(read_rule(cluster, rules[DRAIN_TOLERANT]))}")
 
 # --- GPU sharing ------------------------------------------------------------------------------
 

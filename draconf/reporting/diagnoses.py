@@ -131,11 +131,14 @@ DIAGNOSES: dict[str, str] = {
         "mutatingadmissionpolicies,mutatingwebhookconfigurations`) and restrict the label to "
         "monitoring namespaces.",
     "device-tainted":
-        "A device its driver tainted NoSchedule or NoExecute in its ResourceSlice (e.g. an "
-        "unhealthy GPU: gpu.nvidia.com/xid=79) was allocated to a claim whose request does not "
-        "tolerate the taint: kube-scheduler ignores device taints (DRADeviceTaints off there, or "
-        "a scheduler older than the API server). Turn the gate on in kube-scheduler and move the "
-        "workload off the device (`kubectl get resourceslices -o yaml` shows the taints).",
+        "A device tainted NoSchedule or NoExecute, by its driver in its ResourceSlice (e.g. an "
+        "unhealthy GPU: gpu.nvidia.com/xid=79) or by an administrator's DeviceTaintRule, was "
+        "allocated to a claim whose request does not tolerate the taint, or (NoExecute) its pod "
+        "kept running on it: kube-scheduler ignores device taints (DRADeviceTaints, or for rules "
+        "DRADeviceTaintRules, off there, or a scheduler older than the API server), or "
+        "kube-controller-manager does not evict (its device-taint-eviction-controller left out of "
+        "--controllers). Turn the gate or controller on and move the workload off the device "
+        "(`kubectl get resourceslices,devicetaintrules -o yaml` shows the taints).",
     "partition-overlap":
         "A GPU and a MIG device carved from it (a partition: its parentUUID is the GPU's uuid) are "
         "allocated to two claims at once. The driver publishes both as partitionable devices "

@@ -340,7 +340,8 @@ class Testbed:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", "--v=1"], netns=netns)
+            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", "--v=1",
+            *faults_mod.controller_manager_flags(faults)], netns=netns)
         scheduler_client = [f"--kubeconfig={self.dir / 'kube-scheduler.kubeconfig'}",
                             "--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=400"]
         config = faults_mod.scheduler_config(faults, str(self.dir / "kube-scheduler.kubeconfig"))

@@ -67,6 +67,14 @@ FAULTS: dict[str, str] = {
         "kube-scheduler runs with DRADeviceTaints off while the driver taints an unhealthy GPU "
         "gpu.nvidia.com/xid=79:NoSchedule: the tainted GPU is allocated to claims that do not "
         "tolerate it (the bed adds that GPU when the inventory has no unhealthy one)",
+    "device-taint-rules-ignored":
+        "kube-scheduler runs with DRADeviceTaintRules off while the API server serves DeviceTaintRules "
+        "(a scheduler started without the beta gate the API server has): a GPU an admin tainted "
+        "NoSchedule by rule is allocated to claims that do not tolerate it",
+    "device-taint-eviction-off":
+        "kube-controller-manager runs without its device-taint-eviction-controller (a --controllers "
+        "list that leaves it out): pods keep GPUs tainted NoExecute, by the driver or by a "
+        "DeviceTaintRule, that their claims do not tolerate",
     "mig-counters-ignored":
         "the driver (DynamicMIG on) publishes MIG devices without consumesCounters, so the scheduler "
         "gives a full GPU and a MIG device of it to two claims (the bed turns DynamicMIG on)",
@@ -81,7 +89,20 @@ FAULTS: dict[str, str] = {
 #: the gate off, does).
 SCHEDULER_GATES_OFF = {"extended-resource-off": "DRAExtendedResource",
                        "prioritized-list-off": "DRAPrioritizedList",
-                       "device-taints-ignored": "DRADeviceTaints"}
+                       "device-taints-ignored": "DRADeviceTaints",
+                       "device-taint-rules-ignored": "DRADeviceTaintRules"}
+
+#: Beta gates off by default in 1.36 that the bed turns on in kube-apiserver, kube-scheduler and
+#: kube-controller-manager alike, so the suite's scenarios for them run in CI.  DRADeviceTaintRules
+#: (KEP-5055) serves DeviceTaintRule: the API server's bootstrap RBAC then lets the scheduler and
+#: the device-taint-eviction controller read rules, the scheduler applies their taints, and the
+#: controller evicts for NoExecute ones and writes the rules' status.
+BED_GATES_ON = ("DRADeviceTaintRules",)
+#: The gates a gate needs (k8s.io/kubernetes pkg/features, v1.36.3): turning one off turns off
+#: those that need it, else the component refuses to start.
+GATE_NEEDS = {"DRADeviceTaintRules": "DRADeviceTaints"}
+#: DeviceTaintRule is served by resource.k8s.io/v1beta2 only, a beta version disabled by default.
+BED_RUNTIME_CONFIG = ("resource.k8s.io/v1beta2/devicetaintrules=true",)
 
 #: Faults that need an unhealthy (tainted) GPU in the fleet to show (``inventory.with_unhealthy_gpu``).
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
@@ -106,16 +127,35 @@ def plugin_feature_gates(faults) -> dict[str, bool]:
     return {} if "sharing-gates-off" in faults else dict(SHARING_FEATURE_GATES)
 
 
+def gate_flags(off=()) -> list[str]:
+    """``--feature-gates`` with the bed's gates on (:data:`BED_GATES_ON`) and ``off`` off, with
+    what needs a gate that is off.
+
+    >>> gate_flags()
+    ['--feature-gates=DRADeviceTaintRules=true']
+    >>> gate_flags(["DRADeviceTaints"])
+    ['--feature-gates=DRADeviceTaintRules=false,DRADeviceTaints=false']
+    """
+    off = set(off)
+    off |= {g for g, needs in GATE_NEEDS.items() if needs in off}
+    gates = {g: True for g in BED_GATES_ON} | {g: False for g in off}
+    return [f"--feature-gates={','.join(f'{g}={str(v).lower()}' for g, v in sorted(gates.items()))}"]
+
+
 def scheduler_flags(faults) -> list[str]:
-    """kube-scheduler's ``--feature-gates`` for ``faults`` (none when no fault turns a gate off).
+    """kube-scheduler's ``--feature-gates`` for ``faults``: the bed's, with the gates a fault
+    turns off.
 
     >>> scheduler_flags(["prioritized-list-off", "cdi-wrong-device"])
-    ['--feature-gates=DRAPrioritizedList=false']
+    ['--feature-gates=DRADeviceTaintRules=true,DRAPrioritizedList=false']
+    >>> scheduler_flags(["device-taint-rules-ignored"])
+    ['--feature-gates=DRADeviceTaintRules=false']
+    >>> scheduler_flags(["device-taints-ignored"])
+    ['--feature-gates=DRADeviceTaintRules=false,DRADeviceTaints=false']
     >>> scheduler_flags([])
-    []
+    ['--feature-gates=DRADeviceTaintRules=true']
     """
-    gates = sorted(SCHEDULER_GATES_OFF[f] for f in faults if f in SCHEDULER_GATES_OFF)
-    return [f"--feature-gates={','.join(g + '=false' for g in gates)}"] if gates else []
+    return gate_flags(SCHEDULER_GATES_OFF[f] for f in faults if f in SCHEDULER_GATES_OFF)
 
 def scheduler_config(faults, kubeconfig: str) -> dict | None:
     """The KubeSchedulerConfiguration ``faults`` need (None: the flags' defaults serve).
@@ -140,15 +180,30 @@ def scheduler_config(faults, kubeconfig: str) -> dict | None:
 
 
 def apiserver_flags(faults) -> list[str]:
-    """kube-apiserver's extra flags for ``faults``.
+    """kube-apiserver's extra flags for ``faults``: the bed's gates and ``--runtime-config``.
 
-    >>> apiserver_flags(["resource-api-partial"])
-    ['--runtime-config=resource.k8s.io/v1/resourceclaimtemplates=false']
+    >>> apiserver_flags(["resource-api-partial"])[1]
+    '--runtime-config=resource.k8s.io/v1/resourceclaimtemplates=false,resource.k8s.io/v1beta2/devicetaintrules=true'
     >>> apiserver_flags([])
-    []
+    ['--feature-gates=DRADeviceTaintRules=true', '--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true']
     """
-    return ["--runtime-config=resource.k8s.io/v1/resourceclaimtemplates=false"] \
-        if "resource-api-partial" in faults else []
+    runtime = (["resource.k8s.io/v1/resourceclaimtemplates=false"] if "resource-api-partial" in faults else []) \
+        + list(BED_RUNTIME_CONFIG)
+    return [*gate_flags(), f"--runtime-config={','.join(runtime)}"]
+
+
+def controller_manager_flags(faults) -> list[str]:
+    """kube-controller-manager's ``--feature-gates``: the bed's (its device-taint-eviction
+    controller reads DeviceTaintRules only with DRADeviceTaintRules on); ``--controllers``
+    without that controller for ``device-taint-eviction-off``.
+
+    >>> controller_manager_flags([])
+    ['--feature-gates=DRADeviceTaintRules=true']
+    >>> controller_manager_flags(["device-taint-eviction-off"])[1]
+    '--controllers=*,-device-taint-eviction-controller'
+    """
+    return gate_flags() + (["--controllers=*,-device-taint-eviction-controller"]
+                           if "device-taint-eviction-off" in faults else [])
 
 
 #: The taint the gpu-nodes-tainted fault puts on every GPU node.

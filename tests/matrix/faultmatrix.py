@@ -103,7 +103,7 @@ FAILURE_MODES = ("failure-modes/missing-deviceclass", "failure-modes/selector-un
 
 #: What the preflight gate holds back when a blocking check fails: no verdict, with the reason.
 GATED = tuple(f"{w}/*" for w in GPU_WORKLOADS) + ("job/*", "quota/*", "failure-modes/*") + _features() \
-    + ("device-taints/*", "mig/*")
+    + ("device-taints/*", "device-taint-rule/*", "mig/*")
 
 
 EXPECTED: dict[str, Expectation] = {
@@ -165,9 +165,11 @@ EXPECTED: dict[str, Expectation] = {
         (), {p: "intermittent" for p in _all("cdi-injection")}, flaky=_all("cdi-injection"),
         run_args=("--reruns", "1", "--fail-on-flaky", "-k", WALKTHROUGH)),
     # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
+    # (device-taint-rule: the ruled GPU's claim stays Pending with the rule deleted, the drained
+    # pods never start: no verdict, when the run selects them, as the example bed's run does.)
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
-        dragged=("job/*", "quota/*", "failure-modes/*") + _features(),
+        dragged=("job/*", "quota/*", "failure-modes/*", "device-taint-rule/*") + _features(),
         no_verdict=_all("cdi-injection") + _all("cleanup"), run_args=("-k", WALKTHROUGH)),
     # kube-scheduler with a DRA gate off: the feature's pod is never placed, with the
     # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.
@@ -212,9 +214,25 @@ EXPECTED: dict[str, Expectation] = {
     "sharing-gates-off": Expectation(
         ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "config-rejected"},
         no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup"), run_args=FEATURES_ONLY),
+    # A scheduler without DRADeviceTaints has DRADeviceTaintRules off too (the gate needs it),
+    # so it ignores a rule's taint as well: the claim asking for the GPU a rule tainted is
+    # allocated it.
     "device-taints-ignored": Expectation(
-        ("device-taints/untolerated",), {"device-taints/untolerated": "device-tainted"},
+        ("device-taints/untolerated", "device-taint-rule/no-schedule"),
+        {"device-taints/untolerated": "device-tainted", "device-taint-rule/no-schedule": "device-tainted"},
         run_args=FEATURES_ONLY),
+    # kube-scheduler with DRADeviceTaintRules off while the API server serves DeviceTaintRules
+    # (and kube-controller-manager writes their status): the claim asking for the GPU a rule
+    # tainted NoSchedule is allocated it at once.  Driver taints still hold (device-taints).
+    "device-taint-rules-ignored": Expectation(
+        ("device-taint-rule/no-schedule",), {"device-taint-rule/no-schedule": "device-tainted"},
+        run_args=FEATURES_ONLY),
+    # kube-controller-manager without its device-taint-eviction-controller: the pod on the GPU a
+    # NoExecute rule drains still runs when the check's wait (30 s) ends; the rule gets no
+    # status.  The verdict includes starting the two pods.
+    "device-taint-eviction-off": Expectation(
+        ("device-taint-rule/no-execute",), {"device-taint-rule/no-execute": "device-tainted"},
+        verdict_seconds=75, run_args=FEATURES_ONLY),
     # MIG (real nodes only: the KWOK agent publishes no MIG device, REAL_NODE_FAULTS).
     "mig-counters-ignored": Expectation(
         ("mig/exclusive",), {"mig/exclusive": "partition-overlap"}, run_args=MIG_ONLY),

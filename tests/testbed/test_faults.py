@@ -329,6 +329,59 @@ def test_device_taints_ignored(start_fault_bed):
     assert taints.untolerated(claim.raw, taints.read_slices(api, PROFILE.driver))
 
 
+
+def _taint_rule(api, name: str, key: str, effect: str) -> None:
+    """A DeviceTaintRule tainting the device ``key`` (driver/pool/device), as an admin writes one."""
+    driver, pool, device = key.split("/")
+    api.resource_beta.create_device_taint_rule({
+        "apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule", "metadata": {"name": name},
+        "spec": {"deviceSelector": {"driver": driver, "pool": pool, "device": device},
+                 "taint": {"key": "example.com/gpu-maintenance", "effect": effect}}})
+
+
+def _rule(api, name: str) -> dict:
+    return api.api_client.sanitize_for_serialization(api.resource_beta.read_device_taint_rule(name))
+
+
+def test_device_taint_rules_ignored(start_fault_bed):
+    bed, api = start_fault_bed("device-taint-rules-ignored")
+    from draconf import taints
+    device = sorted(PublishedDevices.read(api, PROFILE.driver), key=lambda d: d.key)[0]
+    _taint_rule(api, "selftest-ruled", device.key, "NoSchedule")
+    # The API server serves the rule and kube-controller-manager reads it (it writes the status)...
+    rule = waits.wait_until("the rule's status", lambda: _rule(api, "selftest-ruled"),
+                            lambda r: taints.rule_condition(r) is not None, timeout=20,
+                            describe=taints.describe_rule)
+    assert taints.rule_condition(rule)["reason"] == "OtherEffect"
+    # ...kube-scheduler does not: the claim without a toleration gets the ruled GPU.
+    uuid = device.attribute(PROFILE.attributes["uuid"])
+    untolerated = Workload("device-taint-rule", ["features/46-device-taint-untolerated.yaml"], 1, selectors={
+        "gpu-untolerated": [selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [uuid])]})
+    deployed = deploy(api, untolerated)
+    claim = waits.wait_until("the untolerated claim to be allocated",
+                             lambda: Claim.read(api, deployed.namespace, "gpu-untolerated"),
+                             lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
+    assert [r.key for r in claim.results] == [device.key]
+
+
+def test_device_taint_eviction_off(start_fault_bed):
+    bed, api = start_fault_bed("device-taint-eviction-off")
+    from draconf import taints
+    from draconf.pods import Pod
+    drained = Workload("device-taint-rule", ["features/51-gpu-drained.yaml"], 2)
+    deployed = deploy(api, drained)
+    deployed.wait_running()
+    pod = Pod.read(api, deployed.namespace, "gpu-drained")
+    (result,) = Claim.read(api, deployed.namespace, "gpu-drained").results
+    _taint_rule(api, "selftest-drain", result.key, "NoExecute")
+    # The scheduler applies the taint (no new claim gets the GPU), but nothing evicts: 15 s on,
+    # the pod still runs on it and no controller has written the rule's status.
+    time.sleep(15)
+    after = Pod.read(api, deployed.namespace, "gpu-drained")
+    assert after.uid == pod.uid and after.is_running and not after.is_deleting, after.summary()
+    assert taints.rule_condition(_rule(api, "selftest-drain")) is None
+
+
 def _mig_devices(api):
     from draconf import mig
     return [d for d in PublishedDevices.read(api, PROFILE.driver) if mig.is_mig(d)]

@@ -440,6 +440,34 @@ def case_48(bed, api, ns):
     return next(e for e in found if words["bad-strategy"] in e)[:200]
 
 
+
+def rule_as_written(bed, api, name: str, rule: str, reason: str) -> str:
+    """49, 50 as written: a cluster-scoped DeviceTaintRule for pool gpu-node-0, device gpu-0, which
+    the bed does not publish, so it taints nothing; kube-controller-manager writes its status
+    (``reason``).  Deleted here: the namespace does not own it as written."""
+    from draconf import taints
+    apply(bed, "default", name)
+    try:
+        got = waits.wait_until(f"DeviceTaintRule {rule}'s status", lambda: api.api_client.sanitize_for_serialization(
+                               api.resource_beta.read_device_taint_rule(rule)),
+                               lambda r: taints.rule_condition(r) is not None, timeout=RUN_TIMEOUT,
+                               describe=taints.describe_rule)
+        assert taints.rule_condition(got)["reason"] == reason, taints.describe_rule(got)
+        assert not taints.tainted_devices(taints.with_rule_taints(taints.read_slices(api, DRIVER), [got]))
+        return taints.describe_rule(got)
+    finally:
+        kubectl(bed, "delete", "devicetaintrule", rule, "--ignore-not-found")
+
+
+def case_51(bed, api, ns):
+    """Both pods run, each on a GPU of its own claim (the tolerating claim keeps its toleration)."""
+    apply(bed, ns, "features/51-gpu-drained.yaml")
+    running(api, ns, 2)
+    claims = {n: Claim.read(api, ns, n) for n in ("gpu-drained", "gpu-drain-tolerant")}
+    keys = [r.key for c in claims.values() for r in c.results]
+    assert len(keys) == 2 and len(set(keys)) == 2, keys
+    return "; ".join(c.summary() for c in claims.values())
+
 CASES = {
     # 60, 61: Running on a MIG device of their profile where MIG devices are published (a
     # DynamicMIG bed, mixed-mig.yaml), else Pending (the healthy bed: DynamicMIG off).  61 is
@@ -475,6 +503,11 @@ CASES = {
     "features/46-device-taint-untolerated.yaml": case_46,
     "features/47-gpu-sharing.yaml": case_47,
     "features/48-gpu-sharing-invalid.yaml": case_48,
+    "features/49-device-taint-rule.yaml": lambda b, a, n: rule_as_written(
+        b, a, "features/49-device-taint-rule.yaml", "gpu-maintenance", "OtherEffect"),
+    "features/50-device-taint-rule-evict.yaml": lambda b, a, n: rule_as_written(
+        b, a, "features/50-device-taint-rule-evict.yaml", "gpu-drain", "NotStarted"),
+    "features/51-gpu-drained.yaml": case_51,
 }
 
 

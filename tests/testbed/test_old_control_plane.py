@@ -10,6 +10,7 @@ cluster to judge this, so the test starts only etcd and that API server (about 1
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import subprocess
@@ -39,11 +40,11 @@ def _ready(url: str, pki) -> str:
         return f"not ready: {err}"
 
 
-@pytest.fixture(scope="module")
-def old_control_plane(tmp_path_factory):
-    """(kubeconfig, server): etcd and a kube-apiserver emulating Kubernetes 1.33."""
+@contextlib.contextmanager
+def bare_control_plane(work, *apiserver_args: str, label: str = "kube-apiserver"):
+    """etcd and one real kube-apiserver v1.36.3 started with ``apiserver_args`` (nothing else of
+    a cluster): (kubeconfig, pki, server) while it runs."""
     bindir = build.ensure_built(log=lambda *_: None)
-    work = tmp_path_factory.mktemp("old-control-plane")
     pki = pki_mod.create(work / "pki")
     client, peer, secure = free_ports(3)
     logs = open(work / "components.log", "w")
@@ -54,7 +55,7 @@ def old_control_plane(tmp_path_factory):
         "--initial-cluster", f"old=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level", "warn"],
         stdout=logs, stderr=subprocess.STDOUT)]
     procs.append(subprocess.Popen([
-        str(bindir / "kube-apiserver"), f"--emulated-version={EMULATED}",
+        str(bindir / "kube-apiserver"), *apiserver_args,
         f"--etcd-servers=http://127.0.0.1:{client}", "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1", f"--secure-port={secure}",
         f"--tls-cert-file={pki.server_cert}", f"--tls-private-key-file={pki.server_key}",
@@ -72,7 +73,7 @@ def old_control_plane(tmp_path_factory):
         "users": [{"name": "admin", "user": {"token": pki.token("admin")}}],
         "contexts": [{"name": "old", "context": {"cluster": "old", "user": "admin"}}]}))
     try:
-        waits.wait_until(f"kube-apiserver (emulating {EMULATED}) to be ready", lambda: _ready(f"{server}/readyz", pki),
+        waits.wait_until(f"{label} to be ready", lambda: _ready(f"{server}/readyz", pki),
                          lambda answer: answer == "ok", timeout=90, describe=lambda answer: answer[:300])
         yield kubeconfig, pki, server
     finally:
@@ -83,6 +84,14 @@ def old_control_plane(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 proc.kill()
         logs.close()
+
+
+@pytest.fixture(scope="module")
+def old_control_plane(tmp_path_factory):
+    """(kubeconfig, server): etcd and a kube-apiserver emulating Kubernetes 1.33."""
+    with bare_control_plane(tmp_path_factory.mktemp("old-control-plane"), f"--emulated-version={EMULATED}",
+                            label=f"kube-apiserver (emulating {EMULATED})") as plane:
+        yield plane
 
 
 def test_the_server_really_is_old(old_control_plane):

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: Python client API group attribute (draconf.kube.Api) -> API group.
 GROUPS = {"core": "", "apps": "apps", "batch": "batch", "resource": "resource.k8s.io",
-          "admission": "admissionregistration.k8s.io"}
+          "resource_beta": "resource.k8s.io", "admission": "admissionregistration.k8s.io"}
 VERBS = {"read": "get", "list": "list", "create": "create", "delete": "delete", "patch": "patch",
          "replace": "update"}
 
@@ -56,7 +56,7 @@ def calls_in_code() -> set[Permission]:
     found: set[Permission] = set()
     files = [p for p in (REPO / "draconf").rglob("*.py") if "testbed" not in p.relative_to(REPO).parts]
     files += list((REPO / "suites").glob("*.py"))
-    call = re.compile(r"\b(?:api|cluster)\.(core|apps|batch|resource|admission)\.([a-z_]+)\b")
+    call = re.compile(r"\b(?:api|cluster)\.(core|apps|batch|resource_beta|resource|admission)\.([a-z_]+)\b")
     for path in files:
         for group_attr, method in call.findall(path.read_text()):
             found.update(permissions_of_call(group_attr, method))
