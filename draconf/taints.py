@@ -199,6 +199,22 @@ def with_rule_taints(slices, rules) -> list[dict]:
     return out
 
 
+def only_effect(slices, effect: str) -> list[dict]:
+    """``slices`` (API dicts) with only the device taints of ``effect``.
+
+    >>> slices = [{"spec": {"devices": [{"name": "gpu-0", "taints": [
+    ...     {"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoExecute"}]}]}}]
+    >>> only_effect(slices, "NoExecute")[0]["spec"]["devices"][0]["taints"]
+    [{'key': 'b', 'effect': 'NoExecute'}]
+    """
+    out = copy.deepcopy(list(slices))
+    for s in out:
+        for dev in (s.get("spec") or {}).get("devices") or []:
+            if "taints" in dev:
+                dev["taints"] = [t for t in dev["taints"] if t.get("effect") == effect]
+    return out
+
+
 #: The condition kube-controller-manager's device-taint-eviction controller writes on a rule.
 EVICTION_CONDITION = "EvictionInProgress"
 

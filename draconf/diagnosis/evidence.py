@@ -57,6 +57,8 @@ def evidence(snap: Snapshot, facts: Facts, code: str, reason: str) -> dict[str, 
         out["resourceclaimtemplates"] = _cap(_yaml(snap.templates))
     if facts.events:
         out["events"] = _cap("\n".join(e.line() for e in facts.events))
+    if snap.taint_rules:
+        out["devicetaintrules"] = _cap(_yaml(snap.taint_rules))
     if facts.device_classes is not None:
         out["deviceclasses"] = "\n".join(f"{n}: {' && '.join(s) or '(no selector)'}"
                                          for n, s in sorted(facts.device_classes.items())) or "(none)"

@@ -23,6 +23,7 @@ from draconf.devices import Device, PublishedDevices, devices_from_slices
 from draconf.kube import seconds_since
 from draconf.namespaces import MANAGED_BY
 from draconf.plugins import PluginPod
+from draconf.taints import describe_rule, only_effect, with_rule_taints
 from draconf.pods import Pod, request_matches
 
 #: draconf's own objects carry this label (a quota the suite made is its checks' subject)
@@ -170,6 +171,11 @@ class Facts:
     #: claim key (namespace/name) -> its allocation results whose device carries a NoSchedule or
     #: NoExecute taint the request does not tolerate ("request: pool/device (key=value:effect)")
     untolerated_taints: dict[str, list[str]] = field(default_factory=dict)
+    #: of those, claim key -> its results on a device tainted NoExecute while a pod consuming the
+    #: claim still runs (the device-taint-eviction controller should have evicted it)
+    not_evicted: dict[str, list[str]] = field(default_factory=dict)
+    #: DeviceTaintRule name -> what it taints (draconf.taints.describe_rule), every rule served
+    taint_rules: dict[str, str] = field(default_factory=dict)
     #: what :func:`draconf.allocation.judge` finds wrong with the allocations of the namespace's
     #: scheduled pods (the broken promises only, not "not allocated yet")
     allocation_problems: list[str] = field(default_factory=list)
@@ -272,7 +278,11 @@ def build_facts(snap: Snapshot, profile) -> Facts:
         for c in snap.admission_webhooks for w in c.get("webhooks") or []}
     facts.slice_count = len(snap.slices)
     facts.devices = devices_from_slices(snap.slices)
-    facts.untolerated_taints = _untolerated_taints(snap.claims, snap.slices)
+    # What kube-scheduler and the eviction controller see: the slices' taints and the rules'.
+    tainted_slices = with_rule_taints(snap.slices, snap.taint_rules)
+    facts.untolerated_taints = _untolerated_taints(snap.claims, tainted_slices)
+    facts.not_evicted = _not_evicted(snap, tainted_slices)
+    facts.taint_rules = {(r.get("metadata") or {}).get("name", ""): describe_rule(r) for r in snap.taint_rules}
     facts.allocation_problems = _allocation_problems(snap, facts, profile)
     for c in map(Claim, snap.all_claims):
         for key in c.device_keys:
@@ -430,6 +440,15 @@ def _untolerated_taints(claims: list[dict], slices: list[dict]) -> dict[str, lis
         if problems := untolerated(raw, slices):
             found[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = problems
     return found
+
+
+def _not_evicted(snap: Snapshot, tainted_slices: list[dict]) -> dict[str, list[str]]:
+    """Claim key -> results on a device whose NoExecute taint the request does not tolerate,
+    for claims a running pod (not being deleted) still consumes."""
+    running = {p.uid for p in map(Pod, snap.pods) if p.is_running and not p.is_deleting}
+    no_execute = only_effect(tainted_slices, "NoExecute")
+    return {key: problems for key, problems in _untolerated_taints(
+                [c for c in snap.claims if running & set(Claim(c).reserved_for_uids)], no_execute).items()}
 
 
 #: Branches of :func:`draconf.allocation.judge` that say an allocation is wrong, not that it has

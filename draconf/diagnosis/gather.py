@@ -41,6 +41,9 @@ class Snapshot:
     containers: dict[str, dict] = field(default_factory=dict)
     gpu_cluster: dict | None = None
     cluster_policies: list[dict] = field(default_factory=list)
+    #: DeviceTaintRules (resource.k8s.io/v1beta2; none where the API is not served): taints
+    #: kube-scheduler and the eviction controller add to the devices they select
+    taint_rules: list[dict] = field(default_factory=list)
     quotas: list[dict] = field(default_factory=list)
     #: ValidatingAdmissionPolicies, their bindings and the validating webhook configurations
     #: (admission control an admin set up; read for an ``admission-denied`` diagnosis)
@@ -53,6 +56,20 @@ class Snapshot:
     namespace_without_sa: str | None = None
     #: component -> draconf.controlplane.health, read when a pod shows nothing acting on it
     control_plane: dict[str, str] = field(default_factory=dict)
+
+
+def _taint_rules(api, snap: Snapshot, kw: dict) -> list[dict]:
+    """The cluster's DeviceTaintRules; none where resource.k8s.io/v1beta2 does not serve them
+    (the DRADeviceTaintRules gate is beta and off by default in 1.36)."""
+    from kubernetes.client.exceptions import ApiException
+    try:
+        return [_plain(api, r) for r in api.resource_beta.list_device_taint_rule(**kw).items]
+    except ApiException as err:
+        if err.status != 404:
+            snap.errors["devicetaintrules"] = describe_error(err)
+    except Exception as err:  # noqa: BLE001 - evidence is gathered as far as it goes
+        snap.errors["devicetaintrules"] = describe_error(err)
+    return []
 
 
 def _plain(api, obj) -> dict:
@@ -123,6 +140,7 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
     snap.device_classes = read("deviceclasses", lambda: plain(api.resource.list_device_class(**kw).items))
     snap.slices = read("resourceslices", lambda: plain(api.resource.list_resource_slice(
         field_selector=f"spec.driver={profile.driver}", **kw).items), [])
+    snap.taint_rules = _taint_rules(api, snap, kw)
     snap.all_claims = read("resourceclaims (all namespaces)", lambda: plain(
         api.resource.list_resource_claim_for_all_namespaces(**kw).items), [])
     snap.nodes = read("nodes", lambda: plain(api.core.list_node(**kw).items), [])

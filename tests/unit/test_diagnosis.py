@@ -1181,6 +1181,46 @@ def test_a_tolerated_taint_is_not_device_tainted():
     assert build_facts(informational, builtin("nvidia")).untolerated_taints == {}
 
 
+def _ruled(effect: str) -> Snapshot:
+    """The healthy gpu-3 of TAINTED_SLICE held by UNTOLERATED_CLAIM's running pod, and a
+    DeviceTaintRule (as the device-taint-rule checks create) tainting exactly it."""
+    import copy
+    claim = copy.deepcopy(UNTOLERATED_CLAIM)
+    claim["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-3"
+    snap = _tainted_snapshot(claim)
+    snap.taint_rules = [{"metadata": {"name": "ns-rule"}, "spec": {
+        "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu-h100-0", "device": "gpu-3"},
+        "taint": {"key": "example.com/gpu-maintenance", "value": "planned", "effect": effect}}}]
+    return snap
+
+
+def test_a_device_a_rule_taints_given_to_a_claim_without_toleration_is_device_tainted():
+    facts = build_facts(_ruled("NoSchedule"), builtin("nvidia"))
+    assert facts.untolerated_taints == {
+        "ns/gpu-untolerated": ["gpu: gpu-h100-0/gpu-3 (example.com/gpu-maintenance=planned:NoSchedule)"]}
+    assert facts.not_evicted == {}  # NoSchedule evicts nobody
+    code, reason = classify(facts, "no-schedule", UNRELATED)
+    assert code == "device-tainted"
+    assert "DeviceTaintRule ns-rule" in reason and "DRADeviceTaintRules" in reason and "kube-scheduler" in reason
+
+
+def test_a_pod_left_running_on_a_device_a_rule_taints_noexecute_is_not_evicted():
+    facts = build_facts(_ruled("NoExecute"), builtin("nvidia"))
+    assert list(facts.not_evicted) == ["ns/gpu-untolerated"]
+    code, reason = classify(facts, "no-execute", UNRELATED)
+    assert code == "device-tainted" and "device-taint-eviction-controller" in reason
+    # Once the pod is being deleted (evicted), nothing is left to evict.
+    snap = _ruled("NoExecute")
+    snap.pods[0]["metadata"]["deletionTimestamp"] = "2026-11-30T00:00:00Z"
+    assert build_facts(snap, builtin("nvidia")).not_evicted == {}
+
+
+def test_rules_of_other_devices_taint_nothing_here():
+    snap = _ruled("NoSchedule")
+    snap.taint_rules[0]["spec"]["deviceSelector"]["device"] = "gpu-7"
+    assert build_facts(snap, builtin("nvidia")).untolerated_taints == {}
+
+
 #: Recorded on the healthy bed by tests/testbed/test_allocation_branches.py: two claims an
 #: external allocator gave the same device, each consumed by a running pod.
 def _claim_on(name: str, device: str, pod_uid: str) -> dict:

@@ -98,13 +98,23 @@ def rule_attribute_missing(facts: Facts, check, error_text):
 
 
 def rule_device_tainted(facts: Facts, check, error_text):
-    """A device tainted NoSchedule/NoExecute was allocated to a claim whose request does not
-    tolerate the taint: the scheduler ignores device taints (DRADeviceTaints off there)."""
+    """A device tainted NoSchedule/NoExecute (by its slice or a DeviceTaintRule) was allocated to
+    a claim whose request does not tolerate the taint: the scheduler ignores device taints; or a
+    pod still runs on a device tainted NoExecute that it does not tolerate: nothing evicts it."""
+    rules = f" (DeviceTaintRules: {'; '.join(facts.taint_rules.values())})" if facts.taint_rules else ""
+    for key, problems in sorted(facts.not_evicted.items()):
+        return ("device-tainted",
+                f"Claim {key} holds a device tainted NoExecute that its request does not tolerate, and "
+                f"a pod consuming it still runs: {'; '.join(problems)}{rules}. kube-controller-manager "
+                "does not evict for device taints: its device-taint-eviction-controller is not running "
+                "(see --controllers), or DRADeviceTaints (and, for rules, DRADeviceTaintRules) is off "
+                "there.")
     for key, problems in sorted(facts.untolerated_taints.items()):
         return ("device-tainted",
                 f"Claim {key} was allocated a device whose taint its request does not tolerate: "
-                f"{'; '.join(problems)}. kube-scheduler ignores device taints: turn DRADeviceTaints "
-                "on there (every control-plane component at one version and gates).")
+                f"{'; '.join(problems)}{rules}. kube-scheduler ignores device taints: turn DRADeviceTaints "
+                "on there" + (", and DRADeviceTaintRules for the rules' taints" if facts.taint_rules else "")
+                + " (every control-plane component at one version and gates).")
     return None
 
 
