@@ -8,8 +8,11 @@
 # its manifest as written (the image swapped for $IMAGE, as the bed's profile does); wait for
 # its pods to be Ready (shared-claim's pinned to $SHARED_NODE, a node with three GPUs, as the
 # suite does: README, "Templated fields"); `nvidia-smi -L` exec'd in each; delete the pods; wait for the claims to
-# be released (template claims deleted, the shared claim's reservedFor empty); delete the
-# namespace without waiting.  Prints each workload's seconds and the total.
+# be released (template claims deleted, the shared claim's reservedFor empty); as the suite's
+# cleanup check does, prove the freed GPUs allocatable again (a probe claim selecting them by
+# uuid and a pod for it, per node, deleted once allocated); delete the namespace without
+# waiting for it, only until its claims hold no device (what the next workload needs, as the
+# suite waits).  Prints each workload's seconds and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KUBECTL=${KUBECTL:-kubectl}
@@ -44,6 +47,9 @@ for workload in "${ORDER[@]}"; do
   done
   # Consumers first, with a short grace period (a Deployment's: its owners orphan them, else the
   # garbage collector deletes them with their default 30 s), then wait for what they held.
+  # What the claims hold, before the consumers go (generated claims go with them).
+  held=$($KUBECTL get resourceclaims -n "$ns" -o json |
+         jq -c '[.items[].status.allocation.devices.results[]? | {pool, device}] | unique')
   $KUBECTL delete -n "$ns" deployments,replicasets --all --cascade=orphan >/dev/null
   $KUBECTL delete -n "$ns" pods --all --grace-period=1 --wait=true >/dev/null
   # Released: the generated claims deleted, the manifest's own claims reserved by nobody.
@@ -52,7 +58,50 @@ for workload in "${ORDER[@]}"; do
         [ -z "$($KUBECTL get resourceclaims -n "$ns" -o jsonpath='{.items[*].status.reservedFor}')" ]; do
     sleep 0.1
   done
+  slices=$($KUBECTL get resourceslices -o json)
+  for pool in $(jq -r '.[].pool' <<<"$held" | sort -u); do
+    uuids=$(jq -c --argjson held "$held" --arg pool "$pool" '[.items[] | select(.spec.pool.name == $pool)
+            | .spec.devices[] | select(.name as $n | $held | any(.pool == $pool and .device == $n))
+            | .attributes.uuid.string]' <<<"$slices")
+    probe="probe-${pool}"
+    $KUBECTL apply -n "$ns" -f - >/dev/null <<EOF
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: ${probe}}
+spec:
+  devices:
+    requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          count: $(jq length <<<"$uuids")
+          selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].uuid in ${uuids//\"/\'}"}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ${probe}}
+spec:
+  restartPolicy: Never
+  resourceClaims: [{name: gpu, resourceClaimName: ${probe}}]
+  securityContext: {runAsNonRoot: true, runAsUser: 65534, seccompProfile: {type: RuntimeDefault}}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers:
+    - name: probe
+      image: ${IMAGE}
+      command: [sleep, "3600"]
+      securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+      resources: {claims: [{name: gpu}]}
+EOF
+    until [ -n "$($KUBECTL get resourceclaim -n "$ns" "$probe" -o jsonpath='{.status.allocation}')" ]; do
+      sleep 0.1
+    done
+    $KUBECTL delete -n "$ns" pod "$probe" --grace-period=1 --wait=false >/dev/null
+    $KUBECTL delete -n "$ns" resourceclaim "$probe" --wait=false >/dev/null
+  done
   $KUBECTL delete namespace "$ns" --wait=false >/dev/null
+  until [ -z "$($KUBECTL get resourceclaims -n "$ns" -o jsonpath='{.items[*].status.allocation}' 2>/dev/null)" ]; do
+    sleep 0.1
+  done
   printf '%-16s %6.2fs\n' "$workload" "$(echo "$(date +%s.%N) - $start" | bc)"
 done
 printf '%-16s %6.2fs\n' total "$(echo "$(date +%s.%N) - $total_start" | bc)"
