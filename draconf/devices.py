@@ -43,6 +43,9 @@ class Device:
     node: str | None
     attributes: dict = field(default_factory=dict, hash=False, compare=False)
     capacity: dict = field(default_factory=dict, hash=False, compare=False)
+    #: the counter sets it consumes (consumesCounters[].counterSet; KEP-4815 partitionable
+    #: devices): a MIG device and the GPU it is carved from consume the same one
+    counter_sets: tuple = field(default=(), hash=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -88,6 +91,9 @@ def devices_from_slices(slices) -> list[Device]:
     >>> [str(d) for d in devices_from_slices([{"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
     ...     "pool": {"name": "n1"}, "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}]}}])]
     ['n1/gpu-0']
+    >>> devices_from_slices([{"spec": {"driver": "d", "pool": {"name": "n1"}, "devices": [{"name": "gpu-0",
+    ...     "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": {}}]}]}}])[0].counter_sets
+    ('gpu-0-counter-set',)
     """
     devices = []
     for s in slices:
@@ -102,7 +108,8 @@ def devices_from_slices(slices) -> list[Device]:
                     caps[k if "/" in k else f"{driver}/{k}"] = parse_quantity((v or {}).get("value"))
                 except (ValueError, TypeError) as err:  # the API server validates quantities: not expected
                     log.warning("device %s/%s: capacity %s left out: %s", pool, dev.get("name"), k, err)
-            devices.append(Device(driver, pool, dev.get("name", ""), spec.get("nodeName"), attrs, caps))
+            sets = tuple(c.get("counterSet") for c in dev.get("consumesCounters") or [] if c.get("counterSet"))
+            devices.append(Device(driver, pool, dev.get("name", ""), spec.get("nodeName"), attrs, caps, sets))
     return devices
 
 

@@ -47,6 +47,30 @@ def parent_of(device) -> str | None:
     return device.attribute(PARENT_ATTRIBUTE)
 
 
+#: A whole GPU's identity, which a MIG device's ``parentUUID`` names.
+UUID_ATTRIBUTE = "uuid"
+
+
+def carved_from(device, devices):
+    """The GPU a MIG device is carved from as its ResourceSlice pool says it through counters,
+    not through its ``parentUUID``: the whole GPU of the same pool consuming a counter set the
+    MIG device consumes (one counter set per GPU, KEP-4815).  None for a device consuming no
+    counters (a driver publishing them without) or when no such GPU is published.
+
+    >>> from draconf.devices import Device
+    >>> gpus = [Device("d", "n", f"gpu-{i}", "n", {"d/type": "gpu", "d/uuid": f"GPU-{i}"},
+    ...                counter_sets=(f"gpu-{i}-counter-set",)) for i in (0, 1)]
+    >>> part = Device("d", "n", "gpu-1-mig-2g20gb-14-2", "n", {"d/type": "mig", "d/parentUUID": "GPU-0"},
+    ...               counter_sets=("gpu-1-counter-set",))
+    >>> carved_from(part, gpus + [part]).attribute(UUID_ATTRIBUTE), parent_of(part)
+    ('GPU-1', 'GPU-0')
+    """
+    if not device.counter_sets:
+        return None
+    return next((d for d in devices if d.pool == device.pool and d.driver == device.driver and not is_mig(d)
+                 and d.has_attribute(UUID_ATTRIBUTE) and set(d.counter_sets) & set(device.counter_sets)), None)
+
+
 def _slices(name: str) -> int:
     """The compute slices of a profile name (``3g.40gb`` -> 3; unknown forms sort last)."""
     m = re.match(r"(\d+)g\.", name)

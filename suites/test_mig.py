@@ -114,13 +114,22 @@ def test_mig_devices_share_their_parent(request, cluster, profile, run_id, names
         f"their parents: {parents}")
     parent = next(iter(parents.values()))
     containers = {c["name"]: c["resources"]["claims"][0]["request"] for c in pod.spec["containers"]}
-    problems, seen = [], []
+    problems, seen, under = [], [], {}
     for container, req in containers.items():
         result = smi_list(cluster, profile, namespace, pod.name, container)
         if wrong := mig.sees_mig(result.stdout, parent, mig.profile_of(devices[req])):
             problems.append(f"{container} (request {req}: {devices[req]}): nvidia-smi -L {wrong}: {result.describe()}")
         seen.append(f"{container}: {mig.profile_of(devices[req])}")
-    assert not problems, "the containers do not see their MIG devices: " + "; ".join(problems)
+        for gpu in mig.parse_list(result.stdout):
+            under.setdefault(gpu.uuid, []).append(container)
+    # The promise is one physical GPU: the published parentUUID is only how the claim asks for it.
+    # GPUs the containers list besides it say the devices are not where the slices say they are.
+    elsewhere = "" if set(under) <= {parent} else (
+        f"the claim's MIG devices all publish parentUUID {parent} (matchAttribute kept that), but the "
+        f"containers' nvidia-smi -L lists them under {len(under)} GPU(s): "
+        + "; ".join(f"{gpu} ({', '.join(cs)})" for gpu, cs in under.items())
+        + " (compare the devices' parentUUID in `kubectl get resourceslices -o yaml` with nvidia-smi -L); ")
+    assert not problems, elsewhere + "the containers do not see their MIG devices: " + "; ".join(problems)
     note(request.node, f"{claim.name}: {', '.join(str(d) for d in devices.values())}, all on GPU {parent}; "
                        f"each container sees its own ({', '.join(seen)})")
 

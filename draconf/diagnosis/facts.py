@@ -216,6 +216,23 @@ class Facts:
         messages += [e.message for e in self.events if e.reason == "FailedScheduling"]
         return messages
 
+    def container_devices(self, seen: ContainerGPUs) -> list[Device]:
+        """The published devices allocated to what ``seen``'s container lists (a claim, or one
+        request of it), as read now; those of a claim gone or unallocated are left out."""
+        pod = next((p for p in self.pods if p.name == seen.pod), None)
+        if pod is None or seen.container not in pod.containers:
+            return []
+        names, by_key = pod.claim_names(), {d.key: d for d in self.devices}
+        found = []
+        for ref, request in pod.container_claim_requests(seen.container):
+            claim = self.claim(names.get(ref, ""))
+            if claim is None or not claim.is_allocated:
+                continue
+            keys = claim.device_keys if request is None else [
+                key for req, keys in claim.request_devices.items() if request_matches(req, request) for key in keys]
+            found += [by_key[k] for k in keys if k in by_key]
+        return found
+
 
 # =============================================================================================
 # Device selectors: the CEL the cluster holds, evaluated by draconf.cel

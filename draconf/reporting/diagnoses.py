@@ -147,6 +147,15 @@ DIAGNOSES: dict[str, str] = {
         "without consumesCounters) or the scheduler ignores counters. `kubectl get resourceslices "
         "-o yaml` shows whether the MIG devices carry consumesCounters; the node then fails to "
         "create the MIG device (NVML: Insufficient Resources) or the full GPU's workload shares it.",
+    "inventory-mismatch":
+        "The driver publishes a device whose attributes disagree with the hardware its containers "
+        "get: a MIG device's parentUUID names a GPU other than the one the container's nvidia-smi "
+        "-L lists it under (the GPU whose counter set the device consumes in its ResourceSlice). "
+        "Constraints on that attribute then hold on paper only: matchAttribute "
+        "gpu.nvidia.com/parentUUID keeps a claim's MIG devices on one published parentUUID while "
+        "they are created on several GPUs. The driver's device inventory is wrong: compare "
+        "`kubectl get resourceslices -o yaml` with nvidia-smi -L on the node, and fix or upgrade "
+        "the driver.",
     "intermittent":
         "The check failed, but the same reading repeated by the diagnosis moments later showed "
         "the expected state: the failure did not persist. Rerun with --reruns to tell a flake "

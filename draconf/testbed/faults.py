@@ -82,6 +82,10 @@ FAULTS: dict[str, str] = {
         "the GPU nodes lack the MIG capability device nodes (/dev/nvidia-caps, which nvidia-modprobe "
         "creates from /proc/driver/nvidia-caps/mig-minors), so the driver cannot hand a MIG device to "
         "a container: MIG pods never start (the bed turns DynamicMIG on)",
+    "mig-parent-mislabelled":
+        "the driver (DynamicMIG on) publishes MIG devices of more than one memory slice with the next "
+        "GPU's UUID as parentUUID (a wrong device inventory): the scheduler keeps a claim's MIG devices "
+        "on one parentUUID as asked, yet they are created on two GPUs (the bed turns DynamicMIG on)",
 }
 
 #: Faults that turn one DRA feature gate off in kube-scheduler only: the API server keeps the
@@ -108,7 +112,7 @@ BED_RUNTIME_CONFIG = ("resource.k8s.io/v1beta2/devicetaintrules=true",)
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
 
 #: Faults that need the driver's DynamicMIG gate on (``inventory.with_dynamic_mig``).
-NEED_DYNAMIC_MIG = ("mig-counters-ignored", "mig-caps-missing")
+NEED_DYNAMIC_MIG = ("mig-counters-ignored", "mig-caps-missing", "mig-parent-mislabelled")
 
 
 #: The chart's ``featureGates`` the bed installs the driver with (GPU sharing is alpha upstream,

@@ -167,7 +167,8 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "claims-not-released": "unprepare-fails", "plugin-unhealthy": "crash",
                  "admin-access-exclusive": "admin-access-exclusive",
                  "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored",
-                 "mig-counters-ignored": "mig-counters-ignored"}
+                 "mig-counters-ignored": "mig-counters-ignored",
+                 "mig-parent-mislabelled": "mig-parent-mislabelled"}
 
 
 def feature_gates_env(gates: dict[str, bool]) -> str:

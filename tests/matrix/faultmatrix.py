@@ -43,7 +43,7 @@ REAL_NODES_ONLY = ("job/", "gpu-sharing/")
 #: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
 REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off", "mig-counters-ignored",
-                    "mig-caps-missing")
+                    "mig-caps-missing", "mig-parent-mislabelled")
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
@@ -240,6 +240,12 @@ EXPECTED: dict[str, Expectation] = {
         ("mig/by-profile", "mig/same-parent"),
         {"mig/by-profile": "plugin-unhealthy", "mig/same-parent": "plugin-unhealthy"},
         dragged=("mig/exclusive",), run_args=MIG_ONLY),
+    # Only the 2g-and-larger MIG devices name the next GPU as parent: gpu-test4's claim is
+    # allocated across two GPUs under one published parentUUID, and its containers list two
+    # GPUs.  A lone 1g device (by-profile; exclusive asks for the smallest profile) is labelled
+    # right, so those two pass.
+    "mig-parent-mislabelled": Expectation(
+        ("mig/same-parent",), {"mig/same-parent": "inventory-mismatch"}, run_args=MIG_ONLY),
 }
 
 

@@ -220,6 +220,24 @@ def test_mig_counters_ignored(dg_beds, dg_namespaces):
     assert f"a partition of GPU {parent}) is allocated to mig-on-whole-gpu while gpu-whole" in result.reason
 
 
+def test_mig_parent_mislabelled(dg_beds, dg_namespaces):
+    """MIG devices of 2g and larger published under the next GPU's UUID: gpu-test4 is allocated
+    across two GPUs under one parentUUID; the diagnosis reads, in the containers' nvidia-smi -L,
+    the GPU whose counter set a device consumes where its parentUUID names another."""
+    from draconf import mig
+    api = dg_beds.get("mig-parent-mislabelled")
+    ns = dg_namespaces(api, "w")
+    started = time.monotonic()
+    deploy(api, ns, mig.MigWorkload("mig", ["features/61-mig-same-parent.yaml"], 1, profiles={
+        "mig-1g-0": "1g.10gb", "mig-1g-1": "1g.10gb", "mig-2g": "2g.20gb", "mig-3g": "3g.40gb"})).wait_running()
+    # As test_mig_devices_share_their_parent words it (the rule does not read it).
+    result = diagnosed(api, ns, "same-parent", "the containers do not see their MIG devices: ctr2 (request "
+                       "mig-2g): nvidia-smi -L lists GPU(s) GPU-x, not the parent GPU-y", "mig-parent-mislabelled",
+                       time.monotonic() - started)
+    assert result.code == "inventory-mismatch", result
+    assert "published with parentUUID GPU-" in result.reason and "-counter-set" in result.reason
+
+
 # --- faults on the node side ----------------------------------------------------------------
 
 def test_plugin_unhealthy(dg_beds, dg_namespaces):

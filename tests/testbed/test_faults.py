@@ -421,3 +421,27 @@ def test_mig_caps_missing(start_fault_bed):
     deployed = deploy(api, mig.MigWorkload("mig", ["features/60-mig-by-profile.yaml"], 1, profiles={"mig": "1g.10gb"}))
     with pytest.raises(waits.WaitFailed, match="nvidia-caps"):
         deployed.wait_running(timeout=60)
+
+
+@pytest.mark.skipif(not REAL_NODES, reason="MIG devices are published on real nodes only")
+def test_mig_parent_mislabelled(start_fault_bed):
+    """DynamicMIG on; the plugin publishes the MIG devices of 2g and larger under the next GPU's
+    UUID.  gpu-test4 (1g, 1g, 2g, 3g under matchAttribute parentUUID) is allocated devices of
+    one published parentUUID, and its containers list them under two GPUs."""
+    from draconf import mig
+    bed, api = start_fault_bed("mig-parent-mislabelled")
+    published = PublishedDevices.read(api, PROFILE.driver)
+    whole = {d.attribute("uuid"): d.name for d in published if d.attribute("type") == "gpu"}
+    # gpu-<m>-mig-...: the name (like its counter set) still says which GPU it is carved from.
+    wrong = [d for d in published if mig.is_mig(d) and whole.get(mig.parent_of(d)) != d.name.split("-mig-")[0]]
+    assert wrong and all(mig.profile_of(d) != "1g.10gb" for d in wrong), [str(d) for d in wrong]
+    deployed = deploy(api, mig.MigWorkload("mig", ["features/61-mig-same-parent.yaml"], 1, profiles={
+        "mig-1g-0": "1g.10gb", "mig-1g-1": "1g.10gb", "mig-2g": "2g.20gb", "mig-3g": "3g.40gb"}))
+    deployed.wait_running(timeout=60)
+    (pod,) = deployed.pods()
+    (claim,) = deployed.claims().values()
+    parents = {mig.parent_of(published.lookup(r.driver, r.pool, r.device)) for r in claim.results}
+    assert len(parents) == 1, parents  # the scheduler kept the constraint, by the labels
+    listed = {mig.parse_list(exec_in_container(api, pod.namespace, pod.name, c, ["nvidia-smi", "-L"]).stdout)[0].uuid
+              for c in pod.containers}
+    assert len(listed) == 2 and parents < listed, (parents, listed)

@@ -2,7 +2,7 @@
 MIG devices (DynamicMIG on, ``mixed-mig.yaml``), and is skipped, with the reason, where it
 does not (the healthy default bed: the chart's default, DynamicMIG off).
 
-The faults that fail it (mig-counters-ignored, mig-caps-missing) are matrix rows
+The faults that fail it (mig-counters-ignored, mig-caps-missing, mig-parent-mislabelled) are matrix rows
 (tests/matrix/faultmatrix.py) and symptoms in test_faults.py.
 """
 

@@ -868,7 +868,7 @@ def test_every_code_is_reachable_and_known():
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
             "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
             "allocation-invalid", "config-rejected", "config-ignored",
-            "partition-overlap"} == set(DIAGNOSES)
+            "partition-overlap", "inventory-mismatch"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -1291,3 +1291,68 @@ def test_right_allocations_are_not_allocation_invalid():
     facts = build_facts(snap, builtin("nvidia"))
     assert facts.allocation_problems == []
     assert classify(facts, "allocation", UNRELATED)[0] != "allocation-invalid"
+
+
+def _mig_same_parent_bed(listed: dict[str, str]):
+    """gpu-test4 on the mig-parent-mislabelled bed, as gathered there: two H100s, each
+    consuming its own counter set; the 2g and 3g devices of gpu-1 published with GPU-0's UUID as
+    parentUUID; one claim whose four requests got two 1g devices of gpu-0 and those two, one
+    published parentUUID as matchAttribute asks; ``listed``: container -> the GPU its
+    nvidia-smi -L shows its MIG device under."""
+    def part(gpu, name, profile, parent):
+        return {"name": f"gpu-{gpu}-mig-{name}", "attributes": {
+            "type": {"string": "mig"}, "profile": {"string": profile}, "parentUUID": {"string": parent}},
+            "consumesCounters": [{"counterSet": f"gpu-{gpu}-counter-set", "counters": {}}]}
+    devices = [{"name": f"gpu-{g}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{g}"}},
+                "consumesCounters": [{"counterSet": f"gpu-{g}-counter-set", "counters": {}}]} for g in (0, 1)]
+    devices += [part(0, "1g10gb-19-0", "1g.10gb", "GPU-0"), part(0, "1g10gb-19-1", "1g.10gb", "GPU-0"),
+                part(1, "2g20gb-14-2", "2g.20gb", "GPU-0"), part(1, "3g40gb-9-4", "3g.40gb", "GPU-0")]
+    pool = {"driver": "gpu.nvidia.com", "nodeName": "gpu-h100-0", "pool": {"name": "gpu-h100-0"}}
+    slices = [{"metadata": {"name": "s"}, "spec": dict(pool, devices=devices)}]
+    requests = {"mig-1g-0": "gpu-0-mig-1g10gb-19-0", "mig-1g-1": "gpu-0-mig-1g10gb-19-1",
+                "mig-2g": "gpu-1-mig-2g20gb-14-2", "mig-3g": "gpu-1-mig-3g40gb-9-4"}
+    claim = {"metadata": {"name": "mig-same-parent-mig", "namespace": "ns", "uid": "c1"},
+             "spec": {"devices": {"requests": [{"name": r, "exactly": {"deviceClassName": "mig.nvidia.com"}}
+                                               for r in requests],
+                                  "constraints": [{"matchAttribute": "gpu.nvidia.com/parentUUID"}]}},
+             "status": {"allocation": {"devices": {"results": [
+                 {"request": r, "driver": "gpu.nvidia.com", "pool": "gpu-h100-0", "device": d}
+                 for r, d in requests.items()]}}, "reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]}}
+    containers = [{"name": f"ctr{i}", "resources": {"claims": [{"name": "mig", "request": r}]}}
+                  for i, r in enumerate(requests)]
+    pod = {"metadata": {"name": "mig-same-parent", "namespace": "ns", "uid": "p1"},
+           "spec": {"nodeName": "gpu-h100-0", "resourceClaims": [{"name": "mig", "resourceClaimName": claim["metadata"]["name"]}],
+                    "containers": containers},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    profiles = dict(zip((c["name"] for c in containers), ("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb")))
+    seen = {f"mig-same-parent/{c}": {
+        "stdout": f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {gpu})\n  MIG {profiles[c]}     Device  0: (UUID: MIG-{c})\n",
+        "stderr": "", "exit_code": 0, "error": ""} for c, gpu in listed.items()}
+    return Snapshot(namespace="ns", pods=[pod], claims=[claim], all_claims=[claim], slices=slices,
+                    device_classes=[GPU_CLASS, MIG_CLASS], containers=seen)
+
+
+def test_a_mig_device_listed_under_the_gpu_whose_counters_it_consumes_is_inventory_mismatch():
+    """The slice says gpu-1-mig-2g20gb-14-2 is carved from gpu-1 (it consumes gpu-1's counter
+    set) and its container lists it under GPU-1, yet its parentUUID says GPU-0."""
+    snap = _mig_same_parent_bed({"ctr0": "GPU-0", "ctr1": "GPU-0", "ctr2": "GPU-1", "ctr3": "GPU-1"})
+    facts = build_facts(snap, builtin("nvidia"))
+    assert facts.allocation_problems == []  # by the published attributes, nothing is wrong
+    code, reason = classify(facts, "same-parent", UNRELATED)
+    assert code == "inventory-mismatch", reason
+    assert ("mig-same-parent/ctr2 was allocated MIG device gpu-h100-0/gpu-1-mig-2g20gb-14-2 (2g.20gb), "
+            "published with parentUUID GPU-0, but its nvidia-smi -L lists it under GPU-1, which is gpu-1, "
+            "the GPU whose counter set (gpu-1-counter-set)") in reason
+
+
+def test_a_mig_device_listed_under_a_gpu_sharing_no_counters_with_it_is_not_inventory_mismatch():
+    """A GPU the device has no counters of (CDI handed the container another one), or the
+    published parent itself: the inventory is not what the containers contradict."""
+    for listed in ({"ctr0": "GPU-0", "ctr2": "GPU-7"}, {"ctr0": "GPU-0", "ctr2": "GPU-0", "ctr3": "GPU-0"}):
+        facts = build_facts(_mig_same_parent_bed(listed), builtin("nvidia"))
+        assert classify(facts, "same-parent", UNRELATED)[0] != "inventory-mismatch"
+    # MIG devices published without consumesCounters (mig-counters-ignored) say nothing of their GPU.
+    snap = _mig_same_parent_bed({"ctr2": "GPU-1"})
+    for d in snap.slices[0]["spec"]["devices"]:
+        d.pop("consumesCounters")
+    assert classify(build_facts(snap, builtin("nvidia")), "same-parent", UNRELATED)[0] != "inventory-mismatch"

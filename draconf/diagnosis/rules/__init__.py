@@ -30,6 +30,8 @@ config-rejected      a pod is bound, a claim of it carries opaque config for the
                      FailedPrepareDynamicResources says the driver refused that config
 plugin-unhealthy     a pod is bound, its claims allocated and reserved, but it is not running,
                      with FailedPrepareDynamicResources or an unready/absent kubelet plugin
+inventory-mismatch   a container lists its MIG device under the GPU whose counter set the device
+                     consumes, not under the GPU its published parentUUID names
 cdi-not-injected     (injection check) the running container saw none/fewer of its GPUs
 cdi-wrong-device     (injection check) the running container saw a GPU not allocated to it
 claim-not-released   (cleanup check) claims outlive their pods, stay allocated/reserved or are
@@ -62,8 +64,8 @@ from draconf.diagnosis.rules.access import (rule_admission_denied, rule_api, rul
                                             rule_permission_denied)
 from draconf.diagnosis.rules.fallback import rule_timeout
 from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_device_tainted,
-                                               rule_feature_disabled, rule_missing_class,
-                                               rule_no_slices)
+                                               rule_feature_disabled, rule_inventory_mismatch,
+                                               rule_missing_class, rule_no_slices)
 from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict, rule_quota
 from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_config_rejected,
                                           rule_image_pull, rule_intermittent, rule_plugin_unhealthy)
@@ -91,5 +93,8 @@ RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_p
          rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
          rule_feature_disabled,
          rule_node_excluded, rule_allocation, rule_image_pull,
-         rule_admin_access_unsupported, rule_config_rejected, rule_plugin_unhealthy, rule_cdi,
+         rule_admin_access_unsupported, rule_config_rejected, rule_plugin_unhealthy,
+         # Before cdi: a MIG device has no uuid to compare, so cdi would take the parent GPU a
+         # container lists for a device it was not given.
+         rule_inventory_mismatch, rule_cdi,
          rule_cleanup, rule_quota, rule_policy_conflict, rule_intermittent]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from draconf import mig
 from draconf.diagnosis.analysis import analyse, pending_pods, pending_requests
 from draconf.diagnosis.facts import Facts
 from draconf.preflight.slices import lacking_attributes
@@ -136,4 +137,33 @@ def rule_feature_disabled(facts: Facts, check, error_text):
                         f"(extendedResourceName), but the scheduler reports \"Insufficient {resource}\" "
                         "instead of allocating a device: DRAExtendedResource is off in kube-scheduler "
                         "(turn it on there, and in the kubelets).")
+    return None
+
+
+def rule_inventory_mismatch(facts: Facts, check, error_text):
+    """A container lists its MIG device under a GPU other than the one the device's published
+    ``parentUUID`` names, and that GPU is the one the ResourceSlice pool itself says the device
+    is carved from (they consume one counter set): the driver publishes a wrong parentUUID.
+    Both readings come from the cluster (``nvidia-smi -L`` in the container, the slices), so
+    a container handed another GPU by CDI (whose listed GPU shares no counter set with the
+    device) is left to ``cdi-wrong-device``."""
+    for seen in facts.containers:
+        if not seen.seen:
+            continue
+        for device in facts.container_devices(seen):
+            published = mig.parent_of(device)
+            carver = mig.carved_from(device, facts.devices) if mig.is_mig(device) else None
+            real = carver.attribute(mig.UUID_ATTRIBUTE) if carver else None
+            if real is None or real == published or published in seen.seen or real not in seen.seen:
+                continue
+            shared = sorted(set(device.counter_sets) & set(carver.counter_sets))
+            return ("inventory-mismatch",
+                    f"Container {seen.pod}/{seen.container} was allocated MIG device {device} "
+                    f"({mig.profile_of(device)}), published with parentUUID {published}, but its nvidia-smi -L "
+                    f"lists it under {real}, which is {carver.name}, the GPU whose counter set "
+                    f"({', '.join(shared)}) the device consumes in the same ResourceSlice pool: the driver "
+                    "publishes a wrong parentUUID, so a claim's matchAttribute gpu.nvidia.com/parentUUID "
+                    "keeps MIG devices on one GPU on paper only. Compare `kubectl get resourceslices -o "
+                    "yaml` (parentUUID, consumesCounters) with nvidia-smi -L on the node, and fix or "
+                    "upgrade the driver.")
     return None

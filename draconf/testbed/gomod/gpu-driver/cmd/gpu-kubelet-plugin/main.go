@@ -52,7 +52,8 @@
 //
 // --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
 // cdi-not-injected, cdi-wrong-device, unprepare-fails, crash, admin-access-exclusive,
-// nvml-flaky, sharing-config-ignored, mig-counters-ignored.  See internal/plugin.
+// nvml-flaky, sharing-config-ignored, mig-counters-ignored, mig-parent-mislabelled.  See
+// internal/plugin.
 //
 // # GPU sharing
 //

@@ -32,7 +32,12 @@
 //   - mig-counters-ignored: with DynamicMIG, MIG devices are published without
 //     consumesCounters (a driver that forgot them), so the scheduler may give a GPU and a MIG
 //     device of it to two claims; the node then refuses the second (NVML: Insufficient
-//     Resources), as the real GPU would.
+//     Resources), as the real GPU would;
+//   - mig-parent-mislabelled: with DynamicMIG, MIG devices of more than one memory slice
+//     (2g.20gb and larger on an H100) are published with the next MIG-capable GPU's UUID as
+//     parentUUID (a driver whose device inventory mixes up its GPUs); their names, counters and
+//     what preparing them creates stay the right GPU's, so a container lists such a device
+//     under a GPU other than the one its parentUUID names (see mislabelledParent in mig.go).
 package plugin
 
 import (
@@ -108,6 +113,8 @@ const (
 	FaultSharingConfigIgnored Fault = "sharing-config-ignored"
 	// FaultMigCountersIgnored publishes MIG devices without consumesCounters.
 	FaultMigCountersIgnored Fault = "mig-counters-ignored"
+	// FaultMigParentMislabelled publishes multi-slice MIG devices under the next GPU's UUID.
+	FaultMigParentMislabelled Fault = "mig-parent-mislabelled"
 )
 
 // FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
@@ -116,7 +123,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
-	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored}
+	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored, FaultMigParentMislabelled}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

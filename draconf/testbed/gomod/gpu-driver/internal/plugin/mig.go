@@ -209,6 +209,36 @@ func (l *DeviceLib) fullCounters(g *GpuInfo) map[string]resourceapi.Counter {
 	return addMemSliceCounters(capacitiesToCounters(mc.maxCapacities), all)
 }
 
+// mislabelledParent is the wrong parentUUID the mig-parent-mislabelled fault publishes for m:
+// for a MIG device of more than one memory slice, the UUID of the next MIG-capable GPU of the
+// node (NVML order, wrapping); "" otherwise (the fault is off, a one-slice profile, or the node
+// has a single MIG-capable GPU).  Only the published attribute is wrong: the device's name,
+// the counters it consumes and what preparing it creates stay those of its real GPU.
+//
+// Why the multi-slice profiles only: gpu-test4 asks for 1g, 1g, 2g and 3g under
+// matchAttribute parentUUID.  Labelled so, every parentUUID value is carried by one GPU's 1g
+// devices and by the previous GPU's larger ones, and no single GPU holds all four under one
+// label: kube-scheduler, which satisfies the constraint by the published attributes, must then
+// spread the claim over two GPUs whichever order it reads the slices in (their names end in a
+// random suffix).  A single 1g device stays labelled right.
+func (l *DeviceLib) mislabelledParent(m *MigSpec, faults Faults) string {
+	if !faults.Has(FaultMigParentMislabelled) || m.Slot.Profile.Size < 2 {
+		return ""
+	}
+	var capable []*GpuInfo
+	for _, g := range l.GPUs {
+		if l.migs[g.CanonicalName()] != nil {
+			capable = append(capable, g)
+		}
+	}
+	for i, g := range capable {
+		if g == m.Parent && len(capable) > 1 {
+			return capable[(i+1)%len(capable)].UUID
+		}
+	}
+	return ""
+}
+
 // maxCounterSetsPerSlice is resource.k8s.io/v1's ResourceSliceMaxCounterSets.
 const maxCounterSetsPerSlice = 8
 
@@ -222,7 +252,11 @@ func (l *DeviceLib) partitionedResources(nodeName string, faults Faults) resourc
 		if mc := l.migs[g.CanonicalName()]; mc != nil {
 			counterSets = append(counterSets, resourceapi.CounterSet{Name: counterSetName(g), Counters: l.fullCounters(g)})
 			for _, m := range mc.specs {
-				s.Devices = append(s.Devices, m.GetDevice(faults))
+				dev := m.GetDevice(faults)
+				if wrong := l.mislabelledParent(m, faults); wrong != "" {
+					dev.Attributes["parentUUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(wrong)}
+				}
+				s.Devices = append(s.Devices, dev)
 			}
 		}
 		sort.Slice(s.Devices, func(i, j int) bool { return s.Devices[i].Name < s.Devices[j].Name })

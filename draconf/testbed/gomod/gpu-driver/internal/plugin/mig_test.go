@@ -119,6 +119,44 @@ func TestMigCountersIgnoredFault(t *testing.T) {
 	}
 }
 
+func TestMigParentMislabelledFault(t *testing.T) {
+	b := newMigBed(t, 3, FaultMigParentMislabelled)
+	pool := b.lib.DriverResources(testNode, b.cfg.Faults).Pools[testNode]
+	for g, s := range pool.Slices[1:] {
+		for _, d := range s.Devices {
+			if d.Name == "gpu-"+itoa(g) {
+				continue
+			}
+			// 1g.10gb takes one memory slice: published under its own GPU; the larger profiles
+			// under the next GPU, wrapping from the last to the first.
+			want := testUUIDs[g]
+			if !strings.Contains(d.Name, "-mig-1g10gb-") {
+				want = testUUIDs[(g+1)%3]
+			}
+			if got := *d.Attributes["parentUUID"].StringValue; got != want {
+				t.Errorf("%s: parentUUID %s, want %s", d.Name, got, want)
+			}
+			// What the scheduler's counters and the node know stays the real GPU's.
+			if cs := d.ConsumesCounters[0].CounterSet; cs != "gpu-"+itoa(g)+"-counter-set" {
+				t.Errorf("%s consumes %s", d.Name, cs)
+			}
+		}
+	}
+	if _, err := b.state.Prepare(claim("m1", "gpu-0-mig-3g40gb-9-4")); err != nil {
+		t.Fatal(err)
+	}
+	if n := readSpec(t, b, "m1").Devices[0].ContainerEdits.DeviceNodes[0].Path; n != "/dev/nvidia0" {
+		t.Errorf("a mislabelled MIG device is still created on its real GPU: %s", n)
+	}
+	// A single MIG-capable GPU has no other GPU to name.
+	one := newMigBed(t, 1, FaultMigParentMislabelled)
+	for _, d := range one.lib.DriverResources(testNode, one.cfg.Faults).Pools[testNode].Slices[1].Devices[1:] {
+		if got := *d.Attributes["parentUUID"].StringValue; got != testUUIDs[0] {
+			t.Errorf("one GPU: %s published under %s", d.Name, got)
+		}
+	}
+}
+
 func TestWithoutDynamicMIGNothingChanges(t *testing.T) {
 	b := newMigBed(t, 2)
 	b.lib.dynamicMIG, b.lib.migs = false, nil
