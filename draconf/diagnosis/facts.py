@@ -358,7 +358,9 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
     the identities allocated to the claims it lists (the profile's: UUIDs for NVIDIA, device
     names for dra-example-driver), from the claims' status and the published devices, beside
     the identities it showed (the profile's injection command, parsed)."""
-    uuids = {d.key: profile.identity(d) for d in facts.devices}
+    # A MIG device has no UUID of its own in the slice; nvidia-smi -L lists it under its GPU,
+    # the one its parentUUID names (the GPU line is what the injection command's parser reads).
+    uuids = {d.key: profile.identity(d) or (mig.parent_of(d) if mig.is_mig(d) else None) for d in facts.devices}
     claims = {c.name: c for c in facts.claims}
     out = []
     for raw in snap.pods:

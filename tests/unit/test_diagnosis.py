@@ -1356,3 +1356,15 @@ def test_a_mig_device_listed_under_a_gpu_sharing_no_counters_with_it_is_not_inve
     for d in snap.slices[0]["spec"]["devices"]:
         d.pop("consumesCounters")
     assert classify(build_facts(snap, builtin("nvidia")), "same-parent", UNRELATED)[0] != "inventory-mismatch"
+
+
+def test_a_mig_container_listing_its_published_parent_is_not_a_cdi_fault():
+    """A MIG device's container lists the GPU its parentUUID names: what injection should give
+    (a MIG device has no uuid of its own in the slice, so the parent is the expected identity)."""
+    snap = _mig_same_parent_bed({"ctr0": "GPU-0", "ctr1": "GPU-0"})
+    facts = build_facts(snap, builtin("nvidia"))
+    assert [c.expected for c in facts.containers] == [["GPU-0"], ["GPU-0"]]
+    assert classify(facts, "by-profile", UNRELATED)[0] not in ("cdi-wrong-device", "cdi-not-injected")
+    # Under a GPU it has nothing to do with (no shared counters either): CDI handed it another GPU.
+    snap = _mig_same_parent_bed({"ctr0": "GPU-7"})
+    assert classify(build_facts(snap, builtin("nvidia")), "by-profile", UNRELATED)[0] == "cdi-wrong-device"
