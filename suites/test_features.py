@@ -352,6 +352,15 @@ def taint_workload(name: str, manifest: str, claim: str, device, profile, avoid,
                          selectors={claim: [sel.uuid_in(profile.domain, profile.attributes["uuid"], [uuid])]})
 
 
+def untolerated_answer(cluster, ns: str, device: str) -> tuple[Claim, Pod]:
+    """The claim and pod of 46-device-taint-untolerated.yaml once the scheduler answered (an
+    allocation, or a standing refusal); no answer at all is the failure, naming ``device``."""
+    try:
+        return wait_scheduler_answer(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM, UNTOLERATED_VERDICT_TIMEOUT)
+    except waits.WaitFailed as err:
+        raise AssertionError(f"no verdict from the scheduler on a claim for {device}: {err}") from None
+
+
 def start_device_taints(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
     from draconf.pytest_plugin import make_namespace
     ns = make_namespace(request, cluster, run_id, "device-taints")
@@ -572,13 +581,7 @@ def test_tainted_device_is_not_allocated_without_toleration(request, cluster, pr
     workload = taint_workload("device-taints", "features/46-device-taint-untolerated.yaml", UNTOLERATED_CLAIM,
                               device, profile, validated_nodes.avoid)
     manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
-
-    try:
-        claim, pod = wait_scheduler_answer(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM,
-                                           UNTOLERATED_VERDICT_TIMEOUT)
-    except waits.WaitFailed as err:
-        raise AssertionError(f"no verdict from the scheduler on a claim for tainted device "
-                             f"{device.summary()}: {err}") from None
+    claim, pod = untolerated_answer(cluster, ns, f"tainted device {device.summary()}")
     slices = taints.read_slices(cluster, profile.driver)
     problems = taints.untolerated(claim.raw, slices)
     holders = holders_of(cluster, device)
@@ -702,7 +705,6 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
     (by uuid) without a toleration: the claim stays unallocated while the scheduler reports the
     pod unschedulable.  The rule's status (written by kube-controller-manager) is the evidence the
     control plane took the rule in."""
-    from draconf import selectors as sel
     ns = namespace
     rule_capability(cluster, profile)
     if not profile.has("uuid"):
@@ -714,17 +716,10 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
     # most RULE_STATUS_TIMEOUT: a cluster whose controller-manager ignores rules writes none)
     # gives kube-scheduler's the same time.
     wait_rule_status(cluster, name)
-    uuid = device.attribute(profile.attributes["uuid"])
-    workload = Workload("device-taint-rule", ["features/46-device-taint-untolerated.yaml"], expected_pods=1,
-                        avoid_nodes=validated_nodes.avoid, selectors={UNTOLERATED_CLAIM: [
-                            sel.uuid_in(profile.domain, profile.attributes["uuid"], [uuid])]})
+    workload = taint_workload("device-taint-rule", "features/46-device-taint-untolerated.yaml", UNTOLERATED_CLAIM,
+                              device, profile, validated_nodes.avoid)
     manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
-    try:
-        claim, pod = wait_scheduler_answer(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM,
-                                           UNTOLERATED_VERDICT_TIMEOUT)
-    except waits.WaitFailed as err:
-        raise AssertionError(f"no verdict from the scheduler on a claim for {device.pool}/{device.name}, "
-                             f"tainted by rule: {err}") from None
+    claim, pod = untolerated_answer(cluster, ns, f"{device.pool}/{device.name}, tainted by rule")
     rule = read_rule(cluster, name)
     if claim.is_allocated:
         # The diagnosis reads the rule and the claim from the cluster (device-tainted).

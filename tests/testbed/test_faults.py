@@ -317,17 +317,24 @@ def test_device_taints_ignored(start_fault_bed):
     (device,) = taints.tainted_devices(taints.read_slices(api, PROFILE.driver))
     assert (device.node, device.name) == ("gpu-h100-0", "gpu-4")
     assert [taints.describe(t) for t in device.taints] == ["gpu.nvidia.com/xid=79:NoSchedule"]
+    # kube-scheduler ignores the taint: the claim without a toleration gets the unhealthy GPU.
+    claim = untolerated_claim_for(api, device)
+    assert [r.key for r in claim.results] == [device.key]
+    assert taints.untolerated(claim.raw, taints.read_slices(api, PROFILE.driver))
+
+
+
+def untolerated_claim_for(api, device) -> Claim:
+    """46-device-taint-untolerated.yaml asking for ``device`` (a published or tainted device:
+    ``attributes`` by qualified name) by uuid, without a toleration: its
+    claim once allocated (on these beds something ignores the device's taint)."""
     uuid = device.attributes[f"{PROFILE.domain}/{PROFILE.attributes['uuid']}"]
     untolerated = Workload("device-taints", ["features/46-device-taint-untolerated.yaml"], 1, selectors={
         "gpu-untolerated": [selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [uuid])]})
     deployed = deploy(api, untolerated)
-    # kube-scheduler ignores the taint: the claim without a toleration gets the unhealthy GPU.
-    claim = waits.wait_until("the untolerated claim to be allocated",
-                             lambda: Claim.read(api, deployed.namespace, "gpu-untolerated"),
-                             lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
-    assert [r.key for r in claim.results] == [device.key]
-    assert taints.untolerated(claim.raw, taints.read_slices(api, PROFILE.driver))
-
+    return waits.wait_until("the untolerated claim to be allocated",
+                            lambda: Claim.read(api, deployed.namespace, "gpu-untolerated"),
+                            lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
 
 
 def _taint_rule(api, name: str, key: str, effect: str) -> None:
@@ -354,13 +361,7 @@ def test_device_taint_rules_ignored(start_fault_bed):
                             describe=taints.describe_rule)
     assert taints.rule_condition(rule)["reason"] == "OtherEffect"
     # ...kube-scheduler does not: the claim without a toleration gets the ruled GPU.
-    uuid = device.attribute(PROFILE.attributes["uuid"])
-    untolerated = Workload("device-taint-rule", ["features/46-device-taint-untolerated.yaml"], 1, selectors={
-        "gpu-untolerated": [selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [uuid])]})
-    deployed = deploy(api, untolerated)
-    claim = waits.wait_until("the untolerated claim to be allocated",
-                             lambda: Claim.read(api, deployed.namespace, "gpu-untolerated"),
-                             lambda c: c.is_allocated, timeout=30, describe=lambda c: c.summary())
+    claim = untolerated_claim_for(api, device)
     assert [r.key for r in claim.results] == [device.key]
 
 
