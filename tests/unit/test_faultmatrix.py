@@ -28,7 +28,7 @@ def test_tainted_bed_with_no_verdict_for_injection_and_cleanup_is_as_expected():
 def test_a_cleanup_pass_where_nothing_was_allocated_is_a_problem():
     verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(cleanup="passed"), []))
     assert not verdict.ok
-    assert sum("passed, but this fault leaves it nothing to judge" in p for p in verdict.problems) == 6
+    assert sum("passed, but this fault leaves it nothing to judge" in p for p in verdict.problems) == len(GPU_WORKLOADS)
 
 
 def test_an_injection_failure_where_nothing_ran_blames_the_wrong_check():

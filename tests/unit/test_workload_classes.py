@@ -58,13 +58,13 @@ def test_memory_classes_one_per_distinct_size_smallest_first():
 
 
 def test_all_workloads_puts_each_class_after_its_workload():
+    classes = {"model-selected": ["model-selected/a100-sxm4-40gb", "model-selected/h100-80gb-hbm3",
+                                  "model-selected/h200"],
+               "memory-selected": ["memory-selected/40Gi", "memory-selected/81559Mi", "memory-selected/143771Mi"]}
+    # WORKLOADS in their order (a workload added there changes nothing here), each class after its own.
     assert SUITE.all_workloads(FLEET, resolve("nvidia")) == [
-        "single-gpu",
-        "model-selected", "model-selected/a100-sxm4-40gb", "model-selected/h100-80gb-hbm3",
-        "model-selected/h200",
-        "memory-selected", "memory-selected/40Gi", "memory-selected/81559Mi", "memory-selected/143771Mi",
-        "two-gpu", "shared-claim", "deployment",
-    ]
+        n for name in SUITE.WORKLOADS for n in [name, *classes.get(name, [])]]
+    assert SUITE.WORKLOADS[:4] == ["single-gpu", "model-selected", "memory-selected", "two-gpu"]
 
 
 def test_a_uniform_fleet_has_one_class_of_each():
