@@ -29,8 +29,9 @@ def leftovers(api, settle: float = 60) -> list[str]:
     """draconf's namespaces still present ``settle`` seconds after a run (deletion in progress
     gets that long to finish)."""
     from draconf import waits
+    from draconf.kube import label_selector
     from draconf.namespaces import MANAGED_BY
-    selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+    selector = label_selector(MANAGED_BY)
 
     def present():
         return sorted(n.metadata.name for n in api.core.list_namespace(label_selector=selector).items)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from draconf import manifests, nodescope, podsecurity
 from draconf import selectors as sel
+from draconf.kube import label_selector
 from draconf.profile import Injection, Profile
 
 
@@ -99,7 +100,7 @@ def claim_spec(doc: dict) -> dict | None:
 
 def match_labels(doc: dict) -> str:
     """The label selector of a controller's ``spec.selector.matchLabels``."""
-    return ",".join(f"{k}={v}" for k, v in doc["spec"]["selector"]["matchLabels"].items())
+    return label_selector(doc["spec"]["selector"]["matchLabels"])
 
 
 def pod_spec(doc: dict) -> dict | None:

@@ -339,11 +339,12 @@ def cmd_sweep(args) -> int:
 def cmd_audit(args) -> int:
     """Read-only: namespaces whose GPU quota no longer binds after a move to DRA claims."""
     from draconf.audit import audit_quotas, format_findings
+    from draconf.kube import label_selector
     from draconf.namespaces import MANAGED_BY
     from draconf.profile import resolve
     api = _target_api(args)
     findings = audit_quotas(api, device_class=resolve(args.profile).device_class,
-                            exclude_selector=",".join(f"{k}={v}" for k, v in MANAGED_BY.items()))
+                            exclude_selector=label_selector(MANAGED_BY))
     print(format_findings(findings))
     return 1 if findings else 0
 

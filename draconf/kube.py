@@ -135,6 +135,17 @@ def connect_target(target: str, context: str | None = None) -> Api:
     return connect(None, context)
 
 
+def label_selector(labels) -> str:
+    """The label selector matching ``labels`` (equality terms, ``k=v,k2=v2``); "" for none.
+
+    >>> label_selector({"app.kubernetes.io/managed-by": "draconf", "draconf.dev/run-id": "r1"})
+    'app.kubernetes.io/managed-by=draconf,draconf.dev/run-id=r1'
+    >>> label_selector(None)
+    ''
+    """
+    return ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+
+
 def seconds_since(stamp) -> float | None:
     """Seconds from an API timestamp (RFC 3339 text, as in a dict, or the client's datetime) to
     now; None without one, or for text that is no timestamp.

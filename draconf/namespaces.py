@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from kubernetes.client.exceptions import ApiException
 
 from draconf import waits
+from draconf.kube import label_selector
 from draconf.errors import DraconfError
 from draconf.pods import delete_pods
 
@@ -266,7 +267,7 @@ def _exists(api, name: str) -> bool:
 
 
 def leftovers(api, run: RunId | None = None) -> list[str]:
-    selector = ",".join(f"{k}={v}" for k, v in (run.labels if run else MANAGED_BY).items())
+    selector = label_selector(run.labels if run else MANAGED_BY)
     return sorted(n.metadata.name for n in api.core.list_namespace(label_selector=selector).items)
 
 

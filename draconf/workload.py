@@ -30,6 +30,7 @@ from draconf import allocation, manifests, podsecurity, waits
 from draconf.admission import AdmissionDenied
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import selectors as sel
+from draconf.kube import label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.errors import NoVerdict
@@ -90,7 +91,7 @@ class DeployedWorkload(StartVerdicts):
         docs = workload.documents(profile)
         manifests.create(api, namespace, docs, labels)
         deployed = cls(api, namespace, workload, profile, docs)
-        deployed.run_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
+        deployed.run_selector = run_selector(labels)
         return deployed
 
     @classmethod
@@ -100,7 +101,7 @@ class DeployedWorkload(StartVerdicts):
         gives a :class:`Start` with the reason (other errors, e.g. RBAC, propagate)."""
         docs = workload.documents(profile)
         deployed = cls(api, namespace, workload, profile, docs)
-        deployed.run_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
+        deployed.run_selector = run_selector(labels)
         try:
             manifests.create(api, namespace, docs, labels)
         except AdmissionDenied as err:
@@ -394,7 +395,7 @@ def run_selector(labels: dict | None) -> str | None:
     >>> run_selector(None) is None
     True
     """
-    return ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
+    return label_selector(labels) or None
 
 
 def taken_by_run(api, namespace: str, keys: set[str], selector: str | None) -> dict[str, str]:

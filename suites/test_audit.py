@@ -18,12 +18,13 @@ import logging
 import pytest
 
 from draconf.audit import GPU_EXTENDED_KEYS, audit_quotas, format_findings
+from draconf.kube import label_selector
 from draconf.namespaces import MANAGED_BY
 from draconf.reporting import diagnosis_prefix, record_diagnosis
 
 log = logging.getLogger("draconf")
 
-SUITE_NAMESPACES = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+SUITE_NAMESPACES = label_selector(MANAGED_BY)
 
 
 @pytest.mark.audit

@@ -20,7 +20,7 @@ from draconf import allocation, cel, mig
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
-from draconf.kube import seconds_since
+from draconf.kube import label_selector, seconds_since
 from draconf.namespaces import MANAGED_BY
 from draconf.plugins import PluginPod
 from draconf.taints import describe_rule, only_effect, with_rule_taints
@@ -440,7 +440,7 @@ def admission_policy_facts(policies: list[dict], bindings: list[dict]) -> dict[s
             if spec.get("policyName") != name:
                 continue
             sel = (spec.get("matchResources") or {}).get("namespaceSelector") or {}
-            labels = ",".join(f"{k}={v}" for k, v in (sel.get("matchLabels") or {}).items())
+            labels = label_selector(sel.get("matchLabels"))
             exprs = ",".join(f"{e.get('key')} {e.get('operator')} {e.get('values') or ''}".strip()
                              for e in sel.get("matchExpressions") or [])
             where = " ".join(x for x in (labels, exprs) if x) or "all"

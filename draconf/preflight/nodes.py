@@ -9,6 +9,7 @@ from typing import Iterable, Mapping
 
 from kubernetes.client import ApiClient
 
+from draconf.kube import label_selector
 from draconf.plugins import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS, PluginPod
 from draconf.preflight.reading import Access, read
 
@@ -77,7 +78,7 @@ def read_plugin_pods(api, plugin=None) -> tuple[list[PluginDaemonSet], list[Plug
                                           st.number_ready or 0, st.number_available or 0))
         labels = (ds.spec.selector.match_labels or {}) if ds.spec and ds.spec.selector else {}
         if labels:
-            selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            selector = label_selector(dict(sorted(labels.items())))
             for p in read(Access("list", "pods", "", namespace), api.core.list_namespaced_pod,
                           namespace, label_selector=selector).items:
                 pods[(p.metadata.namespace, p.metadata.name)] = p

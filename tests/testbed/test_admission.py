@@ -30,6 +30,8 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from draconf.kube import label_selector
+
 from . import kubectl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +66,7 @@ def run(bed, reports: Path, *pytest_args: str, timeout: int = 600) -> tuple[subp
 
 
 def leftovers(api) -> list[str]:
-    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+    selector = label_selector(MANAGED)
     return [n.metadata.name for n in api.core.list_namespace(label_selector=selector).items
             if not n.metadata.deletion_timestamp]
 
@@ -193,7 +195,7 @@ def generated_in_each_namespace(api, docs: list[dict]):
     engine's "generate" rule (Kyverno, Gatekeeper mutation) gives each new namespace its
     LimitRange or ResourceQuota: a thread watching namespaces."""
     stop = threading.Event()
-    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+    selector = label_selector(MANAGED)
 
     def follow():
         seen = set()

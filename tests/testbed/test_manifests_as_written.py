@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from draconf import cel, namespaces, waits
+from draconf.kube import label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.pods import Pod
@@ -199,7 +200,7 @@ def runs_as_written(bed, api, ns: str, name: str) -> str:
     apply(bed, ns, name)
     running(api, ns, pods)
     workload = Workload(name, [name], pods,
-                        pod_selector=",".join(f"{k}={v}" for k, v in labels.items()) if labels else None)
+                        pod_selector=label_selector(labels) or None)
     deployed = DeployedWorkload(api, ns, workload, for_target(builtin("nvidia"), "testbed"), documents)
     return "; ".join(deployed.check_allocation(PublishedDevices.read(api, DRIVER)))[:400]
 

@@ -8,9 +8,10 @@ that the suite's exclusion selector leaves it out. The ``namespace`` fixture del
 from __future__ import annotations
 
 from draconf.audit import audit_quotas, deviceclass_key, format_findings
+from draconf.kube import label_selector
 from draconf.namespaces import MANAGED_BY
 
-SUITE_NAMESPACES = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+SUITE_NAMESPACES = label_selector(MANAGED_BY)
 
 
 def _quota(name: str, hard: dict) -> dict:
