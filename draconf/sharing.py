@@ -173,3 +173,57 @@ def judge(sharing: Sharing, views: dict[str, ContainerView]) -> list[str]:
                 problems.append(f"{name}: {MPS_PIPE_DIRECTORY}/control is not a named pipe (the MPS "
                                 "control daemon's pipe directory is not mounted)")
     return problems
+
+
+#: The MPS control daemon Deployment's name prefix (upstream ``MpsControlDaemonNameFmt``,
+#: ``mps-control-daemon-<claim UID>-<hash of the GPUs' UUIDs>``).
+MPS_DAEMON_PREFIX = "mps-control-daemon-"
+
+
+def mps_daemon_node(deployment: dict) -> str | None:
+    """The node a daemon Deployment is pinned to: its pod template's ``nodeName`` (upstream's
+    template), else a ``kubernetes.io/hostname`` node selector."""
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+
+
+def judge_mps_daemon(claim_uid: str, node: str | None, deployments: list[dict]) -> tuple[list[str], str]:
+    """Whether the MPS control daemon of the claim ``claim_uid`` runs for the containers on
+    ``node``: among ``deployments`` (those of the driver's namespaces) one named
+    ``mps-control-daemon-<claim UID>...``, Available, pinned to the node.  The problems, and a
+    line of evidence naming what was found.
+
+    >>> d = {"metadata": {"name": "mps-control-daemon-u1-abcde", "namespace": "gpu-operator"},
+    ...      "spec": {"template": {"spec": {"nodeName": "n1"}}},
+    ...      "status": {"conditions": [{"type": "Available", "status": "True"}], "readyReplicas": 1}}
+    >>> judge_mps_daemon("u1", "n1", [d])
+    ([], 'gpu-operator/mps-control-daemon-u1-abcde on n1: Available=True, 1 ready')
+    >>> judge_mps_daemon("u1", "n2", [d])[0]
+    ['MPS control daemon gpu-operator/mps-control-daemon-u1-abcde runs on n1, not on n2 where the pod is']
+    >>> print(judge_mps_daemon("u2", "n1", [d])[0][0])
+    no MPS control daemon Deployment mps-control-daemon-u2-* in the driver's namespace (found: gpu-operator/mps-control-daemon-u1-abcde)
+    """
+    mine = [d for d in deployments
+            if (d.get("metadata") or {}).get("name", "").startswith(f"{MPS_DAEMON_PREFIX}{claim_uid}")]
+    if not mine:
+        others = sorted(f"{d['metadata'].get('namespace')}/{d['metadata']['name']}" for d in deployments
+                        if (d.get("metadata") or {}).get("name", "").startswith(MPS_DAEMON_PREFIX))
+        return ([f"no MPS control daemon Deployment {MPS_DAEMON_PREFIX}{claim_uid}-* in the driver's "
+                 f"namespace (found: {', '.join(others) or 'none'})"], "no MPS control daemon Deployment")
+    problems, lines = [], []
+    for d in mine:
+        meta, status = d["metadata"], d.get("status") or {}
+        name = f"{meta.get('namespace')}/{meta['name']}"
+        available = next((c.get("status") for c in status.get("conditions") or []
+                          if c.get("type") == "Available"), "unknown")
+        pinned = mps_daemon_node(d)
+        lines.append(f"{name} on {pinned or '(any node)'}: Available={available}, "
+                     f"{status.get('readyReplicas') or 0} ready")
+        if available != "True":
+            problems.append(f"MPS control daemon {name} is not Available ({available}, "
+                            f"{status.get('readyReplicas') or 0} ready replicas)")
+        if pinned != node:
+            problems.append(f"MPS control daemon {name} runs on {pinned or 'no pinned node'}, not on {node} "
+                            "where the pod is")
+    return problems, "; ".join(lines)
+

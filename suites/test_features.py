@@ -902,6 +902,25 @@ class TestGpuSharing(test_workloads.TestWorkload):
         super().test_cleanup(started, published_devices, cluster, profile, run_id)
 
 
+def mps_daemon_deployments(api, profile) -> list[dict]:
+    """The Deployments named like MPS control daemons in the driver's namespaces (those of the
+    profile's kubelet-plugin DaemonSets; a namespace that does not exist holds none)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from draconf.sharing import MPS_DAEMON_PREFIX
+    out = []
+    for namespace in profile.plugin.namespaces:
+        try:
+            items = api.apps.list_namespaced_deployment(namespace).items
+        except ApiException as err:
+            if err.status == 404:
+                continue
+            raise
+        out += [api.api_client.sanitize_for_serialization(d) for d in items
+                if d.metadata.name.startswith(MPS_DAEMON_PREFIX)]
+    return out
+
+
 def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]]:
     """Run :data:`draconf.sharing.PROBE` in every container of a sharing request; the evidence
     lines, the problems :func:`draconf.sharing.judge` finds, and a line per request."""
@@ -930,10 +949,19 @@ def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]
                                 f"time slices {view.time_slices}, CUDA_MPS_PIPE_DIRECTORY="
                                 f"{view.mps_pipe_directory or '(unset)'}, control pipe {view.mps_control_pipe}"
                                 f": sees {result.describe()}")
-                group = groups.setdefault((claim.name, request or ""), {"sharing": wanted, "views": {}})
+                group = groups.setdefault((claim.name, request or ""), {"sharing": wanted, "views": {},
+                                                                        "uid": claim.uid, "node": pod.node})
                 group["views"][container] = view
         for (claim_name, request), group in sorted(groups.items()):
             problems += [f"{claim_name}/{request}: {p}" for p in sharing.judge(group["sharing"], group["views"])]
+            if group["sharing"].strategy == sharing.MPS:
+                # The containers' pipe is the daemon's only if the daemon runs: upstream's driver
+                # starts it as a Deployment in its namespace, on the pod's node.
+                found, line = sharing.judge_mps_daemon(group["uid"], group["node"],
+                                                       mps_daemon_deployments(deployed.api, profile))
+                problems += [f"{claim_name}/{request}: {p}" for p in found]
+                evidence.append(f"{claim_name}/{request} MPS control daemon: {line}")
+                group["daemon"] = line
             views, cfg = group["views"], group["sharing"]
             gpus = sorted({u for v in views.values() for u in v.uuids})
             modes = sorted({m for v in views.values() for m in v.modes.values()})
@@ -941,7 +969,8 @@ def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]
             summary.append(f"request {request} ({cfg.strategy}{' ' + cfg.interval if cfg.interval else ''}): "
                            f"{', '.join(sorted(views))} see {', '.join(gpus)}, compute mode {'/'.join(modes)}, "
                            f"time slice {'/'.join(slices) or '?'}"
-                           + (f", CUDA_MPS_PIPE_DIRECTORY={sharing.MPS_PIPE_DIRECTORY} with its control pipe"
+                           + (f", CUDA_MPS_PIPE_DIRECTORY={sharing.MPS_PIPE_DIRECTORY} with its control pipe, "
+                              f"MPS control daemon {group.get('daemon')}"
                               if cfg.strategy == sharing.MPS and not problems else ""))
     if not evidence:
         problems.append("no container lists a request with a GpuConfig sharing config")

@@ -58,7 +58,7 @@ from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everyw
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
                                     device_class, install_gpu_view, node_labels, plugin_daemonset,
-                                    plugin_rbac)
+                                    plugin_mps_rbac, plugin_rbac)
 
 log = logging.getLogger("nvidia-dra-driver")
 
@@ -202,6 +202,11 @@ class Agent:
             self._create(lambda b: admin.core.create_namespaced_service_account(PLUGIN_NAMESPACE, b), account)
             self._create(lambda b: admin.rbac.create_cluster_role(b), role)
             self._create(lambda b: admin.rbac.create_cluster_role_binding(b), binding)
+        if faults_mod.plugin_feature_gates(self.faults).get("MPSSupport"):
+            # As the chart: only with MPSSupport does the plugin get to manage Deployments.
+            role, binding = plugin_mps_rbac()
+            self._create(lambda b: admin.rbac.create_namespaced_role(PLUGIN_NAMESPACE, b), role)
+            self._create(lambda b: admin.rbac.create_namespaced_role_binding(PLUGIN_NAMESPACE, b), binding)
         self._create(lambda b: admin.apps.create_namespaced_daemon_set(PLUGIN_NAMESPACE, b),
                      plugin_daemonset(sorted(self.faults), template_annotations,
                                       {**faults_mod.plugin_feature_gates(self.faults),

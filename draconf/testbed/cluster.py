@@ -417,7 +417,8 @@ class Testbed:
         labels = {}
         if driver == "nvidia":
             nvidia.install_driver_root(paths.driver_root, node, bindir / "nvidia-smi",
-                                       mig_caps="mig-caps-missing" not in faults)
+                                       mig_caps="mig-caps-missing" not in faults,
+                                       mps_control=bindir / "nvidia-cuda-mps-control")
             labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
         taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
         spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,

@@ -63,6 +63,10 @@ FAULTS: dict[str, str] = {
     "sharing-gates-off":
         "the driver is installed without the chart's featureGates TimeSlicingSettings and MPSSupport "
         "(the chart's default): the kubelet plugin refuses every claim with a sharing config",
+    "mps-daemon-fails":
+        "the MPS control daemon the kubelet plugin starts for an MPS claim (a Deployment "
+        "mps-control-daemon-<id> in the driver's namespace) exits at once: nvidia-cuda-mps-control -d "
+        "fails on its GPUs, so the plugin never sees it ready and refuses to prepare the claim",
     "device-taints-ignored":
         "kube-scheduler runs with DRADeviceTaints off while the driver taints an unhealthy GPU "
         "gpu.nvidia.com/xid=79:NoSchedule: the tainted GPU is allocated to claims that do not "

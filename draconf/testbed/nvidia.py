@@ -36,6 +36,10 @@ PLUGIN_SERVICE_ACCOUNT = "nvidia-dra-driver-kubelet-plugin"
 PLUGIN_COMPONENT_LABEL = "nvidia-dra-driver-gpu-component"
 #: The image the bed builds for the simulated plugin (imported into every real node).
 PLUGIN_IMAGE = "draconf.local/dra-driver-nvidia-gpu-sim:v0.4.1"
+#: The MPS control daemon Deployments' image (the plugin's IMAGE_NAME): the bed's busybox, as
+#: the template's script needs sh, rm, cat, tail (draconf.profile.TESTBED_IMAGE, not imported:
+#: this module is imported by images.py, which imports profile).
+MPS_DAEMON_IMAGE = "draconf.local/busybox:1.35.0"
 #: The plugin's gRPC health service, which the chart's startup and liveness probes ask.
 HEALTHCHECK_PORT = 51516
 GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
@@ -118,12 +122,21 @@ def cap_minors(gpu_minor: int) -> list[int]:
     return out
 
 
-def install_driver_root(root: Path, node, nvidia_smi: Path, mig_caps: bool = True) -> None:
+def install_driver_root(root: Path, node, nvidia_smi: Path, mig_caps: bool = True,
+                        mps_control: Path | None = None) -> None:
     """Lay out the simulated GPUs of ``node`` under ``root`` (mounted at /run/nvidia/driver),
     with the MIG capability nodes of its MIG-capable GPUs (dev/nvidia-caps/nvidia-cap<minor>),
     which the plugin hands to containers given a MIG device (none with ``mig_caps`` False: the
-    mig-caps-missing fault, a host where nvidia-modprobe never created them)."""
+    mig-caps-missing fault, a host where nvidia-modprobe never created them), and the MPS
+    control daemon stand-in ``usr/bin/nvidia-cuda-mps-control`` (``mps_control``; the daemon
+    Deployment the plugin creates for an MPS claim runs it from the driver root, as upstream's
+    template runs the driver's own)."""
     install_gpu_view(root, nvml_data(node), [g.minor for g in node.gpus], nvidia_smi)
+    if mps_control is not None:
+        target = root / "usr" / "bin" / "nvidia-cuda-mps-control"
+        target.unlink(missing_ok=True)
+        shutil.copyfile(mps_control, target)
+        target.chmod(0o755)
     caps = [m for g in node.gpus if g.model.mig and mig_caps for m in cap_minors(g.minor)]
     if caps:
         (root / "dev" / "nvidia-caps").mkdir(parents=True, exist_ok=True)
@@ -168,7 +181,8 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "admin-access-exclusive": "admin-access-exclusive",
                  "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored",
                  "mig-counters-ignored": "mig-counters-ignored",
-                 "mig-parent-mislabelled": "mig-parent-mislabelled"}
+                 "mig-parent-mislabelled": "mig-parent-mislabelled",
+                 "mps-daemon-fails": "mps-daemon-fails"}
 
 
 def feature_gates_env(gates: dict[str, bool]) -> str:
@@ -191,9 +205,29 @@ def plugin_rbac() -> list[dict]:
              {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
               "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
              {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+             # As the chart (rbac-kubeletplugin.yaml): the MPS control daemon's readiness is
+             # read from its pod.
+             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PLUGIN_NAMESPACE}]},
+    ]
+
+
+def plugin_mps_rbac() -> list[dict]:
+    """The Role (and its binding) the chart gives the kubelet plugin in the driver's namespace
+    when featureGates.MPSSupport is on: it creates and deletes the MPS control daemons'
+    Deployments there."""
+    name = PLUGIN_SERVICE_ACCOUNT
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": name, "namespace": PLUGIN_NAMESPACE},
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": name, "namespace": PLUGIN_NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
          "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PLUGIN_NAMESPACE}]},
     ]
 
@@ -242,6 +276,10 @@ def plugin_daemonset(faults: list[str], template_annotations: dict[str, str],
                             {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": "/var/lib/kubelet/plugins_registry"},
                             {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": "/var/lib/kubelet/plugins"},
                             {"name": "HEALTHCHECK_PORT", "value": str(HEALTHCHECK_PORT)},
+                            # The chart sets the driver's own image, which the MPS control
+                            # daemon's script runs in; the bed's plugin image has no shell, so
+                            # the daemon runs in the bed's busybox image (preloaded on every node).
+                            {"name": "IMAGE_NAME", "value": MPS_DAEMON_IMAGE},
                             *([{"name": "FEATURE_GATES", "value": gates}] if gates else []),
                             *([{"name": "SIMULATE_FAULTS", "value": simulated}] if simulated else []),
                         ],

@@ -63,6 +63,8 @@ TARGETS = [
            static=True),
     Target("gpu-driver", "./cmd/gpu-kubelet-plugin", "gpu-kubelet-plugin", static=True),
     Target("gpu-driver", "./cmd/nvidia-smi", "nvidia-smi", static=True),
+    # The MPS control daemon stand-in, copied into each real node's driver root.
+    Target("gpu-driver", "./cmd/nvidia-cuda-mps-control", "nvidia-cuda-mps-control", static=True),
     Target("pause", ".", "pause", static=True),
 ]
 

@@ -309,6 +309,27 @@ def test_sharing_gates_off(start_fault_bed):
     assert any('"TimeSlicingSettings" feature gate is not enabled' in e for e in events), events
 
 
+def test_mps_daemon_fails(start_fault_bed):
+    if not REAL_NODES:
+        pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")
+    bed, api = start_fault_bed("mps-daemon-fails")
+    deployed = deploy(api, Workload("gpu-sharing", ["features/47-gpu-sharing.yaml"], 1, node="gpu-h100-0"))
+    # The plugin created the daemon as upstream does, but its container exits at once ...
+    daemons = waits.wait_until(
+        "the MPS control daemon's Deployment",
+        lambda: api.apps.list_namespaced_deployment(nvidia.PLUGIN_NAMESPACE).items,
+        lambda items: any(d.metadata.name.startswith("mps-control-daemon-") for d in items), timeout=60)
+    (daemon,) = [d for d in daemons if d.metadata.name.startswith("mps-control-daemon-")]
+    assert daemon.spec.template.spec.node_name == "gpu-h100-0"
+    assert not daemon.status.ready_replicas
+    # ... so preparation fails in upstream's words, naming the daemon, and the pod never starts.
+    events = waits.wait_until(
+        "the driver's refusal to prepare without a ready MPS daemon", deployed.events,
+        lambda events: any("FailedPrepareDynamicResources" in e and "MPS control daemon is not yet ready" in e
+                           for e in events), timeout=90)
+    assert not any(p.is_running for p in deployed.pods()), events
+
+
 def test_device_taints_ignored(start_fault_bed):
     bed, api = start_fault_bed("device-taints-ignored")
     from draconf import taints

@@ -525,6 +525,20 @@ def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
     assert classify(facts, "sharing", "")[0] != "config-rejected"
 
 
+def test_an_mps_daemon_that_never_gets_ready_is_plugin_unhealthy_not_config_rejected():
+    # The driver's words under the mps-daemon-fails fault (upstream applySharingConfig): the
+    # message passes through "error applying config", but the config is fine; the daemon is not.
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, changed(claim, opaque_config_drivers=[DRIVER]))
+    facts.events = [EventFacts("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: "
+                               "NodePrepareResources failed for ResourceClaim shared-gpus: error preparing "
+                               "devices for claim ns/shared-gpus:u1: prepare devices failed: error applying "
+                               "config: MPS control daemon is not yet ready: waiting for MPS control daemon "
+                               "to come online", name="gpu-pod")]
+    code, reason = classify(facts, "sharing", "the workload never started")
+    assert code == "plugin-unhealthy" and "mps-control-daemon-" in reason and "come online" in reason
+
+
 def test_a_scheduler_with_the_prioritized_list_off_is_feature_disabled():
     # Recorded on the bed under the prioritized-list-off fault.
     pod, claim = pending(message="0/4 nodes are available: resource claim ns/gpu-pod-gpu-x, request gpu: "

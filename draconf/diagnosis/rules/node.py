@@ -46,6 +46,34 @@ CONFIG_REFUSALS = ("error decoding config parameters", "error validating GPU con
                    "error applying config", "is not a recognized configuration")
 
 
+#: The NVIDIA driver's words when the MPS control daemon it started for a claim never came up
+#: (upstream device_state.go applySharingConfig, AssertReady).
+MPS_DAEMON_UNREADY = "MPS control daemon is not yet ready"
+
+
+def rule_mps_daemon_unready(facts: Facts, check, error_text):
+    """The driver accepted a claim's MPS config but the MPS control daemon it starts for it (a
+    Deployment mps-control-daemon-<claim UID>-* in the driver's namespace) never became ready,
+    so it refuses to prepare the claim.  The config is not at fault (its message passes through
+    "error applying config", which config-rejected would read as a refusal): the driver's own
+    component is, hence plugin-unhealthy, pointing at the daemon's pod."""
+    for pod in stuck_pods(facts):
+        failed = [e for e in facts.events_for(pod.name, "FailedPrepareDynamicResources")
+                  if MPS_DAEMON_UNREADY in e.message]
+        if not failed:
+            continue
+        message = failed[-1].message
+        at = message.find(MPS_DAEMON_UNREADY)
+        uids = [c.uid for c in facts.pod_claims(pod) if facts.driver in c.opaque_config_drivers and c.uid]
+        names = ", ".join(f"mps-control-daemon-{u}-*" for u in uids) or "mps-control-daemon-<claim UID>-*"
+        return ("plugin-unhealthy",
+                f"Pod {pod.name} cannot start on {pod.node}: the driver's MPS control daemon for its claim "
+                f"never became ready ({'...' if at > 60 else ''}{message[max(0, at - 60):][:300]}): check "
+                f"the Deployment {names} in the driver's namespace, its pod on {pod.node} and its logs "
+                "(nvidia-cuda-mps-control -d must start on the node's GPUs).")
+    return None
+
+
 def rule_config_rejected(facts: Facts, check, error_text):
     """The driver refuses to prepare a claim that carries opaque config for it, and says the
     config is why (its FailedPrepareDynamicResources message)."""

@@ -25,7 +25,8 @@
 //     --kubelet-registrar-directory-path KUBELET_REGISTRAR_DIRECTORY_PATH,
 //     --kubelet-plugins-directory-path KUBELET_PLUGINS_DIRECTORY_PATH, --healthcheck-port
 //     HEALTHCHECK_PORT, --feature-gates FEATURE_GATES, --kubeconfig KUBECONFIG, --kube-api-qps, --kube-api-burst, -v.
-//     The chart also sets IMAGE_NAME, SERVICE_ACCOUNT_NAME, NVIDIA_VISIBLE_DEVICES=void,
+//     --image-name IMAGE_NAME (the MPS control daemon's image).
+//     The chart also sets SERVICE_ACCOUNT_NAME, NVIDIA_VISIBLE_DEVICES=void,
 //     NVIDIA_MIG_CONFIG_DEVICES, LOG_VERBOSITY, MASK_NVIDIA_DRIVER_PARAMS; they are accepted
 //     and ignored.  Upstream's --cdi-root default is /etc/cdi (the chart sets /var/run/cdi);
 //     here it defaults to /var/run/cdi.
@@ -52,7 +53,8 @@
 //
 // --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
 // cdi-not-injected, cdi-wrong-device, unprepare-fails, crash, admin-access-exclusive,
-// nvml-flaky, sharing-config-ignored, mig-counters-ignored, mig-parent-mislabelled.  See
+// nvml-flaky, sharing-config-ignored, mig-counters-ignored, mig-parent-mislabelled,
+// mps-daemon-fails.  See
 // internal/plugin.
 //
 // # GPU sharing
@@ -118,7 +120,7 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("gpu-kubelet-plugin", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	cfg := &plugin.Config{}
-	var namespace, kubeconfig string
+	var kubeconfig string
 	var qps float64
 	var burst int
 	var faults []string
@@ -126,7 +128,8 @@ func run(args []string) int {
 		faults = append(faults, v)
 	}
 	fs.StringVar(&cfg.NodeName, "node-name", env("", "NODE_NAME"), "The name of the node to be worked on. [$NODE_NAME]")
-	fs.StringVar(&namespace, "namespace", env("default", "NAMESPACE"), "The namespace used for the custom resources (unused). [$NAMESPACE]")
+	fs.StringVar(&cfg.Namespace, "namespace", env("default", "NAMESPACE"), "The namespace used for the custom resources (the MPS control daemons' Deployments). [$NAMESPACE]")
+	fs.StringVar(&cfg.ImageName, "image-name", env("", "IMAGE_NAME"), "The image name to use for the MPS control daemon. [$IMAGE_NAME]")
 	fs.StringVar(&cfg.CDIRoot, "cdi-root", env("/var/run/cdi", "CDI_ROOT"), "Absolute path to the directory where CDI files will be generated. [$CDI_ROOT]")
 	hostRootUsage := "The root path for the NVIDIA driver installation on the host (typical values are '/' or '/run/nvidia/driver'). [$NVIDIA_DRIVER_ROOT, $HOST_DRIVER_ROOT]"
 	fs.StringVar(&cfg.HostDriverRoot, "nvidia-driver-root", env("/", "NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), hostRootUsage)

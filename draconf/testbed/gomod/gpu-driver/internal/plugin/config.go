@@ -37,11 +37,17 @@
 //     (2g.20gb and larger on an H100) are published with the next MIG-capable GPU's UUID as
 //     parentUUID (a driver whose device inventory mixes up its GPUs); their names, counters and
 //     what preparing them creates stay the right GPU's, so a container lists such a device
-//     under a GPU other than the one its parentUUID names (see mislabelledParent in mig.go).
+//     under a GPU other than the one its parentUUID names (see mislabelledParent in mig.go);
+//   - mps-daemon-fails: the MPS control daemon's Deployment gets NVIDIA_SIM_MPS_DAEMON=fail,
+//     so the nvidia-cuda-mps-control stand-in's `-d` fails and the container exits at once,
+//     as a daemon that cannot start on its GPUs; preparing an MPS claim then fails with
+//     upstream's "MPS control daemon is not yet ready: ..." (see mps.go).
 package plugin
 
 import (
 	"fmt"
+
+	"k8s.io/client-go/kubernetes"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -82,6 +88,13 @@ type Config struct {
 	// devices (mig.go).
 	DynamicMIG bool
 	Faults     Faults
+	// Namespace is the plugin's namespace (NAMESPACE), where the MPS control daemons'
+	// Deployments are created, as upstream's flags.namespace.
+	Namespace string
+	// ImageName is the MPS control daemon's image (IMAGE_NAME, upstream flags.imageName).
+	ImageName string
+	// Client is the API client (upstream config.clientsets.Core), set by NewDriver.
+	Client kubernetes.Interface
 }
 
 // DriverPluginPath is the plugin's data directory: its DRA socket and checkpoint live here.
@@ -115,6 +128,8 @@ const (
 	FaultMigCountersIgnored Fault = "mig-counters-ignored"
 	// FaultMigParentMislabelled publishes multi-slice MIG devices under the next GPU's UUID.
 	FaultMigParentMislabelled Fault = "mig-parent-mislabelled"
+	// FaultMpsDaemonFails makes the MPS control daemon's container exit at once.
+	FaultMpsDaemonFails Fault = "mps-daemon-fails"
 )
 
 // FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
@@ -123,7 +138,8 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 // AllFaults lists the valid fault names.
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
-	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored, FaultMigParentMislabelled}
+	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored, FaultMigParentMislabelled,
+	FaultMpsDaemonFails}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

@@ -89,6 +89,7 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 		return nil, fmt.Errorf("unable to create CDI handler: %w", err)
 	}
 	cdi.simulate(cfg.Faults)
+	cfg.Client = client // the MPS control daemons' Deployments are created with it
 	state, err := NewDeviceState(cfg, lib, cdi)
 	if err != nil {
 		return nil, err

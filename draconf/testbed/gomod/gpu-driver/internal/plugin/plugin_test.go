@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/json"
+	"k8s.io/client-go/kubernetes/fake"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -71,10 +72,11 @@ func driverRoot(t *testing.T, n int, tweak func(*nvmlsim.Data)) string {
 }
 
 type bed struct {
-	cfg   *Config
-	lib   *DeviceLib
-	state *DeviceState
-	cdi   *CDIHandler
+	cfg    *Config
+	lib    *DeviceLib
+	state  *DeviceState
+	cdi    *CDIHandler
+	client *fake.Clientset // the API server of sharing beds (MPS daemons)
 }
 
 func newBed(t *testing.T, n int, faults ...Fault) *bed {

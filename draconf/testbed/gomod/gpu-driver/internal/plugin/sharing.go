@@ -21,14 +21,15 @@ package plugin
 //     group; unprepare stops the daemon and removes the files.
 //
 // What is simulated: the GPUs' state (nvidia-smi stand-in, nvmlsim.GPUState) and the MPS
-// control daemon.  Upstream runs the daemon (nvidia-cuda-mps-control -d) in a Deployment it
-// creates per claim from templates/mps-control-daemon.tmpl.yaml and waits for it to be ready;
-// here the daemon is the hardware side: the plugin creates what the daemon leaves in the pipe
-// directory (the named pipe `control`) and writes the commands it would be given
-// (set_default_active_thread_percentage, set_default_device_pinned_mem_limit) to
-// log/control.log.  The shm directory is a plain directory, not a tmpfs mount.
+// control daemon's binary.  The daemon itself is started as upstream starts it: a Deployment
+// per MPS config group, created through the API server and waited for (mps.go); its container
+// runs the driver root's nvidia-cuda-mps-control, which on the bed is the stand-in
+// (internal/mpscontrol) that creates the daemon's named pipe `control` in the pipe directory
+// and logs the commands it is given to log/control.log.  The shm directory is a plain
+// directory, not a tmpfs mount.
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	stdjson "encoding/json"
@@ -38,10 +39,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -49,6 +48,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -427,13 +428,32 @@ type sharingManager struct {
 	gates            FeatureGates
 	smi              smiRunner
 	controlFilesRoot string
+	// For the MPS control daemon's Deployment (mps.go): the API client (the plugin's
+	// ServiceAccount), its namespace, node, image, the host driver root it mounts, the
+	// container driver root (to look for dev/shm as upstream does) and the faults.
+	client              kubernetes.Interface
+	namespace           string
+	nodeName            string
+	imageName           string
+	hostDriverRoot      string
+	containerDriverRoot string
+	faults              Faults
+	readyBackoff        wait.Backoff
 }
 
 func newSharingManager(cfg *Config, lib *DeviceLib) *sharingManager {
 	return &sharingManager{
-		gates:            cfg.FeatureGates,
-		smi:              execSMI(lib.nvidiaSMIPath, lib.containerDriverRoot),
-		controlFilesRoot: filepath.Join(cfg.DriverPluginPath(), "mps"),
+		gates:               cfg.FeatureGates,
+		smi:                 execSMI(lib.nvidiaSMIPath, lib.containerDriverRoot),
+		controlFilesRoot:    filepath.Join(cfg.DriverPluginPath(), "mps"),
+		client:              cfg.Client,
+		namespace:           cfg.Namespace,
+		nodeName:            cfg.NodeName,
+		imageName:           cfg.ImageName,
+		hostDriverRoot:      cfg.HostDriverRoot,
+		containerDriverRoot: cfg.ContainerDriverRoot,
+		faults:              cfg.Faults,
+		readyBackoff:        mpsReadyBackoff,
 	}
 }
 
@@ -482,32 +502,36 @@ func (m *sharingManager) mpsDirs(id string) (root, pipe, shm, log string) {
 	return root, filepath.Join(root, "pipe"), filepath.Join(root, "shm"), filepath.Join(root, "log")
 }
 
-// startMps is upstream's MpsControlDaemon.Start with the daemon simulated (see the file's
-// comment).
-func (m *sharingManager) startMps(id string, uuids []string, config *MpsConfig) error {
-	root, pipe, shm, logDir := m.mpsDirs(id)
-	if _, err := os.Stat(filepath.Join(pipe, "control")); err == nil {
-		return nil // started before (a retried prepare)
+// startMps is upstream's MpsControlDaemon.Start: nothing when the daemon's Deployment exists
+// (a retried prepare), else the control directories, the GPUs in EXCLUSIVE_PROCESS and the
+// Deployment (mps.go).
+func (m *sharingManager) startMps(ctx context.Context, id string, uuids []string, config *MpsConfig) error {
+	if m.client == nil {
+		return fmt.Errorf("failed to get deployment: no API client")
+	}
+	started, err := m.daemonStarted(ctx, id)
+	if err != nil {
+		return fmt.Errorf("error checking if control daemon already started: %w", err)
+	}
+	if started {
+		return nil
 	}
 	klog.Infof("Starting MPS control daemon for '%v', with settings: %+v", id, config)
-	var commands []string
+	var activeThreads string
+	var limits map[string]string
 	if config != nil && config.DefaultActiveThreadPercentage != nil {
-		commands = append(commands, fmt.Sprintf("set_default_active_thread_percentage %d", *config.DefaultActiveThreadPercentage))
+		activeThreads = fmt.Sprintf("%d", *config.DefaultActiveThreadPercentage)
 	}
 	if config != nil {
-		limits, err := config.DefaultPerDevicePinnedMemoryLimit.NormalizeLimits(uuids, config.DefaultPinnedDeviceMemoryLimit)
-		if err != nil {
+		if limits, err = config.DefaultPerDevicePinnedMemoryLimit.NormalizeLimits(uuids, config.DefaultPinnedDeviceMemoryLimit); err != nil {
 			return fmt.Errorf("error transforming DefaultPerDevicePinnedMemoryLimit into string: %w", err)
 		}
-		ids := make([]string, 0, len(limits))
-		for k := range limits {
-			ids = append(ids, k)
-		}
-		sort.Strings(ids)
-		for _, k := range ids {
-			commands = append(commands, fmt.Sprintf("set_default_device_pinned_mem_limit %s %s", k, limits[k]))
-		}
 	}
+	deployment, err := m.mpsDeployment(id, uuids, activeThreads, limits)
+	if err != nil {
+		return err
+	}
+	_, pipe, shm, logDir := m.mpsDirs(id)
 	for _, d := range []string{shm, pipe, logDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("error creating directory %v: %w", d, err)
@@ -516,29 +540,22 @@ func (m *sharingManager) startMps(id string, uuids []string, config *MpsConfig) 
 	if err := m.setComputeMode(uuids, "EXCLUSIVE_PROCESS"); err != nil {
 		return fmt.Errorf("error setting compute mode: %w", err)
 	}
-	// The daemon (simulated): what `nvidia-cuda-mps-control -d` with CUDA_VISIBLE_DEVICES
-	// creates in its pipe directory, and the commands the template pipes into it.
-	log := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s nvidia-cuda-mps-control -d\n", strings.Join(uuids, ","))
-	for _, c := range commands {
-		log += c + "\n"
-	}
-	if err := os.WriteFile(filepath.Join(logDir, "control.log"), []byte(log), 0o644); err != nil {
-		return fmt.Errorf("error writing %v: %w", logDir, err)
-	}
-	if err := syscall.Mkfifo(filepath.Join(pipe, "control"), 0o666); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("MPS control daemon is not yet ready: %w", err)
-	}
-	klog.Infof("MPS control daemon for '%v' started in %s", id, root)
-	return nil
+	return m.createMpsDaemon(ctx, deployment)
 }
 
-// stopMps is upstream's MpsControlDaemon.Stop: a daemon never started is no error.
-func (m *sharingManager) stopMps(id string) error {
+// stopMps is upstream's MpsControlDaemon.Stop: a daemon never started (no control directory)
+// is no error; else its Deployment is deleted and the directory removed.
+func (m *sharingManager) stopMps(ctx context.Context, id string) error {
 	root, _, _, _ := m.mpsDirs(id)
 	if _, err := os.Stat(root); os.IsNotExist(err) {
 		return nil
 	}
 	klog.Infof("Stopping MPS control daemon for '%v'", id)
+	if m.client != nil {
+		if err := m.deleteMpsDaemon(ctx, id); err != nil {
+			return err
+		}
+	}
 	if err := os.RemoveAll(root); err != nil {
 		return fmt.Errorf("error removing directory %v: %w", root, err)
 	}
@@ -587,8 +604,14 @@ func (m *sharingManager) apply(claim *resourceapi.ResourceClaim, g configGroup, 
 			return state, fmt.Errorf("error getting MPS configuration: %w", err)
 		}
 		id := mpsDaemonID(string(claim.UID), uuids)
-		if err := m.startMps(id, uuids, mpsc); err != nil {
+		// The kubelet's call carries no deadline down here; the API calls are bounded by the
+		// client's timeouts and the readiness wait by its backoff.
+		ctx := context.Background()
+		if err := m.startMps(ctx, id, uuids, mpsc); err != nil {
 			return state, fmt.Errorf("error starting MPS control daemon: %w", err)
+		}
+		if err := m.assertMpsReady(ctx, id); err != nil {
+			return state, fmt.Errorf("MPS control daemon is not yet ready: %w", err)
 		}
 		state.MpsControlDaemonID = id
 	}
@@ -637,7 +660,7 @@ func (m *sharingManager) unprepareSharing(devices []PreparedDevice) error {
 	}
 	if m.gates.Enabled(FeatureMPSSupport) {
 		for _, id := range ids {
-			if err := m.stopMps(id); err != nil {
+			if err := m.stopMps(context.Background(), id); err != nil {
 				return fmt.Errorf("error stopping MPS control daemon: %w", err)
 			}
 		}

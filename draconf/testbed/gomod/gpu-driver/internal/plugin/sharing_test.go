@@ -2,17 +2,26 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
+	"draconf.local/testbed/gpu-driver/internal/mpscontrol"
 	"draconf.local/testbed/gpu-driver/internal/nvmlsim"
 	"draconf.local/testbed/gpu-driver/internal/smi"
 )
@@ -27,7 +36,11 @@ func sharingBed(t *testing.T, gates string, faults ...Fault) *bed {
 		t.Fatal(err)
 	}
 	b.cfg.FeatureGates = g
+	b.cfg.Namespace, b.cfg.ImageName = "nvidia-dra-driver-gpu", "draconf.local/busybox:1.35.0"
+	b.client = daemonClient(t)
+	b.cfg.Client = b.client
 	b.state.sharing = newSharingManager(b.cfg, b.lib)
+	b.state.sharing.readyBackoff = wait.Backoff{Duration: time.Millisecond, Steps: 3}
 	b.state.sharing.smi = func(args ...string) ([]byte, error) {
 		var out bytes.Buffer
 		if code := smi.Run(args, &out, &out, smiEnv(b)); code != smi.ExitOK {
@@ -36,6 +49,45 @@ func sharingBed(t *testing.T, gates string, faults ...Fault) *bed {
 		return out.Bytes(), nil
 	}
 	return b
+}
+
+// daemonClient is a fake API server whose "kubelet" runs an MPS control daemon Deployment's
+// container as the bed's node would: `nvidia-cuda-mps-control -d` (the stand-in, in process)
+// with the container's environment and the pipe and log directories of its host paths; the
+// Deployment is ready, with one pod whose container is ready, if that succeeded (the
+// template's `set -e` script stops at a failing -d, so the startup probe never passes).
+func daemonClient(t *testing.T) *fake.Clientset {
+	client := fake.NewClientset()
+	client.PrependReactor("create", "deployments", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		d := action.(k8stesting.CreateAction).GetObject().(*appsv1.Deployment)
+		env := map[string]string{}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			switch v.Name {
+			case "mps-pipe-directory":
+				env["CUDA_MPS_PIPE_DIRECTORY"] = v.HostPath.Path
+			case "mps-log-directory":
+				env["CUDA_MPS_LOG_DIRECTORY"] = v.HostPath.Path
+			}
+		}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		var out bytes.Buffer
+		ready := mpscontrol.Run([]string{"-d"}, strings.NewReader(""), &out, &out, func(k string) string { return env[k] }) == 0
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-0", Labels: d.Spec.Template.Labels},
+			Spec:       d.Spec.Template.Spec,
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "mps-control-daemon", Ready: ready}}},
+		}
+		if err := client.Tracker().Add(pod); err != nil {
+			t.Error(err)
+		}
+		if ready {
+			d.Status.ReadyReplicas = 1
+		}
+		return false, nil, nil
+	})
+	return client
 }
 
 func smiEnv(b *bed) smi.Env {
@@ -119,12 +171,28 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(pipe, "control")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Fatalf("the daemon's control pipe: %v %v", fi, err)
 	}
-	log, _ := os.ReadFile(filepath.Join(filepath.Dir(pipe), "log", "control.log"))
-	for _, want := range []string{"set_default_active_thread_percentage 50",
-		"set_default_device_pinned_mem_limit " + testUUIDs[1] + " 10240M"} {
-		if !strings.Contains(string(log), want) {
-			t.Fatalf("control.log lacks %q: %s", want, log)
+	// The daemon is upstream's Deployment, pinned to the node, given the config's settings.
+	id := mpsDaemonID("uid-ts", []string{testUUIDs[1]})
+	d, err := b.client.AppsV1().Deployments("nvidia-dra-driver-gpu").Get(context.Background(), "mps-control-daemon-"+id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := d.Spec.Template.Spec
+	script := strings.Join(pod.Containers[0].Args, "\n")
+	if pod.NodeName != testNode || pod.Containers[0].Image != "draconf.local/busybox:1.35.0" ||
+		pod.Containers[0].Env[0].Value != testUUIDs[1] {
+		t.Fatalf("deployment: %+v", pod)
+	}
+	for _, want := range []string{`$RUN "nvidia-cuda-mps-control -d"`,
+		`$RUN "echo set_default_active_thread_percentage 50 | nvidia-cuda-mps-control"`,
+		`$RUN "echo set_default_device_pinned_mem_limit ` + testUUIDs[1] + ` 10240M | nvidia-cuda-mps-control"`} {
+		if !strings.Contains(script, want) {
+			t.Fatalf("the daemon's script lacks %q: %s", want, script)
 		}
+	}
+	log, _ := os.ReadFile(filepath.Join(filepath.Dir(pipe), "log", "control.log"))
+	if !strings.Contains(string(log), "CUDA_VISIBLE_DEVICES="+testUUIDs[1]+" nvidia-cuda-mps-control -d") {
+		t.Fatalf("control.log: %s", log)
 	}
 	// The containers' view of the GPU state: the common edits mount it read-only.
 	found := false
@@ -143,6 +211,27 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(pipe)); !os.IsNotExist(err) {
 		t.Fatalf("unprepare stops the MPS daemon: %v", err)
+	}
+	if _, err := b.client.AppsV1().Deployments("nvidia-dra-driver-gpu").Get(context.Background(), d.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("unprepare deletes the daemon's Deployment")
+	}
+}
+
+// mps-daemon-fails: the daemon's container exits at once, prepare fails in upstream's words.
+func TestFaultMpsDaemonFails(t *testing.T) {
+	b := sharingBed(t, gates, FaultMpsDaemonFails)
+	_, err := b.state.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50))
+	want := "error applying config: MPS control daemon is not yet ready: waiting for MPS control daemon to come online"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	// A retried prepare finds the Deployment and waits again, without creating another.
+	if _, err := b.state.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50)); err == nil {
+		t.Fatal("still not ready")
+	}
+	list, _ := b.client.AppsV1().Deployments("nvidia-dra-driver-gpu").List(context.Background(), metav1.ListOptions{})
+	if len(list.Items) != 1 {
+		t.Fatalf("deployments: %d", len(list.Items))
 	}
 }
 
