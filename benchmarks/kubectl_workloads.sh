@@ -4,6 +4,8 @@
 #
 #   KUBECONFIG=... IMAGE=draconf.local/busybox:1.35.0 bash benchmarks/kubectl_workloads.sh
 #
+# Needs kubectl and jq (Debian: jq) on PATH.
+#
 # For each workload, in turn, as the suite runs them serially: a namespace; `kubectl apply` of
 # its manifest as written (the image swapped for $IMAGE, as the bed's profile does); wait for
 # its pods to be Ready (shared-claim's pinned to $SHARED_NODE, a node with three GPUs, as the
