@@ -38,7 +38,8 @@ PLUGIN_COMPONENT_LABEL = "nvidia-dra-driver-gpu-component"
 PLUGIN_IMAGE = "draconf.local/dra-driver-nvidia-gpu-sim:v0.4.1"
 #: The MPS control daemon Deployments' image (the plugin's IMAGE_NAME): the bed's busybox, as
 #: the template's script needs sh, rm, cat, tail (draconf.profile.TESTBED_IMAGE, not imported:
-#: this module is imported by images.py, which imports profile).
+#: this module is imported by images.py, which imports profile; tests/unit/test_images.py holds
+#: the two together).
 MPS_DAEMON_IMAGE = "draconf.local/busybox:1.35.0"
 #: The plugin's gRPC health service, which the chart's startup and liveness probes ask.
 HEALTHCHECK_PORT = 51516

@@ -290,3 +290,11 @@ def test_workload_image_with_debian_busybox(tmp_path):
     for command in ["sleep", "printenv", "hostname", "ls", "cat", "env", "sh", "bash", "awk"]:
         image.on_path(command)
     assert len([m for m in image.members.values() if m.issym()]) > 200
+
+
+def test_the_mps_daemon_runs_the_beds_image():
+    """nvidia.MPS_DAEMON_IMAGE repeats profile.TESTBED_IMAGE (nvidia cannot import profile: a
+    cycle through images.py); the daemon Deployment must run the image every real node has."""
+    from draconf.profile import TESTBED_IMAGE
+    from draconf.testbed.nvidia import MPS_DAEMON_IMAGE
+    assert MPS_DAEMON_IMAGE == TESTBED_IMAGE
