@@ -7,9 +7,10 @@ Brings up its own bed (``bench-scale``: NODES KWOK nodes of GPUS GPUs each, the 
 driver preparing what the scheduler allocates), then per round, in a fresh namespace: a
 ResourceClaimTemplate of one GPU and NODES x GPUS pods using it, sent by a thread pool as
 ``kubectl apply`` sends them; the time until every pod is Running; then every pod deleted (grace
-period 0) and the time until no claim is left.  Prints each round (pods/s sent, claims/s
+period 0) and the time until no claim is left.  Pods and claims are followed by watch, so
+that counting them does not load the API server the benchmark measures.  Prints each round (pods/s sent, claims/s
 Running, claims/s released, the load), then min/median of each figure.  The bed is stopped at
-the end.  Timings are never asserted.
+the end unless ``--keep``.  Timings are never asserted.
 """
 
 from __future__ import annotations
@@ -24,11 +25,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from draconf import namespaces, waits  # noqa: E402
+from draconf import namespaces  # noqa: E402
 from draconf.kube import connect  # noqa: E402
 from draconf.profile import TESTBED_IMAGE  # noqa: E402
+from draconf.reflector import Reflector  # noqa: E402
 from draconf.testbed import inventory  # noqa: E402
 from draconf.testbed.cluster import Testbed  # noqa: E402
+
+
+def until(reflector: Reflector, what: str, done, timeout: float = 600) -> None:
+    """Until ``done(objects)`` holds for the watched objects (checked on every change)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reflector.changed.clear()
+        objects = reflector.items()
+        if done(objects):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"gave up after {timeout:.0f} s waiting for {what}: {len(objects)} objects")
+        reflector.changed.wait(1.0)
 
 
 def one_round(api, count: int, index: int) -> tuple[float, float, float]:
@@ -45,23 +60,23 @@ def one_round(api, count: int, index: int) -> tuple[float, float, float]:
             "containers": [{"name": "c", "image": TESTBED_IMAGE, "command": ["sleep", "1d"],
                             "resources": {"claims": [{"name": "gpu"}]}}]}})
 
-    def running() -> int:
-        return sum(1 for p in api.core.list_namespaced_pod(ns).items if p.status.phase == "Running")
+    pods = Reflector(api.core.list_namespaced_pod, "pods", namespace=ns).start()
+    claims = Reflector(api.resource.list_namespaced_resource_claim, "claims", namespace=ns).start()
+    pods.wait_synced(30), claims.wait_synced(30)
 
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(count)))
     sent = time.monotonic() - started
-    waits.wait_until(f"{count} pods to run", running, lambda n: n == count, timeout=600, interval=0.5,
-                     describe=lambda n: f"{n} of {count} Running")
+    until(pods, f"{count} pods to run",
+          lambda items: sum(1 for p in items if p.get("status", {}).get("phase") == "Running") == count)
     up = time.monotonic() - started
 
     started = time.monotonic()
     api.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-    waits.wait_until(f"{count} claims to be released",
-                     lambda: len(api.resource.list_namespaced_resource_claim(ns).items), lambda n: n == 0,
-                     timeout=600, interval=0.5, describe=lambda n: f"{n} claims left")
+    until(claims, f"{count} claims to be released", lambda items: not items)
     down = time.monotonic() - started
+    pods.stop(), claims.stop()
     namespaces.delete(api, ns, wait=120)
     return sent, up, down
 
@@ -71,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--times", type=int, default=3)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the bed up to read its logs (`draconf testbed down --name bench-scale`)")
     args = parser.parse_args(argv)
     count = args.nodes * args.gpus
     bed = Testbed.named("bench-scale")
@@ -91,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         for what, values in rates.items():
             print(f"{what}: min {min(values):.1f}/s, median {statistics.median(values):.1f}/s")
     finally:
-        bed.down(log=lambda *_: None)
+        if not args.keep:
+            bed.down(log=lambda *_: None)
     return 0
 
 

@@ -42,7 +42,9 @@ import logging
 import shutil
 import signal
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,6 +54,7 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf.kube import connect
 from draconf.pods import exec_in_container
+from draconf.reflector import Reflector, as_model
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy, driver_rbac,
                                             resource_slice)
@@ -67,8 +70,28 @@ DATA = Path(__file__).parent / "data"
 UNPREPARE_FINALIZER = "gpu.nvidia.com/unprepare-pending"
 
 
+#: On a pod's Exec rule: the uid of the pod it was written for.
+POD_UID_LABEL = "testbed.draconf.dev/pod-uid"
+
 #: The pod-level name of the scheduler's claim for a pod's extended resources.
 EXTENDED_CLAIM = "(extended resources)"
+#: API calls of one sync (Exec rules, prepared marks) in flight at once: a kubelet prepares and
+#: starts its pods concurrently, and one call at a time leaves the API server's cores idle.
+CONCURRENT_CALLS = 8
+#: Pods prepared per sync at most.  With hundreds scheduled at once, one batch of all of them
+#: would start none until the last is prepared; batches keep pods flowing to kwok meanwhile.
+BATCH = 64
+#: The least time between two syncs: under a burst of watch events, a sync per event would
+#: spend the CPU on reading the store again.
+MIN_SYNC_GAP = 0.05
+
+
+def _unread(response) -> None:
+    """Hand back a response asked for without its body (``_preload_content=False``: no model is
+    built from it).  Unread, its connection never returns to the pool, and the next call opens a
+    new one: a TLS handshake on both sides, per call."""
+    response.drain_conn()
+    response.release_conn()
 
 
 def _extended(pod):
@@ -87,6 +110,10 @@ class Agent:
         self.admin = connect(state_dir / "admin.kubeconfig")
         #: Everything after the install: the driver's own identity, bound to driver_rbac().
         self.api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
+        #: The same identity for the exec probe alone: while an exec opens, the client turns
+        #: every request of its ApiClient into a websocket (kubernetes.stream), from any thread.
+        self.exec_api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
+        self.pool = ThreadPoolExecutor(CONCURRENT_CALLS, thread_name_prefix="kubelet")
         self.inventory = json.loads((state_dir / "inventory.json").read_text())
         # The nodes this agent plays kubelet and plugin for; real nodes have their own.
         self.kwok_nodes = [n for n in self.inventory["nodes"] if n["kind"] == "kwok"]
@@ -101,6 +128,19 @@ class Agent:
         self.warned: set[str] = set()
         self.gpucluster_state: str | None = None
         self.stopping = False
+        #: Set by the pod and claim watches on every change: the loop's cue to sync.
+        self.changed = threading.Event()
+        #: Uids of pods marked prepared; the watch may not have brought that annotation back yet.
+        self.started: set[str] = set()
+        self.pods: Reflector | None = None
+        self.claims: Reflector | None = None
+        #: Claim uid -> its CDI spec, and pod uid -> namespace of the pods with container views
+        #: and an Exec rule: what is on disk and in the cluster, kept here so that a sync need
+        #: not read the directories.  (Views found at start name no namespace: their rules go
+        #: with their namespace.)
+        self.prepared_claims = {spec.stem.split("claim_", 1)[1]: spec
+                                for spec in self.cdi_dir.glob("k8s.gpu.nvidia.com-claim_*.json")}
+        self.viewed_pods: dict[str, str | None] = {view.name: None for view in self.views_dir.iterdir()}
 
     # --- install -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -247,7 +287,11 @@ class Agent:
     # --- kubelet plugin loop -----------------------------------------------------------------
     def run(self) -> None:
         """As the driver (``self.api``): publish the KWOK GPU nodes' pools, then report the
-        GPUCluster's state and play kubelet plugin until stopped."""
+        GPUCluster's state and play kubelet plugin until stopped.
+
+        Pods and claims are followed by watch (as the kubelet and the plugin do), and the loop
+        syncs whenever either changes: no list of every pod and claim four times a second,
+        which at 800 pods cost the API server more CPU than the work itself."""
         last_report = 0.0
         published = False
         while not self.stopping:
@@ -257,33 +301,61 @@ class Agent:
             try:
                 if not published:
                     self.publish_slices()
+                    self._follow_pods_and_claims()
                     published = True
                 if time.monotonic() - last_report > 1:
                     last_report = time.monotonic()
                     self._report_gpucluster_state()
+                self.changed.clear()  # before reading: a change during sync brings another
                 self.sync()
+                time.sleep(MIN_SYNC_GAP)
             except ApiException as err:
                 log.warning("API error during sync: %s %s", err.status, err.reason)
+                time.sleep(0.25)
             except Exception:  # keep the node side alive whatever one pod does
                 log.exception("sync failed")
-            time.sleep(0.25)
+                time.sleep(0.25)
+            self.changed.wait(timeout=1.0)
+
+    def _follow_pods_and_claims(self) -> None:
+        # A connection of their own: see exec_api.
+        watcher = connect(self.dir / f"{DRIVER_IDENTITY}.kubeconfig")
+        self.pods = Reflector(watcher.core.list_pod_for_all_namespaces, "pods", self.changed).start()
+        self.claims = Reflector(watcher.resource.list_resource_claim_for_all_namespaces, "resourceclaims",
+                                self.changed).start()
+        for reflector in (self.pods, self.claims):
+            if not reflector.wait_synced(timeout=60):
+                raise RuntimeError(f"could not list {reflector.name} in 60 s")
 
     def sync(self) -> None:
-        pods = self.api.core.list_pod_for_all_namespaces().items
-        claims = {(c.metadata.namespace, c.metadata.name): c
-                  for c in self.api.resource.list_resource_claim_for_all_namespaces().items}
-        written = []
+        """One pass over the pods and claims last heard of (raw objects: see Reflector)."""
+        pods = self.pods.items()
+        claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in self.claims.items()}
+        self.started &= {p["metadata"]["uid"] for p in pods}
+        waiting = []
         for pod in pods:
-            if (pod.spec.node_name in self.gpu_nodes and (pod.spec.resource_claims or _extended(pod))
-                    and not pod.metadata.deletion_timestamp
-                    and (pod.metadata.annotations or {}).get(PREPARED_ANNOTATION) != "true"):
-                if self._maybe_prepare(pod, claims):
-                    written.append(pod)
+            meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+            if (spec.get("nodeName") in self.gpu_nodes
+                    and (spec.get("resourceClaims") or status.get("extendedResourceClaimStatus"))
+                    and not meta.get("deletionTimestamp") and meta["uid"] not in self.started
+                    and (meta.get("annotations") or {}).get(PREPARED_ANNOTATION) != "true"):
+                pod_claims = self._pod_claims(pod, claims)
+                if pod_claims is not None:
+                    if len(waiting) == BATCH:
+                        self.changed.set()  # more to prepare: sync again at once
+                        break
+                    waiting.append((as_model(self.api.api_client, pod, client.V1Pod), pod_claims))
+        began = time.monotonic()
+        written = [pod for pod, done in zip((pod for pod, _ in waiting),
+                                            self.pool.map(lambda args: self._maybe_prepare(*args), waiting)) if done]
         if written:
-            self._start_prepared(written)
+            prepared = time.monotonic()
+            probes = self._start_prepared(written)
+            log.info("batch of %d pod(s): prepared in %.2f s, exec rules served %.2f s later (%s probe(s))",
+                     len(written), prepared - began, time.monotonic() - prepared, probes or "no")
         self._unprepare_released(pods, claims)
 
-    def _start_prepared(self, pods: list) -> None:
+    def _start_prepared(self, pods: list) -> int | None:
         """Let kwok start ``pods``, whose claims are prepared and Exec rules written, once kwok
         serves those rules.  kwok learns them through one watch, in the order they were written,
         so the last pod's rule being served means every earlier one is: one exec probe per
@@ -293,44 +365,56 @@ class Agent:
             probes = self._wait_until_runtime_serves(pod)
             if probes is not None:
                 break
-        for pod in pods:
+        def mark_prepared(pod) -> None:
             try:
-                self.api.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                                   {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
+                _unread(self.api.core.patch_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace,
+                    {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}}, _preload_content=False))
             except ApiException as err:
-                if err.status != 404:
-                    raise
-                continue  # deleted meanwhile: nothing to start
-            log.info("prepared %s/%s/%s on %s (exec rules of %d pod(s) served after %s probe(s))",
-                     pod.metadata.namespace, pod.metadata.name, pod.metadata.uid, pod.spec.node_name,
-                     len(pods), "no" if probes is None else probes)
+                if err.status == 404:
+                    return  # deleted meanwhile: nothing to start
+                self.started.discard(pod.metadata.uid)  # the next sync tries again
+                log.warning("could not mark %s/%s prepared: %s %s", pod.metadata.namespace,
+                            pod.metadata.name, err.status, err.reason)
+                self.changed.set()
+                return
+            log.info("prepared %s/%s/%s on %s", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid,
+                     pod.spec.node_name)
 
-    def _pod_claims(self, pod, claims) -> dict[str, object] | None:
-        """Pod claim name -> ResourceClaim, or None while any is missing or not yet reserved."""
-        generated = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+        # Marked in the background while the next sync prepares the next batch; started now, so
+        # that no sync prepares them again before the watch brings the mark back.
+        self.started.update(pod.metadata.uid for pod in pods)
+        for pod in pods:
+            self.pool.submit(mark_prepared, pod)
+        return probes
+
+    def _pod_claims(self, pod: dict, claims: dict) -> dict[str, object] | None:
+        """Pod claim name -> ResourceClaim (a model), or None while any is missing or not yet
+        reserved; ``pod`` and ``claims`` are raw objects."""
+        status = pod.get("status") or {}
+        generated = {s["name"]: s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []}
         result = {}
-        refs = [(ref.name, ref.resource_claim_name or generated.get(ref.name))
-                for ref in pod.spec.resource_claims or []]
-        if _extended(pod):
+        refs = [(ref["name"], ref.get("resourceClaimName") or generated.get(ref["name"]))
+                for ref in pod["spec"].get("resourceClaims") or []]
+        if extended := status.get("extendedResourceClaimStatus"):
             # The claim the scheduler made for the pod's extended resources (as the kubelet reads it).
-            refs.append((EXTENDED_CLAIM, _extended(pod).resource_claim_name))
+            refs.append((EXTENDED_CLAIM, extended.get("resourceClaimName")))
         for ref_name, name in refs:
             if name is None:
                 return None
-            claim = claims.get((pod.metadata.namespace, name))
-            if claim is None or not claim.status or not claim.status.allocation:
+            claim = claims.get((pod["metadata"]["namespace"], name))
+            claim_status = (claim or {}).get("status") or {}
+            if not claim_status.get("allocation"):
                 return None
-            if not any(r.uid == pod.metadata.uid for r in claim.status.reserved_for or []):
+            if not any(r.get("uid") == pod["metadata"]["uid"] for r in claim_status.get("reservedFor") or []):
                 return None
             result[ref_name] = claim
-        return result
+        return {ref_name: as_model(self.api.api_client, claim, client.ResourceV1ResourceClaim)
+                for ref_name, claim in result.items()}
 
-    def _maybe_prepare(self, pod, claims) -> bool:
-        """Prepare the pod's claims and write its Exec rule when the scheduler has allocated and
-        reserved them all; True when it did (kwok may start it once the rule is served)."""
-        pod_claims = self._pod_claims(pod, claims)
-        if pod_claims is None:
-            return False
+    def _maybe_prepare(self, pod, pod_claims) -> bool:
+        """Prepare the pod's claims, allocated and reserved for it, and write its Exec rule;
+        True when it did (kwok may start it once the rule is served)."""
         key = f"{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
         if "plugin-unhealthy" in self.faults:
             if key not in self.warned:
@@ -352,7 +436,7 @@ class Agent:
         """Record the CDI spec of a claim: one per claim, as the NVIDIA plugin writes it."""
         uid = claim.metadata.uid
         spec = self.cdi_dir / f"k8s.gpu.nvidia.com-claim_{uid}.json"
-        if spec.exists():
+        if uid in self.prepared_claims:
             return
         devices = [r.device for r in claim.status.allocation.devices.results
                    if r.driver == DRIVER and r.pool == node]
@@ -360,6 +444,7 @@ class Agent:
             "kind": "k8s.gpu.nvidia.com/claim", "claim": f"{claim.metadata.namespace}/{claim.metadata.name}",
             "claimUID": uid, "node": node,
             "devices": [{"name": f"{uid}-{d}", "device": d} for d in devices]}))
+        self.prepared_claims[uid] = spec
         if "claims-not-released" in self.faults:
             finalizers = list(claim.metadata.finalizers or [])
             if UNPREPARE_FINALIZER not in finalizers:
@@ -408,6 +493,7 @@ class Agent:
             gpus = self._injected_gpus(node, devices)
             view = self.views_dir / pod.metadata.uid / container.name
             view.mkdir(parents=True, exist_ok=True)
+            self.viewed_pods[pod.metadata.uid] = pod.metadata.namespace
             envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"},
                     {"name": "DRACONF_POD_UID", "value": pod.metadata.uid},
                     {"name": "NVIDIA_SIM_ROOT", "value": str(view)}]
@@ -415,20 +501,22 @@ class Agent:
                 install_gpu_view(view, record, [g["minor"] for g in gpus], self.nvidia_smi)
                 envs.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(g["uuid"] for g in gpus)})
             execs.append({"containers": [container.name], "local": {"envs": envs}})
+        # Deleted with the pod's view (_unprepare_released), as a runtime forgets a container:
+        # an owner reference would have the garbage collector get and delete each one, two
+        # requests per pod where one request per sync does.
         body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
                 "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
-                                                  "name": pod.metadata.name, "uid": pod.metadata.uid}]},
+                             "labels": {POD_UID_LABEL: pod.metadata.uid}},
                 "spec": {"execs": execs}}
         args = ("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace, "execs")
         try:
-            self.api.custom.create_namespaced_custom_object(*args, body)
+            _unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
         except ApiException as err:
             if err.status != 409:
                 raise
             # A rule left by an earlier pod of the same name: replace it.
             self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
-            self.api.custom.create_namespaced_custom_object(*args, body)
+            _unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
 
     def _wait_until_runtime_serves(self, pod, timeout: float = 15.0) -> int | None:
         """Hold the pod back until kwok answers ``exec`` with this pod's own rule.
@@ -451,7 +539,7 @@ class Agent:
                 return None
             probes += 1
             try:
-                env = exec_in_container(self.api, namespace, name, container, ["env"], timeout=5).stdout
+                env = exec_in_container(self.exec_api, namespace, name, container, ["env"], timeout=5).stdout
                 seen = next((line.split("=", 1)[1] for line in env.splitlines()
                              if line.startswith("DRACONF_POD_UID=")), f"no DRACONF_POD_UID in {env!r}")
             except Exception as err:  # noqa: BLE001 - the probe is retried until the deadline
@@ -472,23 +560,39 @@ class Agent:
         return not found or found[0].metadata.uid != pod.metadata.uid \
             or found[0].metadata.deletion_timestamp is not None
 
-    def _unprepare_released(self, pods, claims) -> None:
-        """Unprepare every prepared claim that no running pod on its node consumes any more."""
-        live = {p.metadata.uid for p in pods if not p.metadata.deletion_timestamp}
-        by_uid = {c.metadata.uid: c for c in claims.values()}
-        for spec in self.cdi_dir.glob("k8s.gpu.nvidia.com-claim_*.json"):
-            uid = spec.stem.split("claim_", 1)[1]
-            claim = by_uid.get(uid)
-            consumers = [r for r in (claim.status.reserved_for or [])] if claim and claim.status else []
-            if claim is not None and any(r.uid in live for r in consumers):
-                continue
-            if "claims-not-released" in self.faults:
-                continue  # the node never gets to unprepare: the finalizer stays on the claim
-            spec.unlink(missing_ok=True)
-            log.info("unprepared claim %s", uid)
-        for view in self.views_dir.iterdir():
-            if view.name not in live:
-                shutil.rmtree(view, ignore_errors=True)  # the pod and its containers are gone
+    def _unprepare_released(self, pods: list[dict], claims: dict) -> None:
+        """Unprepare every prepared claim that no running pod on its node consumes any more
+        (``pods`` and ``claims`` are raw objects)."""
+        live = {p["metadata"]["uid"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+        consumers = {c["metadata"]["uid"]: [r.get("uid") for r in (c.get("status") or {}).get("reservedFor") or []]
+                     for c in claims.values()}
+        if "claims-not-released" not in self.faults:  # else the node never gets to unprepare
+            for uid, spec in list(self.prepared_claims.items()):
+                if not any(consumer in live for consumer in consumers.get(uid, [])):
+                    spec.unlink(missing_ok=True)
+                    del self.prepared_claims[uid]
+                    log.info("unprepared claim %s", uid)
+        gone: dict[str, list[str]] = {}
+        for uid in self.viewed_pods.keys() - live:
+            shutil.rmtree(self.views_dir / uid, ignore_errors=True)  # the pod and its containers are gone
+            if namespace := self.viewed_pods.pop(uid):
+                gone.setdefault(namespace, []).append(uid)
+        for namespace, uids in gone.items():
+            self.pool.submit(self._forget_exec_rules, namespace, uids)
+
+    def _forget_exec_rules(self, namespace: str, uids: list[str]) -> None:
+        """Delete the Exec rules of gone pods, by their uid label (a pod of the same name may
+        have a new one already)."""
+        for start in range(0, len(uids), BATCH):  # keeps the selector's URL short
+            selector = f"{POD_UID_LABEL} in ({','.join(uids[start:start + BATCH])})"
+            try:
+                _unread(self.api.custom.delete_collection_namespaced_custom_object(
+                    "kwok.x-k8s.io", "v1alpha1", namespace, "execs", label_selector=selector,
+                    _preload_content=False))
+            except ApiException as err:
+                if err.status != 404:  # 404: the namespace is gone, and its rules with it
+                    log.warning("could not delete the exec rules of %d pod(s) in %s: %s %s",
+                                len(uids[start:start + BATCH]), namespace, err.status, err.reason)
 
     def _event(self, pod, reason: str, message: str) -> None:
         now = datetime.now(timezone.utc)

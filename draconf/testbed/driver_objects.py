@@ -112,18 +112,19 @@ def driver_rbac() -> list[dict]:
              # GPU Operator: GPUCluster ready when every kubelet-plugin pod is.
              rule("apps", ["daemonsets"], ["get"], [PLUGIN_DAEMONSET]),
              rule("nvidia.com", ["gpuclusters/status"], ["patch"], ["gpu-cluster"]),
-             # kubelet plugin on KWOK GPU nodes: its pools; the claims of the pods it prepares
-             # (patch: the finalizer of claims-not-released).
+             # kubelet plugin on KWOK GPU nodes: its pools; the claims of the pods it prepares,
+             # followed by watch (patch: the finalizer of claims-not-released).
              rule("resource.k8s.io", ["resourceslices"], ["create"]),
-             rule("resource.k8s.io", ["resourceclaims"], ["list", "patch"]),
-             # kubelet: the pods bound to its nodes, marked prepared; events (plugin-unhealthy);
+             rule("resource.k8s.io", ["resourceclaims"], ["list", "watch", "patch"]),
+             # kubelet: the pods bound to its nodes (watched), marked prepared; events (plugin-unhealthy);
              # exec into a container to see that kwok serves its rule (a websocket upgrade: get, and
              # create since Kubernetes 1.35, AuthorizePodWebsocketUpgradeCreatePermission).
-             rule("", ["pods"], ["list", "patch"]),
+             rule("", ["pods"], ["list", "watch", "patch"]),
              rule("", ["events"], ["create"]),
              rule("", ["pods/exec"], ["get", "create"]),
-             # CDI / container runtime: kwok's Exec rule per prepared pod.
-             rule("kwok.x-k8s.io", ["execs"], ["create", "delete"]),
+             # CDI / container runtime: kwok's Exec rule per prepared pod, deleted with the pod
+             # (deletecollection: the rules of every pod gone since the last sync at once).
+             rule("kwok.x-k8s.io", ["execs"], ["create", "delete", "deletecollection"]),
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},

@@ -1,0 +1,143 @@
+"""A local copy of every object of one kind, kept current by one list and then a watch.
+
+client-go's reflector does this for every controller: instead of listing all pods again and
+again (the API server encodes every pod on every list, which on a 2-core machine with 800 pods
+costs more CPU than the work itself), it lists once and then follows the changes.  The Python
+client has the watch (:class:`kubernetes.watch.Watch`) but no reflector; this is the small part
+of one that the bed's simulated node side and the benchmarks need.
+
+Objects are kept as the API server sends them, plain dicts in its camelCase: turning every
+event into a client model costs about as much CPU as the API server spends sending it.  Turn
+the few objects that need it into models with :func:`as_model`.
+
+Usage::
+
+    changed = threading.Event()
+    pods = Reflector(api.core.list_pod_for_all_namespaces, "pods", changed).start()
+    pods.wait_synced(timeout=30)
+    while True:
+        changed.wait(1.0)
+        changed.clear()
+        for pod in pods.items():
+            ... pod["spec"].get("nodeName") ...
+
+The store may lag the API server by the time an event takes to arrive: read it as "what was
+last heard", and act with calls that tolerate a 404 or 409.  A watch's list function must be
+bound to an ApiClient that nothing calls ``kubernetes.stream.stream`` on: while an exec opens,
+``stream`` turns every request of its ApiClient, from any thread, into a websocket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Callable
+
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+#: How long one watch request lasts before it is renewed from the last resourceVersion.
+WATCH_SECONDS = 240
+
+
+def as_model(api_client, obj: dict, model: type):
+    """The client model of a raw object, as a ``read_*`` call would have returned it.
+
+    >>> from kubernetes import client
+    >>> pod = as_model(client.ApiClient(), {"metadata": {"name": "p", "uid": "u1"}}, client.V1Pod)
+    >>> pod.metadata.name, pod.spec
+    ('p', None)
+    """
+    return api_client.deserialize(json.dumps(obj), model, "application/json")
+
+
+class Reflector:
+    """Objects listed by ``list_fn`` (a client ``list_*`` method), as dicts, keyed by uid."""
+
+    def __init__(self, list_fn: Callable, name: str, changed: threading.Event | None = None, **list_kwargs):
+        self.list_fn = list_fn
+        self.name = name
+        self.list_kwargs = list_kwargs
+        #: Set after every change to the store (and after each full list).
+        self.changed = changed or threading.Event()
+        self._store: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"reflector-{name}", daemon=True)
+
+    def start(self) -> Reflector:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop following; the thread ends with its current watch request (a daemon thread)."""
+        self._stopping = True
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once the first list is in the store."""
+        return self._synced.wait(timeout)
+
+    def items(self) -> list[dict]:
+        """A snapshot of the store (the dicts themselves: read them, never change them)."""
+        with self._lock:
+            return list(self._store.values())
+
+    def _list(self) -> str:
+        response = self.list_fn(_preload_content=False, **self.list_kwargs)
+        listed = json.loads(response.data)
+        with self._lock:
+            self._store = {o["metadata"]["uid"]: o for o in listed["items"]}
+        self._synced.set()
+        self.changed.set()
+        return listed["metadata"]["resourceVersion"]
+
+    def _run(self) -> None:
+        resource_version = None
+        while not self._stopping:
+            try:
+                if resource_version is None:
+                    resource_version = self._list()
+                resource_version = self._follow(resource_version)
+            except ApiException as err:
+                if self._stopping:
+                    return
+                # 410 Gone: the API server no longer holds that version; list again.
+                if err.status != 410:
+                    log.warning("%s: watch failed (%s %s); listing again", self.name, err.status, err.reason)
+                    time.sleep(1)
+                resource_version = None
+            except Exception as err:  # noqa: BLE001 - a dropped connection: list again, never give up
+                if self._stopping:
+                    return
+                log.warning("%s: watch failed (%s); listing again", self.name, err)
+                time.sleep(1)
+                resource_version = None
+
+    def _follow(self, resource_version: str) -> str:
+        """Apply one watch request's events; the version to resume from."""
+        # The type is never used with deserialize=False; naming one spares the client's guess,
+        # which fails for resource.k8s.io/v1 (it looks for V1ResourceClaim).
+        stream = watch.Watch(return_type=dict)
+        for event in stream.stream(self.list_fn, resource_version=resource_version,
+                                   timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
+                                   deserialize=False, **self.list_kwargs):
+            if self._stopping:
+                stream.stop()
+                break
+            # An ERROR event (410 Expired, say) is raised by the stream as an ApiException.
+            kind, obj = event["type"], event["object"]
+            resource_version = obj["metadata"]["resourceVersion"]
+            if kind == "BOOKMARK":
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    self._store.pop(obj["metadata"]["uid"], None)
+                else:
+                    self._store[obj["metadata"]["uid"]] = obj
+            self.changed.set()
+        return resource_version
