@@ -977,11 +977,19 @@ def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]
     return evidence, problems, summary
 
 
+@pytest.fixture
+def one_gpu_sharing_nodes(cluster, profile, validated_nodes, published_devices) -> list[str]:
+    """The nodes a one-GPU sharing scenario may run on, or a skip with the reason.  Asked for
+    before ``namespace``: a test skipped for want of them creates nothing."""
+    return sharing_target(cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid,
+                          gpus=1)
+
+
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload=SHARING_WORKLOAD, check="invalid-config")
-def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, namespace, validated_nodes,
-                                           published_devices):
+def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, one_gpu_sharing_nodes, namespace,
+                                           validated_nodes, published_devices):
     """48-gpu-sharing-invalid.yaml: a GpuConfig with an unknown field and one with an unknown
     strategy.  The driver refuses each when it prepares the claim: the pod never starts, and the
     node's FailedPrepareDynamicResources event carries the driver's message naming what is wrong.
@@ -989,7 +997,7 @@ def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, na
     from draconf.pods import Pod
     ns = namespace
     avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
-    nodes = sharing_target(cluster, profile, published, avoid, gpus=1)
+    nodes = one_gpu_sharing_nodes
     kwok_or_left_out = {d.node for d in published if d.node and d.node not in nodes}
     workload = SharingWorkload(SHARING_WORKLOAD, ["features/48-gpu-sharing-invalid.yaml"],
                                expected_pods=len(INVALID_CONFIGS),

@@ -37,8 +37,10 @@ WHOLE_CLAIM = "gpu-whole"
 MIG_ON_WHOLE = "mig-on-whole-gpu"
 
 
+@pytest.fixture
 def mig_devices(cluster, profile, published_devices, validated_nodes) -> list:
-    """The published MIG devices of the validated nodes, or a skip with the reason."""
+    """The published MIG devices of the validated nodes, or a skip with the reason.  Tests ask
+    for it before ``namespace``: a test skipped for want of MIG creates nothing."""
     capability, found = capabilities.mig(cluster, profile, validated_nodes.devices(published_devices))
     if not capability.available:
         pytest.skip(capability.skip_reason)
@@ -72,10 +74,10 @@ def started(cluster, ns, workload, profile, run_id) -> DeployedWorkload:
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="mig", check="by-profile")
-def test_mig_device_by_profile(request, cluster, profile, run_id, namespace, validated_nodes, published_devices):
+def test_mig_device_by_profile(request, cluster, profile, run_id, mig_devices, namespace, validated_nodes):
     """60-mig-by-profile.yaml with the smallest published profile: the claim gets a MIG device
     of it, and ``nvidia-smi -L`` in the container lists that device under its parent GPU."""
-    found = mig_devices(cluster, profile, published_devices, validated_nodes)
+    found = mig_devices
     wanted = mig.smallest_profiles(found)[0]
     workload = mig.MigWorkload("mig", ["features/60-mig-by-profile.yaml"], expected_pods=1,
                                avoid_nodes=validated_nodes.avoid, profiles={"mig": wanted})
@@ -94,11 +96,11 @@ def test_mig_device_by_profile(request, cluster, profile, run_id, namespace, val
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="mig", check="same-parent")
-def test_mig_devices_share_their_parent(request, cluster, profile, run_id, namespace, validated_nodes,
-                                        published_devices):
+def test_mig_devices_share_their_parent(request, cluster, profile, run_id, mig_devices, namespace,
+                                        validated_nodes):
     """61-mig-same-parent.yaml (gpu-test4): four MIG devices under matchAttribute parentUUID are
     on one GPU, and each container sees its own there."""
-    found = mig_devices(cluster, profile, published_devices, validated_nodes)
+    found = mig_devices
     sizes = {"mig-1g-0": 1, "mig-1g-1": 1, "mig-2g": 2, "mig-3g": 3}
     profiles = {r: mig.profile_with_slices(found, n) for r, n in sizes.items()}
     if missing := sorted({f"{n}g" for r, n in sizes.items() if profiles[r] is None}):
@@ -155,11 +157,11 @@ def free_parent(cluster, profile, found, published) -> tuple[str, object]:
 @pytest.mark.exclusive_capacity
 @pytest.mark.usefixtures("preflight_gate")
 @pytest.mark.draconf(workload="mig", check="exclusive")
-def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, run_id, namespace,
-                                                     validated_nodes, published_devices):
+def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, run_id, mig_devices, namespace,
+                                                     validated_nodes):
     """62-mig-whole-gpu.yaml holds a GPU; 63-mig-on-whole-gpu.yaml asks for a MIG device of it:
     the scheduler leaves that claim unallocated (shared counters), saying it cannot allocate."""
-    found = mig_devices(cluster, profile, published_devices, validated_nodes)
+    found = mig_devices
     published = validated_nodes.devices(PublishedDevices.read(cluster, profile.driver))
     parent, whole = free_parent(cluster, profile, found, published)
     holder = mig.MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], expected_pods=1,
