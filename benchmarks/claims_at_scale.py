@@ -33,19 +33,6 @@ from draconf.testbed import inventory  # noqa: E402
 from draconf.testbed.cluster import Testbed  # noqa: E402
 
 
-def until(reflector: Reflector, what: str, done, timeout: float = 600) -> None:
-    """Until ``done(objects)`` holds for the watched objects (checked on every change)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reflector.changed.clear()
-        objects = reflector.items()
-        if done(objects):
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"gave up after {timeout:.0f} s waiting for {what}: {len(objects)} objects")
-        reflector.changed.wait(1.0)
-
-
 def one_round(api, count: int, index: int) -> tuple[float, float, float]:
     """(seconds to send, seconds to all Running, seconds to all claims gone)."""
     ns = namespaces.create(api, namespaces.RunId("bench"), f"scale-{index}")
@@ -68,13 +55,15 @@ def one_round(api, count: int, index: int) -> tuple[float, float, float]:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(count)))
     sent = time.monotonic() - started
-    until(pods, f"{count} pods to run",
-          lambda items: sum(1 for p in items if p.get("status", {}).get("phase") == "Running") == count)
+    if pods.wait_until(lambda items: sum(1 for p in items if p["status"].get("phase") == "Running") == count,
+                       timeout=600) is None:
+        raise SystemExit(f"gave up after 600 s waiting for {count} pods to run")
     up = time.monotonic() - started
 
     started = time.monotonic()
     api.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-    until(claims, f"{count} claims to be released", lambda items: not items)
+    if claims.wait_until(lambda items: not items, timeout=600) is None:
+        raise SystemExit(f"gave up after 600 s waiting for {count} claims to be released")
     down = time.monotonic() - started
     pods.stop(), claims.stop()
     namespaces.delete(api, ns, wait=120)

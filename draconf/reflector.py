@@ -87,6 +87,21 @@ class Reflector:
         with self._lock:
             return list(self._store.values())
 
+    def wait_until(self, done: Callable[[list[dict]], bool], timeout: float) -> list[dict] | None:
+        """The store's items once ``done(items)`` holds, checked at once and after every change;
+        None if it still does not after ``timeout`` seconds.  (``changed`` is cleared here: a
+        reflector waited on this way shares that event with no one.)"""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.changed.clear()  # before reading: a change after this read sets it again
+            items = self.items()
+            if done(items):
+                return items
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.changed.wait(min(left, 1.0))
+
     def _list(self) -> str:
         response = self.list_fn(_preload_content=False, **self.list_kwargs)
         listed = json.loads(response.data)
@@ -102,7 +117,7 @@ class Reflector:
             try:
                 if resource_version is None:
                     resource_version = self._list()
-                resource_version = self._follow(resource_version)
+                resource_version = self._follow(resource_version)  # None: list again
             except ApiException as err:
                 if self._stopping:
                     return
@@ -118,26 +133,33 @@ class Reflector:
                 time.sleep(1)
                 resource_version = None
 
-    def _follow(self, resource_version: str) -> str:
-        """Apply one watch request's events; the version to resume from."""
+    def _follow(self, resource_version: str) -> str | None:
+        """Apply one watch request's events; the version to resume from, or None to list again."""
         # The type is never used with deserialize=False; naming one spares the client's guess,
         # which fails for resource.k8s.io/v1 (it looks for V1ResourceClaim).
         stream = watch.Watch(return_type=dict)
-        for event in stream.stream(self.list_fn, resource_version=resource_version,
-                                   timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
-                                   deserialize=False, **self.list_kwargs):
-            if self._stopping:
-                stream.stop()
-                break
-            # An ERROR event (410 Expired, say) is raised by the stream as an ApiException.
-            kind, obj = event["type"], event["object"]
-            resource_version = obj["metadata"]["resourceVersion"]
-            if kind == "BOOKMARK":
-                continue
-            with self._lock:
-                if kind == "DELETED":
-                    self._store.pop(obj["metadata"]["uid"], None)
-                else:
-                    self._store[obj["metadata"]["uid"]] = obj
-            self.changed.set()
+        events = stream.stream(self.list_fn, resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
+                               allow_watch_bookmarks=True, deserialize=False, **self.list_kwargs)
+        try:
+            for event in events:
+                if self._stopping:
+                    stream.stop()
+                    break
+                kind, obj = event["type"], event["object"]
+                resource_version = obj["metadata"]["resourceVersion"]
+                if kind == "BOOKMARK":
+                    continue
+                with self._lock:
+                    if kind == "DELETED":
+                        self._store.pop(obj["metadata"]["uid"], None)
+                    else:
+                        self._store[obj["metadata"]["uid"]] = obj
+                self.changed.set()
+        except KeyError as err:
+            # An ERROR event (410 Expired: the version is too old to resume from).  With
+            # deserialize=False the client fails on it looking for the "raw_object" it only
+            # adds when it deserializes (kubernetes 37.0.2's Watch.stream).
+            if err.args != ("raw_object",):
+                raise
+            return None
         return resource_version
