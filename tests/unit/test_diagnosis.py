@@ -502,17 +502,23 @@ def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported():
     assert code == "admin-access-unsupported" and "adminAccess" in reason
 
 
+def refused_with_config(message: str):
+    """A pod bound and never started, whose claim carries opaque config for the driver, and the
+    kubelet's FailedPrepareDynamicResources event saying ``message``: (pod, claim, facts)."""
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, changed(claim, opaque_config_drivers=[DRIVER]))
+    facts.events = [EventFacts("FailedPrepareDynamicResources", message, name="gpu-pod")]
+    return pod, claim, facts
+
+
 def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
     # Recorded on the bed (manifests/features/48-gpu-sharing-invalid.yaml, and gpu-test5 under
     # the sharing-gates-off fault).
-    pod, claim = bound_not_running()
-    facts = with_workload(healthy(), pod, changed(claim, opaque_config_drivers=[DRIVER]))
-    facts.events = [EventFacts("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: "
-                               "prepare dynamic resources: NodePrepareResources failed for ResourceClaim "
-                               "bad-field: error preparing devices for claim ns/bad-field:u1: prepare devices "
-                               "failed: error getting opaque device configs: error decoding config "
-                               "parameters: strict decoding error: unknown field "
-                               "\"sharing.timeSlicingConfig.quantum\"", name="gpu-pod")]
+    pod, claim, facts = refused_with_config(
+        "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for "
+        "ResourceClaim bad-field: error preparing devices for claim ns/bad-field:u1: prepare devices failed: "
+        "error getting opaque device configs: error decoding config parameters: strict decoding error: "
+        "unknown field \"sharing.timeSlicingConfig.quantum\"")
     code, reason = classify(facts, "sharing", "the workload never started")
     assert code == "config-rejected" and "sharing.timeSlicingConfig.quantum" in reason
     gate = ('error validating GPU config: "TimeSlicing" is selected as the GPU sharing strategy, but '
@@ -528,13 +534,10 @@ def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
 def test_an_mps_daemon_that_never_gets_ready_is_plugin_unhealthy_not_config_rejected():
     # The driver's words under the mps-daemon-fails fault (upstream applySharingConfig): the
     # message passes through "error applying config", but the config is fine; the daemon is not.
-    pod, claim = bound_not_running()
-    facts = with_workload(healthy(), pod, changed(claim, opaque_config_drivers=[DRIVER]))
-    facts.events = [EventFacts("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: "
-                               "NodePrepareResources failed for ResourceClaim shared-gpus: error preparing "
-                               "devices for claim ns/shared-gpus:u1: prepare devices failed: error applying "
-                               "config: MPS control daemon is not yet ready: waiting for MPS control daemon "
-                               "to come online", name="gpu-pod")]
+    _, _, facts = refused_with_config(
+        "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim shared-gpus: error "
+        "preparing devices for claim ns/shared-gpus:u1: prepare devices failed: error applying config: MPS "
+        "control daemon is not yet ready: waiting for MPS control daemon to come online")
     code, reason = classify(facts, "sharing", "the workload never started")
     assert code == "plugin-unhealthy" and "mps-control-daemon-" in reason and "come online" in reason
 
