@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from draconf import namespaces  # noqa: E402
-from draconf.kube import connect  # noqa: E402
+from draconf.kube import connect, unread  # noqa: E402
 from draconf.profile import TESTBED_IMAGE  # noqa: E402
 from draconf.reflector import Reflector  # noqa: E402
 from draconf.testbed import inventory  # noqa: E402
@@ -40,12 +40,12 @@ def one_round(api, count: int, index: int) -> tuple[float, float, float]:
         "metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [
             {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
 
-    def create(i: int) -> None:
-        api.core.create_namespaced_pod(ns, {"metadata": {"name": f"gpu-{i}"}, "spec": {
+    def create(i: int) -> None:  # as kubectl sends them: no client model of each reply
+        unread(api.core.create_namespaced_pod(ns, {"metadata": {"name": f"gpu-{i}"}, "spec": {
             "restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
             "containers": [{"name": "c", "image": TESTBED_IMAGE, "command": ["sleep", "1d"],
-                            "resources": {"claims": [{"name": "gpu"}]}}]}})
+                            "resources": {"claims": [{"name": "gpu"}]}}]}}, _preload_content=False))
 
     pods = Reflector(api.core.list_namespaced_pod, "pods", namespace=ns).start()
     claims = Reflector(api.resource.list_namespaced_resource_claim, "claims", namespace=ns).start()

@@ -135,6 +135,14 @@ def connect_target(target: str, context: str | None = None) -> Api:
     return connect(None, context)
 
 
+def unread(response) -> None:
+    """Hand back a response asked for without its body (``_preload_content=False``, so that no
+    client model is built from it).  Unread, its connection never returns to the pool, and the
+    next call opens a new one: a TLS handshake on both sides, per call."""
+    response.drain_conn()
+    response.release_conn()
+
+
 def label_selector(labels) -> str:
     """The label selector matching ``labels`` (equality terms, ``k=v,k2=v2``); "" for none.
 

@@ -52,7 +52,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from draconf.kube import connect
+from draconf.kube import connect, unread
 from draconf.pods import exec_in_container
 from draconf.reflector import Reflector, as_model
 from draconf.testbed import faults as faults_mod
@@ -84,14 +84,6 @@ BATCH = 64
 #: The least time between two syncs: under a burst of watch events, a sync per event would
 #: spend the CPU on reading the store again.
 MIN_SYNC_GAP = 0.05
-
-
-def _unread(response) -> None:
-    """Hand back a response asked for without its body (``_preload_content=False``: no model is
-    built from it).  Unread, its connection never returns to the pool, and the next call opens a
-    new one: a TLS handshake on both sides, per call."""
-    response.drain_conn()
-    response.release_conn()
 
 
 def _extended(pod):
@@ -367,7 +359,7 @@ class Agent:
                 break
         def mark_prepared(pod) -> None:
             try:
-                _unread(self.api.core.patch_namespaced_pod(
+                unread(self.api.core.patch_namespaced_pod(
                     pod.metadata.name, pod.metadata.namespace,
                     {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}}, _preload_content=False))
             except ApiException as err:
@@ -510,13 +502,13 @@ class Agent:
                 "spec": {"execs": execs}}
         args = ("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace, "execs")
         try:
-            _unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
+            unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
         except ApiException as err:
             if err.status != 409:
                 raise
             # A rule left by an earlier pod of the same name: replace it.
             self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
-            _unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
+            unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
 
     def _wait_until_runtime_serves(self, pod, timeout: float = 15.0) -> int | None:
         """Hold the pod back until kwok answers ``exec`` with this pod's own rule.
@@ -586,7 +578,7 @@ class Agent:
         for start in range(0, len(uids), BATCH):  # keeps the selector's URL short
             selector = f"{POD_UID_LABEL} in ({','.join(uids[start:start + BATCH])})"
             try:
-                _unread(self.api.custom.delete_collection_namespaced_custom_object(
+                unread(self.api.custom.delete_collection_namespaced_custom_object(
                     "kwok.x-k8s.io", "v1alpha1", namespace, "execs", label_selector=selector,
                     _preload_content=False))
             except ApiException as err:
