@@ -336,7 +336,10 @@ class Agent:
                     if len(waiting) == BATCH:
                         self.changed.set()  # more to prepare: sync again at once
                         break
-                    waiting.append((as_model(self.api.api_client, pod, client.V1Pod), pod_claims))
+                    # Models only of what is prepared now (see Reflector).
+                    waiting.append((as_model(self.api.api_client, pod, client.V1Pod),
+                                    {ref: as_model(self.api.api_client, claim, client.ResourceV1ResourceClaim)
+                                     for ref, claim in pod_claims.items()}))
         began = time.monotonic()
         written = [pod for pod, done in zip((pod for pod, _ in waiting),
                                             self.pool.map(lambda args: self._maybe_prepare(*args), waiting)) if done]
@@ -380,9 +383,9 @@ class Agent:
             self.pool.submit(mark_prepared, pod)
         return probes
 
-    def _pod_claims(self, pod: dict, claims: dict) -> dict[str, object] | None:
-        """Pod claim name -> ResourceClaim (a model), or None while any is missing or not yet
-        reserved; ``pod`` and ``claims`` are raw objects."""
+    def _pod_claims(self, pod: dict, claims: dict) -> dict[str, dict] | None:
+        """Pod claim name -> ResourceClaim, or None while any is missing or not yet reserved
+        (raw objects, as ``pod`` and ``claims`` are)."""
         status = pod.get("status") or {}
         generated = {s["name"]: s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []}
         result = {}
@@ -401,8 +404,7 @@ class Agent:
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in claim_status.get("reservedFor") or []):
                 return None
             result[ref_name] = claim
-        return {ref_name: as_model(self.api.api_client, claim, client.ResourceV1ResourceClaim)
-                for ref_name, claim in result.items()}
+        return result
 
     def _maybe_prepare(self, pod, pod_claims) -> bool:
         """Prepare the pod's claims, allocated and reserved for it, and write its Exec rule;
