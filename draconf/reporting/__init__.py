@@ -57,7 +57,7 @@ from __future__ import annotations
 from draconf.reporting.allure_extras import (NO_VERDICT_CATEGORY, allure_categories, category_regex,
                                             environment_properties, write_allure_extras)
 from draconf.reporting.diagnoses import DIAGNOSES, diagnosis_prefix, require_known_code
-from draconf.reporting.junit import interruption_line, mark_junit_interrupted
+from draconf.reporting.junit import interruption_line, keep_final_attempts, mark_junit_interrupted
 from draconf.reporting.matrix import (OUTCOME_COLOURS, OUTCOME_LABELS, cell_label, matrix_cells, matrix_lines,
                                       render_matrix)
 from draconf.reporting.plugin import SUITE_DIR, SUMMARY_FILENAME, ReportingPlugin, pytest_addoption
@@ -72,7 +72,7 @@ __all__ = ["DIAGNOSES", "NAMESPACE_KEY", "NO_VERDICT_CATEGORY", "OUTCOMES", "OUT
            "RUN_INFO_KEY", "SUITE_DIR", "SUMMARY_FILENAME", "ReportingPlugin", "VERDICT_KEY", "Verdict",
            "allure_categories", "allure_is_recording", "category_regex", "cell_label", "count_outcomes",
            "diagnosis_prefix", "environment_properties", "first_line", "fold_phase", "get_run_info",
-           "interruption_line", "mark_junit_interrupted", "mark_reruns", "marker_fields", "matrix_cells",
+           "interruption_line", "keep_final_attempts", "mark_junit_interrupted", "mark_reruns", "marker_fields", "matrix_cells",
            "matrix_lines", "new_row", "note", "phase_message", "phase_outcome", "pytest_addoption",
            "record_diagnosis", "record_namespace", "recorded_namespace", "render_matrix", "require_known_code",
            "set_run_info", "show_templated", "verdict_of", "with_code", "worst_outcome", "write_allure_extras"]

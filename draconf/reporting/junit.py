@@ -1,5 +1,6 @@
-"""An interrupted run in the JUnit file: what pytest's own writer leaves out (a suite property
-saying so, a skipped test case for each test that never ran)."""
+"""What pytest's own JUnit writer leaves out or doubles: an interrupted run (a suite property
+saying so, a skipped test case for each test that never ran), and one test case per test when
+a test was run again (``--reruns``)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,26 @@ def mark_junit_interrupted(path: Path, interruption: Mapping[str, Any]) -> None:
     suite.set("skipped", str(int(suite.get("skipped", "0")) + len(interruption.get("never_ran") or [])))
     suite.set("tests", str(int(suite.get("tests", "0")) + len(interruption.get("never_ran") or [])))
     tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def keep_final_attempts(path: Path) -> int:
+    """One test case per test: when ``--reruns`` ran a test again, pytest-rerunfailures (16.6.1
+    and later) hands junitxml each earlier attempt's teardown too, which it writes as a test case
+    of its own, with no outcome, that a CI system counts as a pass.  The final attempt (the
+    last case of that name, which carries the ``draconf.flaky`` property) is the test's; the
+    earlier ones are removed.  Returns how many were.
+    """
+    import xml.etree.ElementTree as ET
+    tree = ET.parse(path)
+    root = tree.getroot()
+    removed = 0
+    for suite in ([root] if root.tag == "testsuite" else root.findall("testsuite")):
+        cases = suite.findall("testcase")
+        final = {(c.get("classname"), c.get("name")): c for c in cases}
+        for case in cases:
+            if final[(case.get("classname"), case.get("name"))] is not case:
+                suite.remove(case)
+                removed += 1
+    if removed:
+        tree.write(path, encoding="utf-8", xml_declaration=True)
+    return removed

@@ -14,7 +14,7 @@ import pytest
 from draconf.parallel import plain_nodeid
 from draconf.nodescope import scope_line
 from draconf.reporting.allure_extras import write_allure_extras
-from draconf.reporting.junit import interruption_line, mark_junit_interrupted
+from draconf.reporting.junit import interruption_line, keep_final_attempts, mark_junit_interrupted
 from draconf.reporting.matrix import OUTCOME_COLOURS, matrix_lines
 from draconf.reporting.recording import allure_is_recording, get_run_info
 from draconf.reporting.rows import (count_outcomes, first_line, fold_phase, mark_reruns, marker_fields,
@@ -229,7 +229,12 @@ class ReportingPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        """junitxml has written its file by now: say there, too, that the run was interrupted."""
+        """junitxml has written its file by now: one test case per test run again, and say
+        there, too, that the run was interrupted."""
         xmlpath = getattr(config.option, "xmlpath", None)
-        if self.interruption and xmlpath and Path(xmlpath).is_file():
+        if self.is_xdist_worker or not xmlpath or not Path(xmlpath).is_file():
+            return
+        if any(row.get("reruns") for row in self.rows.values()):
+            keep_final_attempts(Path(xmlpath))
+        if self.interruption:
             mark_junit_interrupted(Path(xmlpath), self.interruption)
