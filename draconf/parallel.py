@@ -12,11 +12,14 @@ Two things:
   workloads of :data:`EXCLUSIVE_WORKLOADS`, marked at collection) holds it exclusive.  One ``flock`` file per run, made by the xdist controller (:data:`LOCK_FILE_ENV`,
   inherited by its workers); without it (a serial run) the lock is a no-op.  It cannot
   deadlock: a test takes it once, before it creates anything, and no test waits for another
-  while holding it.
+  while holding it.  A test waiting for it exclusive goes before tests that ask for it
+  shared after it (a turnstile, :meth:`CapacityLock.acquire`): ``flock`` alone lets shared
+  holders follow one another while the exclusive one waits for a gap that may never come.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -134,14 +137,39 @@ class CapacityLock:
         return "exclusive" if self._exclusive else "shared"
 
     def acquire(self, exclusive: bool = False) -> None:
+        """Take the lock (counted: only the first take, or the first exclusive one, waits).
+
+        A first take passes the turnstile (a second file, ``<path>.turnstile``): an exclusive
+        one holds it while it waits, so shared takes that come after it wait behind it, then
+        lets it go once it holds the lock.  A process that already holds the lock shared and
+        now wants it exclusive does not queue there: a writer waiting at the turnstile may be
+        waiting for this very process's shared hold.
+        """
         if self.path is None:
             return
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        if not self._count or (exclusive and not self._exclusive):
-            fcntl.flock(self._fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            self._exclusive = self._exclusive or exclusive
+        if not self._count:
+            with self._turnstile(hold=exclusive):
+                fcntl.flock(self._fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            self._exclusive = exclusive
+        elif exclusive and not self._exclusive:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._exclusive = True
         self._count += 1
+
+    @contextlib.contextmanager
+    def _turnstile(self, hold: bool):
+        """Wait until no exclusive taker is queued; ``hold``: stay queued (as that exclusive
+        taker) for the body."""
+        fd = os.open(self.path + ".turnstile", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not hold:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            yield
+        finally:
+            os.close(fd)  # releases the flock if still held
 
     def release(self) -> None:
         if self.path is None or not self._count:

@@ -170,7 +170,9 @@ def pytest_configure(config):
         handle, lock = tempfile.mkstemp(prefix="draconf-capacity-", suffix=".lock")
         os.close(handle)
         os.environ[LOCK_FILE_ENV] = lock
-        config.add_cleanup(lambda: (Path(lock).unlink(missing_ok=True), os.environ.pop(LOCK_FILE_ENV, None)))
+        config.add_cleanup(lambda: (Path(lock).unlink(missing_ok=True),
+                                    Path(lock + ".turnstile").unlink(missing_ok=True),
+                                    os.environ.pop(LOCK_FILE_ENV, None)))
     if getattr(config.option, "reruns", None) and not getattr(config.option, "only_rerun", None):
         # pytest-rerunfailures: only failures that may not persist are run again.  A verdict
         # read from the cluster (a scheduler message that stood, a failed preflight, a wrong
@@ -195,6 +197,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(workload_group(item.nodeid)))
             if EXCLUSIVE_WORKLOADS & {str(v) for v in item.callspec.params.values()}:
                 item.add_marker(pytest.mark.exclusive_capacity)
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker: the tests that need the GPUs to themselves go first, while
+        # the other workers are still starting; at the end they would run one at a time while
+        # the others wait.  (xdist hands out bigger groups first, then in this order.)
+        items.sort(key=lambda item: item.get_closest_marker("exclusive_capacity") is None)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -146,3 +146,23 @@ def test_under_xdist_each_workload_is_deployed_once_on_one_worker(pytester, monk
     result.assert_outcomes(passed=18)
     deployed = sorted(p.name.rsplit("-", 1)[0] for p in pytester.path.glob("deployed-*"))
     assert deployed == ["deployed-w1", "deployed-w2", "deployed-w3", "deployed-w4"], deployed
+
+
+def test_an_exclusive_taker_goes_before_shared_takers_that_come_after_it(tmp_path):
+    """Without the turnstile, shared holders that overlap one another would keep an exclusive
+    taker waiting for as long as they keep coming (a workload per worker, one after another)."""
+    path = str(tmp_path / "capacity.lock")
+    holder = CapacityLock(path)
+    holder.acquire()
+    exclusive_lock = CapacityLock(path)
+    exclusive = _acquire_in_thread(exclusive_lock, exclusive=True)
+    time.sleep(0.3)
+    later_shared = _acquire_in_thread(CapacityLock(path), exclusive=False)
+    time.sleep(0.3)
+    assert not later_shared.is_set(), "a shared taker went ahead of the waiting exclusive one"
+    holder.release()
+    assert exclusive.wait(2)
+    time.sleep(0.2)
+    assert not later_shared.is_set(), "shared taken while the exclusive one holds it"
+    exclusive_lock.release()
+    assert later_shared.wait(2)
