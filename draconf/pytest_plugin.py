@@ -235,21 +235,61 @@ def is_xdist_controller(config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
 
-def _sweep_what_workers_left(config) -> None:
-    """Delete and wait out this run's namespaces still there once the workers are gone (a
-    worker interrupted mid-test never reaches its own session end).  The controller runs no
-    fixture, so it connects here, to a target that is already up (it starts nothing)."""
+#: What a pytest-xdist worker reports to the controller at its session end (its
+#: ``workeroutput``): its namespaces that are being deleted, for the controller to wait out.
+WORKER_DELETING_KEY = "draconf_namespaces_deleting"
+#: The controller's record of its workers: id -> the namespaces they said they are deleting
+#: (None: it went down without saying, interrupted or crashed).
+WORKERS_DELETING = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, on the controller: a worker starts, and has said nothing yet."""
+    node.config.stash.setdefault(WORKERS_DELETING, {})[node.gateway.id] = None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist, on the controller: remember what each worker said it is deleting."""
+    said = None if error else getattr(node, "workeroutput", {}).get(WORKER_DELETING_KEY)
+    node.config.stash.setdefault(WORKERS_DELETING, {})[node.gateway.id] = said
+
+
+def _wait_out_the_workers_namespaces(config) -> None:
+    """The controller of a pytest-xdist run, once its workers are gone: wait until every
+    namespace of the run is gone.  The workers delete theirs without waiting (each namespace
+    takes the namespace controller 5 s; a worker that waited would hold the run's end that long
+    after its last test, and its own exit after that).  A namespace no worker said it deletes
+    (a worker interrupted mid-test never reaches its session end) is deleted here, by the run's
+    label, and named.  The controller runs no fixture, so it connects here, to a target that is
+    already up (it starts nothing)."""
     if config.option.collectonly:
         return
+    said = config.stash.get(WORKERS_DELETING, {})
+    if said and all(names == [] for names in said.values()):
+        return  # no worker made a namespace, or all were gone already
+    expected = (set() if any(names is None for names in said.values())
+                else {n for names in said.values() for n in names})
     run = namespaces.RunId.for_this_run()
     try:
         api = target_api(config)
         left = namespaces.leftovers(api, run)
-        if left:
-            log.warning("deleting %d namespace(s) of this run the workers left: %s", len(left), ", ".join(left))
-            namespaces.sweep(api, run, wait=120, log_fn=log.info)
+        unexpected = [name for name in left if name not in expected]
+        if unexpected:
+            log.warning("deleting %d namespace(s) of this run the workers left: %s",
+                        len(unexpected), ", ".join(unexpected))
+            for name in unexpected:
+                namespaces.delete(api, name)
+        if (breaker_cause(config) or "").startswith("[controller-manager-unavailable]"):
+            return  # its namespace controller finishes them when it acts again
+        still = namespaces.wait_deleted(api, left, timeout=120) if left else []
     except Exception as err:  # best effort: report, never mask the run's own outcome
         log.warning("could not delete this run's namespaces (%s); run `draconf sweep`", err)
+        return
+    if still:
+        log.warning("namespaces still terminating after the run: %s; run `draconf sweep`",
+                    ", ".join(still))
 
 
 def is_workload_check(item) -> bool:
@@ -391,13 +431,17 @@ def _rerun_by_verdict(item) -> None:
 def pytest_sessionfinish(session, exitstatus):
     """Whatever a test could not delete (interrupted, crashed fixture), delete it now; then wait,
     once for the whole run, until every namespace it deleted is gone: nothing is left behind.
-    The controller of a pytest-xdist run (after xdist has stopped its workers: ``trylast``)
-    sweeps what workers killed by Ctrl-C or SIGTERM could not delete, by the run's label."""
+    Under pytest-xdist a worker hands that wait to the controller, which (after xdist has
+    stopped its workers: ``trylast``) waits for them all and deletes, by the run's label, what
+    workers killed by Ctrl-C or SIGTERM could not."""
     if is_xdist_controller(session.config):
-        _sweep_what_workers_left(session.config)
+        _wait_out_the_workers_namespaces(session.config)
         return
     api = cluster_api(session.config)
+    workeroutput = getattr(session.config, "workeroutput", None)
     if api is None:
+        if workeroutput is not None:
+            workeroutput[WORKER_DELETING_KEY] = []
         return
     for name in namespaces.REGISTRY.pending():
         try:
@@ -406,6 +450,9 @@ def pytest_sessionfinish(session, exitstatus):
         except Exception as err:  # best effort: report, never mask the run's own outcome
             log.warning("could not delete namespace %s: %s; run `draconf sweep`", name, err)
     deleting = namespaces.REGISTRY.still_deleting()
+    if workeroutput is not None:  # an xdist worker: its controller waits for them
+        workeroutput[WORKER_DELETING_KEY] = deleting
+        return
     if not deleting:
         return
     if session.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":

@@ -180,6 +180,18 @@ def test_sigterm_mid_run_leaves_no_namespace_behind(tmp_path, healthy_bed, paral
     assert 'name="draconf.interrupted"' in (tmp_path / "reports" / "junit.xml").read_text()
 
 
+def test_a_parallel_run_has_waited_out_its_namespaces_when_it_exits(tmp_path, healthy_bed):
+    """Under pytest-xdist the workers delete their namespaces without waiting; the controller
+    waits for all of them before the run ends (nothing is left behind after a pass)."""
+    api = connect(healthy_bed.kubeconfig)
+    result = draconf("run", "--testbed-name", healthy_bed.name, "--reports", str(tmp_path / "reports"),
+                     "-k", "single-gpu or two-gpu or claim_count_quota", "-n", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert summary["totals"]["passed"] >= 7, summary["totals"]
+    assert namespaces.leftovers(api) == []
+
+
 def test_sweep_removes_only_what_draconf_labelled(healthy_bed):
     api = connect(healthy_bed.kubeconfig)
     run = namespaces.RunId("sweeptest")
