@@ -23,12 +23,9 @@ For **KWOK nodes** only (large simulated fleets), where no kubelet runs:
   types of kubernetes-sigs/dra-driver-nvidia-gpu (cmd/gpu-kubelet-plugin/deviceinfo.go);
   "prepares" a pod's allocated claims once the scheduler has allocated and reserved them,
   and "unprepares" them when the last consumer is gone;
-* **CDI / the container runtime**: for each container of a prepared pod, a *view*, the
-  directory ``kwok-containers/<pod uid>/<container>`` holding what the CDI spec would have
-  put into the container (device nodes ``dev/nvidia<minor>`` of its GPUs, ``usr/bin/nvidia-smi``
-  and the node's NVML data), and a kwok ``Exec`` rule whose environment points the nvidia-smi
-  stand-in at it (``NVIDIA_SIM_ROOT``).  kwok runs exec requests in its sandbox
-  (:mod:`draconf.testbed.sandbox`), where the stand-in and ``env`` are the only programs.
+* **CDI / the container runtime** (:mod:`draconf.testbed.kwok_containers`): for each container
+  of a prepared pod, a *view* holding what the CDI spec would have put into the container, and
+  a kwok ``Exec`` rule that serves it; a pod starts once kwok serves its rule.
 
 Allocation, reservation, generated claims, quota and garbage collection are left entirely to
 kube-scheduler, kube-controller-manager and kube-apiserver.
@@ -39,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import sys
 import threading
@@ -53,14 +49,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from draconf.kube import connect, unread
-from draconf.pods import exec_in_container
 from draconf.reflector import Reflector, as_model
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy, driver_rbac,
                                             resource_slice)
 from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
+from draconf.testbed.kwok_containers import EXTENDED_CLAIM, KwokContainers
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
-                                    device_class, install_gpu_view, node_labels, plugin_daemonset,
+                                    device_class, node_labels, plugin_daemonset,
                                     plugin_mps_rbac, plugin_rbac)
 
 log = logging.getLogger("nvidia-dra-driver")
@@ -69,12 +65,6 @@ DATA = Path(__file__).parent / "data"
 #: Held on a claim while its devices are prepared on a KWOK node whose unprepare never completes.
 UNPREPARE_FINALIZER = "gpu.nvidia.com/unprepare-pending"
 
-
-#: On a pod's Exec rule: the uid of the pod it was written for.
-POD_UID_LABEL = "testbed.draconf.dev/pod-uid"
-
-#: The pod-level name of the scheduler's claim for a pod's extended resources.
-EXTENDED_CLAIM = "(extended resources)"
 #: API calls of one sync (Exec rules, prepared marks) in flight at once: a kubelet prepares and
 #: starts its pods concurrently, and one call at a time leaves the API server's cores idle.
 CONCURRENT_CALLS = 8
@@ -84,11 +74,6 @@ BATCH = 64
 #: The least time between two syncs: under a burst of watch events, a sync per event would
 #: spend the CPU on reading the store again.
 MIN_SYNC_GAP = 0.05
-
-
-def _extended(pod):
-    """``status.extendedResourceClaimStatus`` (DRAExtendedResource), or None."""
-    return pod.status.extended_resource_claim_status if pod.status else None
 
 
 class Agent:
@@ -104,7 +89,7 @@ class Agent:
         self.api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
         #: The same identity for the exec probe alone: while an exec opens, the client turns
         #: every request of its ApiClient into a websocket (kubernetes.stream), from any thread.
-        self.exec_api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
+        exec_api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
         self.pool = ThreadPoolExecutor(CONCURRENT_CALLS, thread_name_prefix="kubelet")
         self.inventory = json.loads((state_dir / "inventory.json").read_text())
         # The nodes this agent plays kubelet and plugin for; real nodes have their own.
@@ -112,11 +97,8 @@ class Agent:
         self.gpu_nodes = {n["name"]: n for n in self.kwok_nodes if n["gpus"]}
         self.cdi_dir = state_dir / "cdi"
         self.cdi_dir.mkdir(exist_ok=True)
-        #: Per container of a prepared pod, what CDI injected (see the module docstring).
-        self.views_dir = state_dir / "kwok-containers"
-        self.views_dir.mkdir(exist_ok=True)
-        #: The stand-in as the sandbox holds it; views link it (cluster.Testbed._kwok_sandbox).
-        self.nvidia_smi = state_dir / "kwok-sandbox" / "kwok-node" / "bin" / "nvidia-smi"
+        #: What CDI injection and the runtime make of a prepared pod's containers.
+        self.containers = KwokContainers(state_dir, self.api, exec_api, self.gpu_nodes, self.faults, self.pool)
         self.warned: set[str] = set()
         self.gpucluster_state: str | None = None
         self.stopping = False
@@ -126,13 +108,10 @@ class Agent:
         self.started: set[str] = set()
         self.pods: Reflector | None = None
         self.claims: Reflector | None = None
-        #: Claim uid -> its CDI spec, and pod uid -> namespace of the pods with container views
-        #: and an Exec rule: what is on disk and in the cluster, kept here so that a sync need
-        #: not read the directories.  (Views found at start name no namespace: their rules go
-        #: with their namespace.)
+        #: Claim uid -> its CDI spec: what is on disk, kept here so that a sync need not read
+        #: the directory.
         self.prepared_claims = {spec.stem.split("claim_", 1)[1]: spec
                                 for spec in self.cdi_dir.glob("k8s.gpu.nvidia.com-claim_*.json")}
-        self.viewed_pods: dict[str, str | None] = {view.name: None for view in self.views_dir.iterdir()}
 
     # --- install -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -357,7 +336,7 @@ class Agent:
         sync instead of one per pod (the probe is most of the time a pod takes here)."""
         probes = None
         for pod in reversed(pods):  # the last one still there: a deleted pod's rule proves nothing
-            probes = self._wait_until_runtime_serves(pod)
+            probes = self.containers.wait_until_served(pod, lambda: self.stopping)
             if probes is not None:
                 break
         def mark_prepared(pod) -> None:
@@ -423,7 +402,7 @@ class Agent:
         node = pod.spec.node_name
         for claim in pod_claims.values():
             self._prepare_claim(claim, node)
-        self._write_exec(pod, pod_claims)
+        self.containers.create(pod, pod_claims)
         return True
 
     def _prepare_claim(self, claim, node: str) -> None:
@@ -446,114 +425,6 @@ class Agent:
                     claim.metadata.name, claim.metadata.namespace,
                     {"metadata": {"finalizers": finalizers + [UNPREPARE_FINALIZER]}})
 
-    def _injected_gpus(self, node: str, devices: list[str]) -> list[dict]:
-        """The GPUs (NVML records) the runtime puts into a container allocated ``devices``."""
-        gpus = {f"gpu-{g['minor']}": g for g in self.gpu_nodes[node]["gpus"]}
-        if "cdi-not-injected" in self.faults:
-            return []
-        if "cdi-wrong-device" in self.faults:
-            # The runtime hands out the node's next GPUs that were *not* allocated here: same
-            # node, wrong GPU.  (When the container holds every GPU of its node, no wrong GPU
-            # exists and it sees the right ones.)
-            ordered = sorted(gpus, key=lambda d: gpus[d]["minor"])
-            others = [d for d in ordered if d not in devices]
-            devices = [others[i % len(others)] if others else d for i, d in enumerate(devices)]
-        return [gpus[d] for d in devices if d in gpus]
-
-    def _write_exec(self, pod, pod_claims) -> None:
-        node = pod.spec.node_name
-        record = {k: v for k, v in self.gpu_nodes[node].items() if k not in ("name", "kind")}
-        execs = []
-        for container in pod.spec.containers:
-            devices: list[str] = []
-            # (pod claim name, request or None) the container lists, and its extended resources'
-            # requests in the scheduler's claim.
-            wanted = [(ref.name, getattr(ref, "request", None))
-                      for ref in (container.resources.claims if container.resources else None) or []]
-            wanted += [(EXTENDED_CLAIM, m.request_name) for m in
-                       (_extended(pod).request_mappings if _extended(pod) else None) or []
-                       if m.container_name == container.name]
-            for ref_name, request in wanted:
-                claim = pod_claims.get(ref_name)
-                if claim is None:
-                    continue
-                for result in claim.status.allocation.devices.results:
-                    if result.driver != DRIVER or result.pool != node:
-                        continue
-                    if request and result.request.split("/")[0] != request:
-                        continue
-                    if result.device not in devices:
-                        devices.append(result.device)
-            gpus = self._injected_gpus(node, devices)
-            view = self.views_dir / pod.metadata.uid / container.name
-            view.mkdir(parents=True, exist_ok=True)
-            self.viewed_pods[pod.metadata.uid] = pod.metadata.namespace
-            envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"},
-                    {"name": "DRACONF_POD_UID", "value": pod.metadata.uid},
-                    {"name": "NVIDIA_SIM_ROOT", "value": str(view)}]
-            if gpus:
-                install_gpu_view(view, record, [g["minor"] for g in gpus], self.nvidia_smi)
-                envs.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(g["uuid"] for g in gpus)})
-            execs.append({"containers": [container.name], "local": {"envs": envs}})
-        # Deleted with the pod's view (_unprepare_released), as a runtime forgets a container:
-        # an owner reference would have the garbage collector get and delete each one, two
-        # requests per pod where one request per sync does.
-        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
-                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
-                             "labels": {POD_UID_LABEL: pod.metadata.uid}},
-                "spec": {"execs": execs}}
-        args = ("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace, "execs")
-        try:
-            unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
-        except ApiException as err:
-            if err.status != 409:
-                raise
-            # A rule left by an earlier pod of the same name: replace it.
-            self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
-            unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
-
-    def _wait_until_runtime_serves(self, pod, timeout: float = 15.0) -> int | None:
-        """Hold the pod back until kwok answers ``exec`` with this pod's own rule.
-
-        kwok learns Exec objects through a watch.  A pod marked Running before kwok has seen its
-        rule would answer ``exec`` from the default rule, as a container without GPUs, which a
-        real node never does: the runtime starts the container only after CDI injection.
-        Returns the number of probes it took, or None when the pod went away first.
-        """
-        name, namespace, uid = pod.metadata.name, pod.metadata.namespace, pod.metadata.uid
-        container = pod.spec.containers[0].name
-        deadline = time.monotonic() + timeout
-        seen, probes = "no answer", 0
-        while not self.stopping:
-            if self._gone(pod):
-                # Deleted right after it was scheduled (the suite's probe pods are): nothing will
-                # exec into it, and an exec into a deleted pod is retried for seconds, holding up
-                # every other pod this loop prepares.
-                log.info("%s/%s went away before kwok served its exec rule", namespace, name)
-                return None
-            probes += 1
-            try:
-                env = exec_in_container(self.exec_api, namespace, name, container, ["env"], timeout=5).stdout
-                seen = next((line.split("=", 1)[1] for line in env.splitlines()
-                             if line.startswith("DRACONF_POD_UID=")), f"no DRACONF_POD_UID in {env!r}")
-            except Exception as err:  # noqa: BLE001 - the probe is retried until the deadline
-                seen = f"exec failed: {err}"
-            if seen == uid:
-                break
-            if time.monotonic() > deadline:
-                log.warning("kwok does not serve the exec rule of %s/%s after %.0fs (last: %s); "
-                            "marking it prepared anyway", namespace, name, timeout, seen)
-                break
-            time.sleep(0.1)
-        return probes
-
-    def _gone(self, pod) -> bool:
-        """The pod was deleted, or is being deleted (listed, as its RBAC allows, by name)."""
-        found = self.api.core.list_namespaced_pod(
-            pod.metadata.namespace, field_selector=f"metadata.name={pod.metadata.name}").items
-        return not found or found[0].metadata.uid != pod.metadata.uid \
-            or found[0].metadata.deletion_timestamp is not None
-
     def _unprepare_released(self, pods: list[dict], claims: dict) -> None:
         """Unprepare every prepared claim that no running pod on its node consumes any more
         (``pods`` and ``claims`` are raw objects)."""
@@ -566,27 +437,7 @@ class Agent:
                     spec.unlink(missing_ok=True)
                     del self.prepared_claims[uid]
                     log.info("unprepared claim %s", uid)
-        gone: dict[str, list[str]] = {}
-        for uid in self.viewed_pods.keys() - live:
-            shutil.rmtree(self.views_dir / uid, ignore_errors=True)  # the pod and its containers are gone
-            if namespace := self.viewed_pods.pop(uid):
-                gone.setdefault(namespace, []).append(uid)
-        for namespace, uids in gone.items():
-            self.pool.submit(self._forget_exec_rules, namespace, uids)
-
-    def _forget_exec_rules(self, namespace: str, uids: list[str]) -> None:
-        """Delete the Exec rules of gone pods, by their uid label (a pod of the same name may
-        have a new one already)."""
-        for start in range(0, len(uids), BATCH):  # keeps the selector's URL short
-            selector = f"{POD_UID_LABEL} in ({','.join(uids[start:start + BATCH])})"
-            try:
-                unread(self.api.custom.delete_collection_namespaced_custom_object(
-                    "kwok.x-k8s.io", "v1alpha1", namespace, "execs", label_selector=selector,
-                    _preload_content=False))
-            except ApiException as err:
-                if err.status != 404:  # 404: the namespace is gone, and its rules with it
-                    log.warning("could not delete the exec rules of %d pod(s) in %s: %s %s",
-                                len(uids[start:start + BATCH]), namespace, err.status, err.reason)
+        self.containers.remove_gone(live)
 
     def _event(self, pod, reason: str, message: str) -> None:
         now = datetime.now(timezone.utc)
