@@ -42,11 +42,6 @@ RULES_PER_DELETE = 64
 EXEC_API = ("kwok.x-k8s.io", "v1alpha1")
 
 
-def _extended(pod):
-    """``status.extendedResourceClaimStatus`` (DRAExtendedResource), or None."""
-    return pod.status.extended_resource_claim_status if pod.status else None
-
-
 class KwokContainers:
     """Container views and Exec rules of the pods on one bed's KWOK GPU nodes.
 
@@ -85,61 +80,61 @@ class KwokContainers:
             devices = [others[i % len(others)] if others else d for i, d in enumerate(devices)]
         return [gpus[d] for d in devices if d in gpus]
 
-    def create(self, pod, pod_claims: dict) -> None:
+    def create(self, pod: dict, pod_claims: dict[str, dict]) -> None:
         """The views of ``pod``'s containers and its Exec rule (``pod`` and the claims of
-        ``pod_claims``, pod claim name -> claim, are client models)."""
-        node = pod.spec.node_name
+        ``pod_claims``, pod claim name -> claim, are raw objects, as the API server sends them)."""
+        meta, node = pod["metadata"], pod["spec"]["nodeName"]
         record = {k: v for k, v in self.gpu_nodes[node].items() if k not in ("name", "kind")}
+        extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("requestMappings") or []
         execs = []
-        for container in pod.spec.containers:
+        for container in pod["spec"]["containers"]:
             devices: list[str] = []
             # (pod claim name, request or None) the container lists, and its extended resources'
             # requests in the scheduler's claim.
-            wanted = [(ref.name, getattr(ref, "request", None))
-                      for ref in (container.resources.claims if container.resources else None) or []]
-            wanted += [(EXTENDED_CLAIM, m.request_name) for m in
-                       (_extended(pod).request_mappings if _extended(pod) else None) or []
-                       if m.container_name == container.name]
+            wanted = [(ref["name"], ref.get("request"))
+                      for ref in (container.get("resources") or {}).get("claims") or []]
+            wanted += [(EXTENDED_CLAIM, m["requestName"]) for m in extended
+                       if m["containerName"] == container["name"]]
             for ref_name, request in wanted:
                 claim = pod_claims.get(ref_name)
                 if claim is None:
                     continue
-                for result in claim.status.allocation.devices.results:
-                    if result.driver != DRIVER or result.pool != node:
+                for result in claim["status"]["allocation"]["devices"]["results"]:
+                    if result["driver"] != DRIVER or result["pool"] != node:
                         continue
-                    if request and result.request.split("/")[0] != request:
+                    if request and result["request"].split("/")[0] != request:
                         continue  # another request's (a subrequest's name is main/sub)
-                    if result.device not in devices:
-                        devices.append(result.device)
+                    if result["device"] not in devices:
+                        devices.append(result["device"])
             gpus = self.injected_gpus(node, devices)
-            view = self.views_dir / pod.metadata.uid / container.name
+            view = self.views_dir / meta["uid"] / container["name"]
             view.mkdir(parents=True, exist_ok=True)
-            self.viewed_pods[pod.metadata.uid] = pod.metadata.namespace
-            envs = [{"name": "DRACONF_CONTAINER", "value": f"{pod.metadata.name}/{container.name}"},
-                    {"name": "DRACONF_POD_UID", "value": pod.metadata.uid},
+            self.viewed_pods[meta["uid"]] = meta["namespace"]
+            envs = [{"name": "DRACONF_CONTAINER", "value": f"{meta['name']}/{container['name']}"},
+                    {"name": "DRACONF_POD_UID", "value": meta["uid"]},
                     {"name": "NVIDIA_SIM_ROOT", "value": str(view)}]
             if gpus:
                 install_gpu_view(view, record, [g["minor"] for g in gpus], self.nvidia_smi)
                 envs.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(g["uuid"] for g in gpus)})
-            execs.append({"containers": [container.name], "local": {"envs": envs}})
+            execs.append({"containers": [container["name"]], "local": {"envs": envs}})
         # Deleted with the pod's view (remove_gone), as a runtime forgets a container: an owner
         # reference would have the garbage collector get and delete each one, two requests per
         # pod where one request per sync does.
         body = {"apiVersion": "/".join(EXEC_API), "kind": "Exec",
-                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
-                             "labels": {POD_UID_LABEL: pod.metadata.uid}},
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                             "labels": {POD_UID_LABEL: meta["uid"]}},
                 "spec": {"execs": execs}}
-        args = (*EXEC_API, pod.metadata.namespace, "execs")
+        args = (*EXEC_API, meta["namespace"], "execs")
         try:
             unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
         except ApiException as err:
             if err.status != 409:
                 raise
             # A rule left by an earlier pod of the same name: replace it.
-            self.api.custom.delete_namespaced_custom_object(*args, pod.metadata.name)
+            self.api.custom.delete_namespaced_custom_object(*args, meta["name"])
             unread(self.api.custom.create_namespaced_custom_object(*args, body, _preload_content=False))
 
-    def wait_until_served(self, pod, stopping: Callable[[], bool], timeout: float = 15.0) -> int | None:
+    def wait_until_served(self, pod: dict, stopping: Callable[[], bool], timeout: float = 15.0) -> int | None:
         """Hold the pod back until kwok answers ``exec`` with this pod's own rule.
 
         kwok learns Exec objects through a watch.  A pod marked Running before kwok has seen its
@@ -147,12 +142,12 @@ class KwokContainers:
         real node never does: the runtime starts the container only after CDI injection.
         Returns the number of probes it took, or None when the pod went away first.
         """
-        name, namespace, uid = pod.metadata.name, pod.metadata.namespace, pod.metadata.uid
-        container = pod.spec.containers[0].name
+        name, namespace, uid = pod["metadata"]["name"], pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        container = pod["spec"]["containers"][0]["name"]
         deadline = time.monotonic() + timeout
         seen, probes = "no answer", 0
         while not stopping():
-            if self._gone(pod):
+            if self._gone(namespace, name, uid):
                 # Deleted right after it was scheduled (the suite's probe pods are): nothing will
                 # exec into it, and an exec into a deleted pod is retried for seconds, holding up
                 # every other pod the agent prepares.
@@ -174,12 +169,10 @@ class KwokContainers:
             time.sleep(0.1)
         return probes
 
-    def _gone(self, pod) -> bool:
+    def _gone(self, namespace: str, name: str, uid: str) -> bool:
         """The pod was deleted, or is being deleted (listed, as its RBAC allows, by name)."""
-        found = self.api.core.list_namespaced_pod(
-            pod.metadata.namespace, field_selector=f"metadata.name={pod.metadata.name}").items
-        return not found or found[0].metadata.uid != pod.metadata.uid \
-            or found[0].metadata.deletion_timestamp is not None
+        found = self.api.core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}").items
+        return not found or found[0].metadata.uid != uid or found[0].metadata.deletion_timestamp is not None
 
     def remove_gone(self, live: set[str]) -> None:
         """Remove the views of pods not in ``live`` (uids), and their Exec rules in the
