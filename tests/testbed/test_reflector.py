@@ -1,10 +1,18 @@
 """draconf.reflector against a real API server: the store follows creates, updates and deletes,
-and says so through its ``changed`` event."""
+says so through its ``changed`` event, and lists again when the server no longer holds the
+version its watch would resume from (410 Expired)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import threading
+import urllib.request
+from types import SimpleNamespace
 
+from draconf import namespaces
+from draconf.kube import connect
 from draconf.reflector import Reflector
 
 
@@ -37,3 +45,55 @@ def test_the_store_follows_creates_updates_and_deletes(api, ns):
             "the store holds the API server's objects as dicts, of the listed namespace only")
     finally:
         maps.stop()
+
+
+def _compact_etcd(bed) -> None:
+    """Compact the bed's etcd up to now, as kube-apiserver does every 5 minutes (through etcd's
+    own HTTP gateway; on a KWOK-only bed etcd listens on the host's loopback)."""
+    url = f"http://127.0.0.1:{bed.state()['ports']['etcd-client']}"
+
+    def call(path: str, body: dict) -> dict:
+        request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    revision = call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"]
+    call("/v3/kv/compaction", {"revision": revision, "physical": True})
+
+
+def test_a_version_the_api_server_no_longer_holds_is_listed_again(kwok_gpu_bed, caplog):
+    """A watch from a version etcd has compacted away gets 410 Expired (an ERROR event in the
+    stream).  Events are watched here: kube-apiserver keeps no watch cache for them, so the
+    watch goes to etcd.  The first list reports version "1", as a reflector that was away
+    too long would resume from; the store must list again, at once and without a warning,
+    then follow changes as before."""
+    api = connect(kwok_gpu_bed.kubeconfig)
+    ns = namespaces.create(api, namespaces.RunId("selftest"), "reflector-410")
+    lists = []
+
+    def event(name: str) -> dict:
+        return {"metadata": {"name": name}, "involvedObject": {"kind": "ConfigMap", "namespace": ns, "name": "selftest"},
+                "reason": "Selftest", "message": name, "type": "Normal"}
+
+    def list_events(*args, **kwargs):
+        response = api.core.list_namespaced_event(*args, **kwargs)
+        if kwargs.get("watch"):
+            return response
+        lists.append(kwargs)
+        if len(lists) > 1:
+            return response
+        listed = json.loads(response.data)
+        listed["metadata"]["resourceVersion"] = "1"
+        return SimpleNamespace(data=json.dumps(listed).encode())
+
+    api.core.create_namespaced_event(ns, event("before"))
+    _compact_etcd(kwok_gpu_bed)
+    events = Reflector(list_events, "events", namespace=ns).start()
+    try:
+        assert events.wait_synced(10)
+        api.core.create_namespaced_event(ns, event("after"))
+        until(events, "the event created after the 410", lambda items: {"before", "after"} <= {e["metadata"]["name"] for e in items})
+        assert len(lists) == 2, f"expected one list, a 410 and a second list; lists: {len(lists)}"
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    finally:
+        events.stop()
+        namespaces.delete(api, ns, wait=60)
