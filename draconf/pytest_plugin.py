@@ -88,8 +88,8 @@ def trip_breaker(config, code: str, cause: str) -> None:
                             f"verdict: {cause}", red=True, bold=True)
 
 
-def breaker_cause(config) -> str | None:
-    """The no-verdict cause for a check that needs the control plane, once the breaker tripped."""
+def _tripped(config) -> tuple[str, str] | None:
+    """The breaker's (code, cause) once this process, or another worker of the run, tripped it."""
     tripped = config.stash.get(STALLED, None)
     shared = _shared_breaker()
     if tripped is None and shared is not None and shared.is_file():
@@ -97,11 +97,23 @@ def breaker_cause(config) -> str | None:
             tripped = config.stash[STALLED] = tuple(json.loads(shared.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             tripped = None  # being written: the next check reads it
+    return tripped
+
+
+def breaker_cause(config) -> str | None:
+    """The no-verdict cause for a check that needs the control plane, once the breaker tripped."""
+    tripped = _tripped(config)
     if tripped is None:
         return None
     code, cause = tripped
     cause = cause.removeprefix("workload never started: ").removeprefix(f"[{code}] ")
     return f"[{code}] not run: an earlier workload found the control plane not acting: {cause}"
+
+
+def namespace_controller_stalled(config) -> bool:
+    """The breaker says kube-controller-manager is not acting: its namespace controller finishes
+    a namespace's deletion when it acts again, and waiting for that would only time out."""
+    return (_tripped(config) or ("",))[0] == "controller-manager-unavailable"
 
 
 def pytest_addoption(parser):
@@ -281,8 +293,8 @@ def _wait_out_the_workers_namespaces(config) -> None:
                         len(unexpected), ", ".join(unexpected))
             for name in unexpected:
                 namespaces.delete(api, name)
-        if (breaker_cause(config) or "").startswith("[controller-manager-unavailable]"):
-            return  # its namespace controller finishes them when it acts again
+        if namespace_controller_stalled(config):
+            return
         still = namespaces.wait_deleted(api, left, timeout=120) if left else []
     except Exception as err:  # best effort: report, never mask the run's own outcome
         log.warning("could not delete this run's namespaces (%s); run `draconf sweep`", err)
@@ -455,8 +467,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     if not deleting:
         return
-    if session.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":
-        return  # its namespace controller finishes them when it acts again
+    if namespace_controller_stalled(session.config):
+        return
     try:
         left = namespaces.wait_deleted(api, deleting, timeout=120)
     except Exception as err:  # best effort, as above
@@ -547,10 +559,8 @@ def make_namespace(request, api, run_id, label: str) -> str:
             namespaces.REGISTRY.discard(name)
             log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
             return
-        if request.config.stash.get(STALLED, ("",))[0] == "controller-manager-unavailable":
-            # Its namespace controller finishes the deletion when it acts again; waiting for it
-            # would only add a timeout per test.
-            namespaces.delete(api, name)
+        if namespace_controller_stalled(request.config):
+            namespaces.delete(api, name)  # no wait: it would only add a timeout per test
             return
         # The next test needs this one's devices back, not its namespace gone: the session
         # waits for every namespace of the run once, at its end.
