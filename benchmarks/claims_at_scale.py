@@ -70,6 +70,14 @@ def one_round(api, count: int, index: int) -> tuple[float, float, float]:
     return sent, up, down
 
 
+def scale_bed(nodes: int, gpus: int) -> Testbed:
+    """A fresh ``bench-scale`` bed: ``nodes`` KWOK nodes of ``gpus`` GPUs each."""
+    bed = Testbed.named("bench-scale")
+    bed.down(log=lambda *_: None)
+    bed.up(inventory.uniform(nodes, gpus), faults=[], log=lambda *_: None, timeout=600)
+    return bed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--times", type=int, default=3)
@@ -79,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the bed up to read its logs (`draconf testbed down --name bench-scale`)")
     args = parser.parse_args(argv)
     count = args.nodes * args.gpus
-    bed = Testbed.named("bench-scale")
-    bed.down(log=lambda *_: None)
-    bed.up(inventory.uniform(args.nodes, args.gpus), faults=[], log=lambda *_: None, timeout=600)
+    bed = scale_bed(args.nodes, args.gpus)
     try:
         api = connect(bed.kubeconfig)
         print(f"{count} claims on {args.nodes} x {args.gpus} KWOK nodes, {os.cpu_count()} CPUs")

@@ -1,8 +1,8 @@
 """The whole suite serial against ``-n N`` (pytest-xdist) on one bed, and whether their verdicts agree
-(README, "Parallel runs").
+(README, "Parallel runs"); with ``--all``, every figure of issue 13 in one run.
 
     python benchmarks/suite_speed.py [--testbed-name default] [-n 4] [--times 3] [--serial-times K]
-                                     [-- extra draconf run arguments]
+                                     [--all] [-- extra draconf run arguments]
 
 Runs ``python -m draconf.cli run --testbed-name NAME`` serial and with ``-n N``, interleaved
 (serial, parallel, serial, ...), ``--times`` times each (``--serial-times`` overrides the serial
@@ -10,6 +10,14 @@ count), each into its own reports directory.  Prints each run's seconds, exit st
 counts and load average, then min/median seconds per mode and the ratio parallel/serial
 (medians).  Exits 1 when any run's verdicts (outcome per test id, from summary.json) differ
 from the first serial run's, naming the tests that differ.  Timings are never asserted.
+
+``--all`` interleaves, round by round (``--times`` rounds): the serial suite, the suite with
+``-n N``, the six walkthrough workloads through the suite and through
+``benchmarks/kubectl_workloads.sh`` (:mod:`workloads_vs_kubectl`), the verdict after the
+scheduler's first Unschedulable for selector-unmatched and capacity-exhausted
+(:mod:`verdict_latency`), and one round of 800 claims on a 100 x 8 KWOK bed of its own
+(:mod:`claims_at_scale`, ``bench-scale``, up for the whole run).  Then min/median of each
+figure, the ratios, and the load.
 """
 
 from __future__ import annotations
@@ -66,8 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--times", type=int, default=3, help="runs of each mode (default 3)")
     parser.add_argument("--serial-times", type=int, default=None, help="serial runs (default: --times)")
     parser.add_argument("--reports-root", default=None, help="where each run's reports go (default: a temp dir)")
+    parser.add_argument("--all", action="store_true",
+                        help="every figure of issue 13, interleaved round by round (see the module docstring)")
     parser.add_argument("extra", nargs="*", help="after --: more `draconf run` arguments")
     args = parser.parse_args(argv)
+    if args.all:
+        return run_everything(args)
     root = Path(args.reports_root or tempfile.mkdtemp(prefix="draconf-suite-speed-"))
     serial_times = args.times if args.serial_times is None else args.serial_times
     plan = []
@@ -79,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     print(f"suite speed on bed {args.testbed_name!r}, {os.cpu_count()} CPUs; reports under {root}")
     for i, workers in enumerate(plan):
-        run = run_suite(args.testbed_name, workers, root / f"{i:02d}-{'serial' if workers is None else f'n{workers}'}",
-                        args.extra)
+        run = run_suite(args.testbed_name, workers, root / f"{i:02d}-{run_label(workers)}", args.extra)
         runs.append(run)
         print(f"  {run['mode']:>7}: {run['seconds']:6.1f} s  exit {run['exit']}  {counts(run['verdicts'])}  "
               f"(load {run['load']:.2f})", flush=True)
@@ -104,6 +115,80 @@ def main(argv: list[str] | None = None) -> int:
                   + ("; ".join(diff) if diff else "no summary.json") + f" [{run['reports']}]")
     print(f"verdicts: {'all runs agree with the serial run' if not bad else f'{bad} run(s) differ'}")
     return 1 if bad else 0
+
+
+def run_everything(args) -> int:
+    """``--all``: issue 13's figures, interleaved round by round on the bed and a scale bed."""
+    import claims_at_scale
+    import verdict_latency
+    import workloads_vs_kubectl
+    from _bed import running_bed
+    from draconf.kube import connect
+    from draconf.profile import TESTBED_IMAGE, builtin, for_target
+    from draconf.testbed import pins
+
+    bed = running_bed(args.testbed_name)
+    if bed is None:
+        return 2
+    api, profile = connect(bed.kubeconfig), for_target(builtin("nvidia"), "testbed")
+    kubectl_env = {"KUBECONFIG": str(bed.kubeconfig), "IMAGE": TESTBED_IMAGE,
+                   "PATH": f"{pins.bin_dir()}:{os.environ['PATH']}"}
+    root = Path(args.reports_root or tempfile.mkdtemp(prefix="draconf-suite-speed-"))
+    print(f"issue 13's figures on bed {args.testbed_name!r} and a 100 x 8 KWOK bed, {os.cpu_count()} CPUs, "
+          f"{args.times} round(s); reports under {root}", flush=True)
+    scale = claims_at_scale.scale_bed(100, 8)
+    figures: dict[str, list[float]] = {}
+    loads, bad = [], 0
+
+    def note(name: str, value: float, unit: str) -> None:
+        figures.setdefault(name, []).append(value)
+        loads.append(os.getloadavg()[0])
+        print(f"  {name:34} {value:7.2f} {unit}  (load {loads[-1]:.2f})", flush=True)
+
+    try:
+        scale_api = connect(scale.kubeconfig)
+        reference = None
+        for i in range(args.times):
+            print(f"round {i + 1}", flush=True)
+            for workers in (None, args.workers):
+                run = run_suite(args.testbed_name, workers, root / f"{i:02d}-{run_label(workers)}", args.extra)
+                note(f"suite, {run['mode']} (s)", run["seconds"], f"s  exit {run['exit']}  {counts(run['verdicts'])}")
+                reference = reference or run["verdicts"]
+                if run["exit"] != 0 or differences(reference, run["verdicts"]):
+                    bad += 1
+                    print(f"    differs from the first serial run: {differences(reference, run['verdicts'])} "
+                          f"[{run['reports']}]")
+            seconds, code, _ = workloads_vs_kubectl.timed(
+                [sys.executable, "-m", "draconf.cli", "run", f"--testbed-name={args.testbed_name}",
+                 f"--reports={root / f'{i:02d}-workloads'}", "-k", "TestWorkload"])
+            note("six workloads, suite (s)", seconds, f"s  exit {code}")
+            seconds, kubectl_code, _ = workloads_vs_kubectl.timed(["bash", "benchmarks/kubectl_workloads.sh"],
+                                                                env={**kubectl_env, "RUN": f"all{i}"})
+            note("six workloads, kubectl (s)", seconds, f"s  exit {kubectl_code}")
+            bad += bool(code) + bool(kubectl_code)
+            for scenario in ("selector-unmatched", "capacity-exhausted"):
+                note(f"verdict after Unschedulable, {scenario} (s)", verdict_latency.one_round(api, profile, scenario), "s")
+            sent, up, down = claims_at_scale.one_round(scale_api, 800, i)
+            note("800 claims -> Running (claims/s)", 800 / up, "claims/s")
+            note("800 claims -> released (claims/s)", 800 / down, "claims/s")
+    finally:
+        scale.down(log=lambda *_: None)
+    print("figures (min / median):")
+    for name, values in figures.items():
+        print(f"  {name:50} {min(values):7.2f} / {statistics.median(values):7.2f}")
+    median = {name: statistics.median(values) for name, values in figures.items()}
+    print(f"  ratio -n {args.workers} / serial (medians): "
+          f"{median[f'suite, -n {args.workers} (s)'] / median['suite, serial (s)']:.2f}")
+    print(f"  ratio suite / kubectl, six workloads (medians): "
+          f"{median['six workloads, suite (s)'] / median['six workloads, kubectl (s)']:.2f}")
+    print(f"  load: {min(loads):.2f}-{max(loads):.2f}")
+    print("verdicts: " + (f"{bad} run(s) failed or differ from the serial run" if bad else
+                          "every suite run agrees with the first serial run, every run passed"))
+    return 1 if bad else 0
+
+
+def run_label(workers: int | None) -> str:
+    return "serial" if workers is None else f"n{workers}"
 
 
 if __name__ == "__main__":
