@@ -134,9 +134,11 @@ def run_everything(args) -> int:
     kubectl_env = {"KUBECONFIG": str(bed.kubeconfig), "IMAGE": TESTBED_IMAGE,
                    "PATH": f"{pins.bin_dir()}:{os.environ['PATH']}"}
     root = Path(args.reports_root or tempfile.mkdtemp(prefix="draconf-suite-speed-"))
-    print(f"issue 13's figures on bed {args.testbed_name!r} and a 100 x 8 KWOK bed, {os.cpu_count()} CPUs, "
+    print(f"issue 13's figures on bed {args.testbed_name!r} and a 100 x 8 KWOK bed (bench-scale), {os.cpu_count()} CPUs, "
           f"{args.times} round(s); reports under {root}", flush=True)
-    scale = claims_at_scale.scale_bed(100, 8)
+    nodes, gpus = 100, 8
+    claims = nodes * gpus
+    scale = claims_at_scale.scale_bed(nodes, gpus)
     figures: dict[str, list[float]] = {}
     loads, bad = [], 0
 
@@ -168,9 +170,9 @@ def run_everything(args) -> int:
             bad += bool(code) + bool(kubectl_code)
             for scenario in ("selector-unmatched", "capacity-exhausted"):
                 note(f"verdict after Unschedulable, {scenario} (s)", verdict_latency.one_round(api, profile, scenario), "s")
-            sent, up, down = claims_at_scale.one_round(scale_api, 800, i)
-            note("800 claims -> Running (claims/s)", 800 / up, "claims/s")
-            note("800 claims -> released (claims/s)", 800 / down, "claims/s")
+            sent, up, down = claims_at_scale.one_round(scale_api, claims, i)
+            note(f"{claims} claims -> Running (claims/s)", claims / up, "claims/s")
+            note(f"{claims} claims -> released (claims/s)", claims / down, "claims/s")
     finally:
         scale.down(log=lambda *_: None)
     print("figures (min / median):")
