@@ -14,7 +14,8 @@
 # cleanup check does, prove the freed GPUs allocatable again (a probe claim selecting them by
 # uuid and a pod for it, per node, deleted once allocated); delete the namespace without
 # waiting for it, only until its claims hold no device (what the next workload needs, as the
-# suite waits).  Prints each workload's seconds and the total.
+# suite waits).  At the end, as the suite ends its session, wait until every namespace is gone.
+# Prints each workload's seconds, the final wait's and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KUBECTL=${KUBECTL:-kubectl}
@@ -106,4 +107,11 @@ EOF
   done
   printf '%-16s %6.2fs\n' "$workload" "$(echo "$(date +%s.%N) - $start" | bc)"
 done
+# As the suite ends its session: nothing of the run left, so wait for the namespaces to be gone
+# (the namespace controller acts 5 s after a deletion: kube-controller-manager's fixed grace).
+start=$(date +%s.%N)
+namespaces=()
+for workload in "${ORDER[@]}"; do namespaces+=("namespace/bench-${RUN}-${workload}"); done
+$KUBECTL wait --for=delete "${namespaces[@]}" --timeout=120s >/dev/null
+printf '%-16s %6.2fs\n' namespaces-gone "$(echo "$(date +%s.%N) - $start" | bc)"
 printf '%-16s %6.2fs\n' total "$(echo "$(date +%s.%N) - $total_start" | bc)"
