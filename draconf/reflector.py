@@ -22,6 +22,14 @@ Usage::
         for pod in pods.items():
             ... pod["spec"].get("nodeName") ...
 
+A consumer that acts on what changed, as a controller's work queue does, reads
+:meth:`Reflector.take_changes` instead: the (namespace, name) keys since its last call, or None
+after a list (then anything may have changed)::
+
+    keys = pods.take_changes()
+    for pod in (pods.items() if keys is None else filter(None, (pods.get(*key) for key in keys))):
+        ...
+
 The store may lag the API server by the time an event takes to arrive: read it as "what was
 last heard", and act with calls that tolerate a 404 or 409.  A watch's list function must be
 bound to an ApiClient that nothing calls ``kubernetes.stream.stream`` on: while an exec opens,
@@ -45,8 +53,16 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = 240
 
 
+def key_of(obj: dict) -> tuple[str, str]:
+    """(namespace, name): the store's key, as client-go's MetaNamespaceKeyFunc ("" namespace
+    for a cluster-scoped object)."""
+    meta = obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]
+
+
 class Reflector:
-    """Objects listed by ``list_fn`` (a client ``list_*`` method), as dicts, keyed by uid."""
+    """Objects listed by ``list_fn`` (a client ``list_*`` method), as dicts, keyed by
+    (namespace, name)."""
 
     def __init__(self, list_fn: Callable, name: str, changed: threading.Event | None = None, **list_kwargs):
         self.list_fn = list_fn
@@ -54,7 +70,9 @@ class Reflector:
         self.list_kwargs = list_kwargs
         #: Set after every change to the store (and after each full list).
         self.changed = changed or threading.Event()
-        self._store: dict[str, dict] = {}
+        self._store: dict[tuple[str, str], dict] = {}
+        #: Keys changed since take_changes() last ran; None: listed anew since.
+        self._changes: set[tuple[str, str]] | None = None
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopping = False
@@ -77,6 +95,19 @@ class Reflector:
         with self._lock:
             return list(self._store.values())
 
+    def get(self, namespace: str, name: str) -> dict | None:
+        """The object last heard of under that name (read it, never change it), or None."""
+        with self._lock:
+            return self._store.get((namespace, name))
+
+    def take_changes(self) -> set[tuple[str, str]] | None:
+        """The keys of every object added, changed or deleted since the last call, or None if
+        the store was listed anew since (the first call's answer): then anything may have
+        changed.  For one consumer: each change is handed out once."""
+        with self._lock:
+            changes, self._changes = self._changes, set()
+        return changes
+
     def wait_until(self, done: Callable[[list[dict]], bool], timeout: float) -> list[dict] | None:
         """The store's items once ``done(items)`` holds, checked at once and after every change;
         None if it still does not after ``timeout`` seconds.  (``changed`` is cleared here: a
@@ -96,7 +127,8 @@ class Reflector:
         response = self.list_fn(_preload_content=False, **self.list_kwargs)
         listed = json.loads(response.data)
         with self._lock:
-            self._store = {o["metadata"]["uid"]: o for o in listed["items"]}
+            self._store = {key_of(o): o for o in listed["items"]}
+            self._changes = None
         self._synced.set()
         self.changed.set()
         return listed["metadata"]["resourceVersion"]
@@ -139,11 +171,16 @@ class Reflector:
                 resource_version = obj["metadata"]["resourceVersion"]
                 if kind == "BOOKMARK":
                     continue
+                key = key_of(obj)
                 with self._lock:
+                    # One stream, in resourceVersion order: a name's deletion comes before
+                    # its next object of that name.
                     if kind == "DELETED":
-                        self._store.pop(obj["metadata"]["uid"], None)
+                        self._store.pop(key, None)
                     else:
-                        self._store[obj["metadata"]["uid"]] = obj
+                        self._store[key] = obj
+                    if self._changes is not None:
+                        self._changes.add(key)
                 self.changed.set()
         except KeyError as err:
             # An ERROR event (410 Expired: the version is too old to resume from).  With

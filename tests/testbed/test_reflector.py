@@ -47,6 +47,30 @@ def test_the_store_follows_creates_updates_and_deletes(api, ns):
         maps.stop()
 
 
+def test_changes_are_handed_out_once_by_name(api, ns):
+    """take_changes(): None after a list (anything may have changed), then the (namespace, name)
+    of each object created, updated or deleted since the last call, each once; get() reads the
+    store by name."""
+    api.core.create_namespaced_config_map(ns, {"metadata": {"name": "before"}, "data": {"k": "0"}})
+    maps = Reflector(api.core.list_namespaced_config_map, "configmaps", namespace=ns).start()
+    try:
+        assert maps.wait_synced(10), "the first list never arrived"
+        assert maps.take_changes() is None, "after a list, anything may have changed"
+        assert maps.take_changes() == set(), "a change was handed out twice"
+        assert maps.get(ns, "before")["data"] == {"k": "0"}
+
+        api.core.create_namespaced_config_map(ns, {"metadata": {"name": "after"}, "data": {"k": "1"}})
+        api.core.patch_namespaced_config_map("before", ns, {"data": {"k": "2"}})
+        until(maps, "the update", lambda items: data_of(items).get("before") == {"k": "2"})
+        assert maps.take_changes() == {(ns, "after"), (ns, "before")}
+        api.core.delete_namespaced_config_map("after", ns)
+        until(maps, "the deletion", lambda items: "after" not in data_of(items))
+        assert maps.take_changes() == {(ns, "after")}
+        assert maps.get(ns, "after") is None
+    finally:
+        maps.stop()
+
+
 def _compact_etcd(bed) -> None:
     """Compact the bed's etcd up to now, as kube-apiserver does every 5 minutes (through etcd's
     own HTTP gateway; on a KWOK-only bed etcd listens on the host's loopback)."""
