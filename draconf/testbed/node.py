@@ -25,6 +25,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -85,10 +86,12 @@ class Supervisor:
         self._spawn("containerd", [str(self.bindir / "containerd"),
                                    "--config", str(self.paths.etc / "containerd.toml")])
         deadline = time.monotonic() + 30
-        while not os.path.exists(CONTAINERD_SOCKET):
+        # Accepting, not only there: containerd creates its socket some 30 ms before it serves
+        # it, and a `ctr` in between gets "connection refused" (seen on a loaded machine).
+        while not _accepts(CONTAINERD_SOCKET):
             self._reap()
             if self.children["containerd"] in self.exited or time.monotonic() > deadline:
-                raise RuntimeError("containerd did not open its socket; see containerd.log")
+                raise RuntimeError("containerd did not serve its socket in 30 s; see containerd.log")
             time.sleep(0.05)
         for archive in self.spec["images"]:
             started = time.monotonic()
@@ -166,6 +169,16 @@ def _children_of(parent: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
                 found.append(int(entry.name))
     return found
+
+
+def _accepts(path: str) -> bool:
+    """Whether a server listens on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:  # missing, or there but not listening yet (ECONNREFUSED)
+            return False
+    return True
 
 
 def sweep(node_dir: Path, cgroup_root: str) -> None:
