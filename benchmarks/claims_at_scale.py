@@ -9,7 +9,8 @@ ResourceClaimTemplate of one GPU and NODES x GPUS pods using it, sent by a threa
 ``kubectl apply`` sends them; the time until every pod is Running; then every pod deleted (grace
 period 0) and the time until no claim is left.  Pods and claims are followed by watch, so
 that counting them does not load the API server the benchmark measures.  Prints each round (pods/s sent, claims/s
-Running, claims/s released, the load), then min/median of each figure.  The bed is stopped at
+Running, claims/s released, kube-apiserver's CPU seconds to Running, the load), then min/median
+of each figure.  The bed is stopped at
 the end unless ``--keep``.  Timings are never asserted.
 """
 
@@ -33,8 +34,20 @@ from draconf.testbed import inventory  # noqa: E402
 from draconf.testbed.cluster import Testbed  # noqa: E402
 
 
-def one_round(api, count: int, index: int) -> tuple[float, float, float]:
-    """(seconds to send, seconds to all Running, seconds to all claims gone)."""
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def apiserver_pid(bed: Testbed) -> int:
+    return bed.state()["processes"]["kube-apiserver"]["pid"]
+
+
+def one_round(api, count: int, index: int, apiserver: int) -> tuple[float, float, float, float]:
+    """(seconds to send, seconds to all Running, seconds to all claims gone, kube-apiserver's
+    CPU seconds from the first create to all Running).  ``apiserver``: its pid.  It serves the
+    same requests every round, so its CPU time gauges the machine's speed in that window."""
     ns = namespaces.create(api, namespaces.RunId("bench"), f"scale-{index}")
     api.resource.create_namespaced_resource_claim_template(ns, {
         "metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [
@@ -51,14 +64,14 @@ def one_round(api, count: int, index: int) -> tuple[float, float, float]:
     claims = Reflector(api.resource.list_namespaced_resource_claim, "claims", namespace=ns).start()
     pods.wait_synced(30), claims.wait_synced(30)
 
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), cpu_seconds(apiserver)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(count)))
     sent = time.monotonic() - started
     if pods.wait_until(lambda items: sum(1 for p in items if p["status"].get("phase") == "Running") == count,
                        timeout=600) is None:
         raise SystemExit(f"gave up after 600 s waiting for {count} pods to run")
-    up = time.monotonic() - started
+    up, apiserver_cpu = time.monotonic() - started, cpu_seconds(apiserver) - cpu_before
 
     started = time.monotonic()
     api.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
@@ -67,7 +80,7 @@ def one_round(api, count: int, index: int) -> tuple[float, float, float]:
     down = time.monotonic() - started
     pods.stop(), claims.stop()
     namespaces.delete(api, ns, wait=120)
-    return sent, up, down
+    return sent, up, down, apiserver_cpu
 
 
 def scale_bed(nodes: int, gpus: int) -> Testbed:
@@ -92,16 +105,20 @@ def main(argv: list[str] | None = None) -> int:
         api = connect(bed.kubeconfig)
         print(f"{count} claims on {args.nodes} x {args.gpus} KWOK nodes, {os.cpu_count()} CPUs")
         rates = {"sent": [], "running": [], "released": []}
+        gauge = []
         for i in range(args.times):
-            sent, up, down = one_round(api, count, i)
+            sent, up, down, apiserver_cpu = one_round(api, count, i, apiserver_pid(bed))
+            gauge.append(apiserver_cpu)
             rates["sent"].append(count / sent)
             rates["running"].append(count / up)
             rates["released"].append(count / down)
             print(f"  round {i}: sent in {sent:.1f} s ({count / sent:.0f} pods/s), all Running in {up:.1f} s "
                   f"({count / up:.1f} claims/s), all released in {down:.1f} s ({count / down:.1f} claims/s), "
-                  f"load {os.getloadavg()[0]:.2f}")
+                  f"kube-apiserver {apiserver_cpu:.1f} CPU-s to Running, load {os.getloadavg()[0]:.2f}")
         for what, values in rates.items():
             print(f"{what}: min {min(values):.1f}/s, median {statistics.median(values):.1f}/s")
+        print(f"kube-apiserver CPU-s to Running (the same requests each round: more CPU-s, a slower "
+              f"machine): min {min(gauge):.1f}, median {statistics.median(gauge):.1f}")
     finally:
         if not args.keep:
             bed.down(log=lambda *_: None)

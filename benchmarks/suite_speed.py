@@ -16,7 +16,9 @@ from the first serial run's, naming the tests that differ.  Timings are never as
 ``benchmarks/kubectl_workloads.sh`` (:mod:`workloads_vs_kubectl`), the verdict after the
 scheduler's first Unschedulable for selector-unmatched and capacity-exhausted
 (:mod:`verdict_latency`), and one round of 800 claims on a 100 x 8 KWOK bed of its own
-(:mod:`claims_at_scale`, ``bench-scale``, up for the whole run).  Then min/median of each
+(:mod:`claims_at_scale`, ``bench-scale``, up for the whole run), with kube-apiserver's CPU
+seconds for those 800 to Running: the same requests every round, so a gauge of the machine's
+speed in that window, to compare figures taken on different days.  Then min/median of each
 figure, the ratios, and the load.
 """
 
@@ -170,9 +172,12 @@ def run_everything(args) -> int:
             bad += bool(code) + bool(kubectl_code)
             for scenario in ("selector-unmatched", "capacity-exhausted"):
                 note(f"verdict after Unschedulable, {scenario} (s)", verdict_latency.one_round(api, profile, scenario), "s")
-            sent, up, down = claims_at_scale.one_round(scale_api, claims, i)
+            sent, up, down, apiserver_cpu = claims_at_scale.one_round(
+                scale_api, claims, i, claims_at_scale.apiserver_pid(scale))
             note(f"{claims} claims -> Running (claims/s)", claims / up, "claims/s")
             note(f"{claims} claims -> released (claims/s)", claims / down, "claims/s")
+            # The same requests every round: its CPU time gauges the machine in this window.
+            note(f"kube-apiserver CPU for {claims} -> Running (s)", apiserver_cpu, "CPU-s")
     finally:
         scale.down(log=lambda *_: None)
     print("figures (min / median):")
