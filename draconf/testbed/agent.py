@@ -116,6 +116,8 @@ class Agent:
         self.again_lock = threading.Lock()
         #: When the last full pass ran: every pod and claim looked at (see sync).
         self.last_full_pass = 0.0
+        #: Set when a sync failed: what it had taken from the watches is looked at again.
+        self.full_pass_due = False
         #: Claim uid -> its CDI spec and the claim's (namespace, name): what is on disk, kept
         #: here so that a sync need not read the directory.
         self.prepared_claims: dict[str, tuple[Path, tuple[str, str]]] = {}
@@ -292,11 +294,11 @@ class Agent:
                 time.sleep(MIN_SYNC_GAP)
             except ApiException as err:
                 log.warning("API error during sync: %s %s", err.status, err.reason)
-                self.last_full_pass = 0.0  # what that sync had taken is looked at again
+                self.full_pass_due = True
                 time.sleep(0.25)
             except Exception:  # keep the node side alive whatever one pod does
                 log.exception("sync failed")
-                self.last_full_pass = 0.0
+                self.full_pass_due = True
                 time.sleep(0.25)
             self.changed.wait(timeout=1.0)
 
@@ -322,8 +324,8 @@ class Agent:
         pod_changes, claim_changes = self.pods.take_changes(), self.claims.take_changes()
         with self.again_lock:
             again, self.again = self.again, set()
-        keys = None  # None: listed anew, anything may have changed
-        if pod_changes is not None and claim_changes is not None:
+        keys = None  # None: listed anew, or the last sync failed: anything may have changed
+        if pod_changes is not None and claim_changes is not None and not self.full_pass_due:
             keys = pod_changes | again
             for namespace, name in claim_changes:
                 for consumer in ((self.claims.get(namespace, name) or {}).get("status") or {}).get("reservedFor") or []:
@@ -331,7 +333,7 @@ class Agent:
                         keys.add((namespace, consumer["name"]))
         full = keys is None or time.monotonic() - self.last_full_pass > FULL_PASS_SECONDS
         if full:
-            self.last_full_pass = time.monotonic()
+            self.last_full_pass, self.full_pass_due = time.monotonic(), False
             candidates = self.pods.items()
         else:
             candidates = [pod for key in keys if (pod := self.pods.get(*key)) is not None]
