@@ -29,6 +29,7 @@ from pathlib import Path
 from draconf import namespaces, waits
 from draconf.kube import connect
 from draconf.testbed import external_faults, inventory
+from draconf.testbed.nvidia import PLUGIN_FAULTS
 from draconf.testbed.cluster import Testbed
 from tests.suite_modules import suite_module
 
@@ -44,6 +45,23 @@ REAL_NODES_ONLY = ("job/", "gpu-sharing/")
 #: catch on KWOK nodes.
 REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off", "mps-daemon-fails",
                     "mig-counters-ignored", "mig-caps-missing", "mig-parent-mislabelled")
+#: Faults that act on the node side: in the runtime, or in the driver's kubelet plugin (which
+#: real nodes run as the real plugin binary, KWOK nodes as the bed's agent).
+NODE_SIDE_FAULTS = (*REAL_NODE_FAULTS, *PLUGIN_FAULTS)
+#: Control-plane faults whose row fails on KWOK nodes, kept on real nodes by ``mixed``:
+#: quota-not-enforced's extended-resource quota check ends in "timeout" there instead of its
+#: diagnosis (seen 2026-12-01, with the agent of then and of the day before; not explained yet).
+FAILS_ON_KWOK = ("quota-not-enforced",)
+
+
+def node_kind(fault: str | None) -> str:
+    """The kind of node a row runs on: DRACONF_MATRIX_NODE_KIND (default ``real``), or with
+    ``mixed`` real nodes for the healthy rows and the node-side faults and KWOK nodes for the
+    faults that act in the control plane, whose symptoms do not depend on the node."""
+    kind = os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real"
+    if kind == "mixed":
+        return "real" if fault is None or fault in (*NODE_SIDE_FAULTS, *FAILS_ON_KWOK) else "kwok"
+    return kind
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
@@ -339,7 +357,7 @@ def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
     bed.down(log=lambda *_: None)
     fleet = inventory.load()
     if os.environ.get("DRACONF_MATRIX_NODE_KIND"):
-        fleet = inventory.with_node_kind(fleet, os.environ["DRACONF_MATRIX_NODE_KIND"])
+        fleet = inventory.with_node_kind(fleet, node_kind(fault))
     builtin = [fault] if fault and driver == "nvidia" else []
     bed.up(fleet, faults=builtin, log=lambda *_: None, driver=driver)
     try:
@@ -367,7 +385,13 @@ def run_suite(bed: Testbed, fault: str | None, reports: Path, extra_args: list[s
         else {"tests": []}
     return RunResult(fault, proc.returncode, seconds, summary["tests"], leftovers,
                      "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]),
-                     node_kind=os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real", driver=driver)
+                     node_kind=_node_kind_of(bed), driver=driver)
+
+
+def _node_kind_of(bed: Testbed) -> str:
+    """``real`` if the bed runs any real node, else ``kwok``: what the judgement may expect."""
+    nodes = json.loads((bed.dir / "inventory.json").read_text())["nodes"]
+    return "real" if any(n["kind"] == "real" for n in nodes) else "kwok"
 
 
 def _wait_no_leftovers(api, timeout: float = 90) -> list[str]:

@@ -11,7 +11,9 @@ fault), ``subset`` (one fault per kind of check, for a quicker local run) or a
 comma-separated list of fault names.  DRACONF_MATRIX_HEALTHY sets how many healthy runs
 follow (default 3; CI runs 1, beside the suite's own run on the default bed), and
 DRACONF_MATRIX_NODE_KIND=kwok runs the matrix on KWOK nodes instead of the default fleet's
-real ones.  DRACONF_MATRIX_DRIVER=example runs the faults that can be made from outside a
+real ones; ``mixed`` (what CI runs) keeps real nodes for the healthy rows and the faults that
+act on the node side (runtime or kubelet plugin) and runs the control-plane faults on KWOK
+nodes.  DRACONF_MATRIX_DRIVER=example runs the faults that can be made from outside a
 driver (``draconf.testbed.external_faults``) against beds running dra-example-driver instead:
 each row starts a healthy example bed, breaks it as an admin would, and runs the suite with
 ``--profile example``.
@@ -23,7 +25,7 @@ import os
 
 import pytest
 
-from tests.matrix.faultmatrix import EXPECTATIONS, REAL_NODE_FAULTS, judge, matrix_driver, run_against
+from tests.matrix.faultmatrix import EXPECTATIONS, REAL_NODE_FAULTS, judge, matrix_driver, node_kind, run_against
 from draconf.testbed.external_faults import EXTERNAL
 from draconf.testbed.faults import FAULTS
 
@@ -53,7 +55,7 @@ def test_every_fault_has_an_expectation(driver):
 
 @pytest.mark.parametrize("fault", selected_faults())
 def test_fault_is_detected_with_the_right_diagnosis(fault, tmp_path):
-    if fault in REAL_NODE_FAULTS and os.environ.get("DRACONF_MATRIX_NODE_KIND", "real") != "real":
+    if fault in REAL_NODE_FAULTS and node_kind(fault) != "real":
         pytest.skip(f"{fault} acts in the real nodes' runtime; KWOK nodes have none")
     result = run_against(fault, tmp_path / "reports")
     verdict = judge(result)
