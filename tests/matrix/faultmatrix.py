@@ -62,6 +62,8 @@ def node_kind(fault: str | None) -> str:
     if kind == "mixed":
         return "real" if fault is None or fault in (*NODE_SIDE_FAULTS, *FAILS_ON_KWOK) else "kwok"
     return kind
+
+
 #: A fault whose subject is one part of the suite runs that part (and preflight) only: the rest
 #: cannot catch it, and a whole run per row would cost CI minutes it does not have.  So do the
 #: faults whose expectation drags every other part along (claims-not-released, tainted nodes):
