@@ -541,6 +541,19 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
                                 lambda u: all(u.get(k) == v for k, v in want.items()), timeout=30,
                                 describe=lambda u: json.dumps(u))
     except waits.WaitFailed as err:
+        used = status().get("used") or {}
+        if not any(used.get(k) not in (None, "0") for k in want):
+            # ResourceQuota admission charges status.used before it admits the pod (and the
+            # scheduler's claim), so a running pod charged nothing was admitted without it.
+            # Only the quota controller's periodic resync would charge it later.
+            record_diagnosis(request.node, "quota-not-enforced",
+                             {"ResourceQuota status": json.dumps(status(), indent=2),
+                              "pod": start.deployed.pods()[0].summary()})
+            pytest.fail(diagnosis_prefix("quota-not-enforced") +
+                        f"pod {start.deployed.pods()[0].name} ({resource}: 1) runs, yet ResourceQuota {name} "
+                        f"has charged nothing for it after 30 s (status.used {json.dumps(used)}). Quota "
+                        "admission charges a pod as it admits it, so the API server does not run "
+                        "ResourceQuota admission: this quota caps nothing.", pytrace=False)
         raise AssertionError(f"quota {name} does not charge one {resource} pod as one GPU: {err}") from None
     # A second pod like it: the same quota must refuse it at admission.
     second = manifests.find(workload.documents(profile), "Pod")

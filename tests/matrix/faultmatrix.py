@@ -48,10 +48,6 @@ REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off",
 #: Faults that act on the node side: in the runtime, or in the driver's kubelet plugin (which
 #: real nodes run as the real plugin binary, KWOK nodes as the bed's agent).
 NODE_SIDE_FAULTS = (*REAL_NODE_FAULTS, *PLUGIN_FAULTS)
-#: Control-plane faults whose row fails on KWOK nodes, kept on real nodes by ``mixed``:
-#: quota-not-enforced's extended-resource quota check ends in "timeout" there instead of its
-#: diagnosis (seen 2026-12-01, with the agent of then and of the day before; not explained yet).
-FAILS_ON_KWOK = ("quota-not-enforced",)
 
 
 def node_kind(fault: str | None) -> str:
@@ -60,7 +56,7 @@ def node_kind(fault: str | None) -> str:
     faults that act in the control plane, whose symptoms do not depend on the node."""
     kind = os.environ.get("DRACONF_MATRIX_NODE_KIND") or "real"
     if kind == "mixed":
-        return "real" if fault is None or fault in (*NODE_SIDE_FAULTS, *FAILS_ON_KWOK) else "kwok"
+        return "real" if fault is None or fault in NODE_SIDE_FAULTS else "kwok"
     return kind
 
 
