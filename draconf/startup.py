@@ -279,11 +279,13 @@ class StartVerdicts:
 
 
 def wait_scheduler_answer(api, namespace: str, claim: str, pod: str, timeout: float) -> tuple[Claim, Pod]:
-    """The scheduler's first answer on ``pod``, whose claim is ``claim``: the claim allocated, or
-    the pod told why not (its ``PodScheduled`` message).  For checks whose verdict is the
-    answer itself (a claim that must not get a device), not the pod running."""
+    """The scheduler's answer on ``pod``, whose claim is ``claim``: the claim allocated, or the
+    pod told it cannot be placed (a :func:`is_definitive` ``PodScheduled`` message, not a "not
+    yet" one such as "waiting for ...").  For checks whose verdict is the answer itself (a claim
+    that must not get a device), not the pod running; they still have to show that the reason
+    they check is the only one (the scheduler says *that* it cannot allocate, not why)."""
     return waits.wait_until(
         f"the scheduler's verdict on pod {pod}",
         lambda: (Claim.read(api, namespace, claim), Pod.read(api, namespace, pod)),
-        lambda state: state[0].is_allocated or bool(state[1].unschedulable_message),
+        lambda state: state[0].is_allocated or is_definitive(state[1].unschedulable_message or ""),
         timeout=timeout, describe=lambda state: f"{state[0].summary()}; pod phase {state[1].phase}")

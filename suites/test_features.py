@@ -587,7 +587,8 @@ UNTOLERATED_VERDICT_TIMEOUT = 40
 def test_tainted_device_is_not_allocated_without_toleration(request, cluster, profile, run_id, namespace,
                                                             validated_nodes):
     """46-device-taint-untolerated.yaml: a claim selecting only the tainted device, without a
-    toleration, stays unallocated; the scheduler says it cannot allocate the pod's claims.
+    toleration, stays unallocated; the scheduler says it cannot allocate the pod's claims; then
+    45-device-taint-tolerated.yaml, the same request tolerating the taint, gets that device.
     (The ``namespace`` fixture: the diagnosis of a failure reads that namespace.)"""
     ns = namespace
     device = tainted_target(request, cluster, profile, ns, validated_nodes.avoid)
@@ -601,11 +602,31 @@ def test_tainted_device_is_not_allocated_without_toleration(request, cluster, pr
     assert not claim.is_allocated, (
         f"claim {UNTOLERATED_CLAIM} tolerates no taint but was allocated {[str(r) for r in claim.results]}"
         + (f": {'; '.join(problems)}" if problems else ""))
-    # Pending only because another claim holds the device would prove nothing about taints.
-    assert not holders, (f"no verdict on taints: {device.summary()} is held by {holders}, so "
-                         f"{UNTOLERATED_CLAIM} could not have it anyway")
+    from draconf.errors import NoVerdict
+    if holders:
+        # Pending only because another claim holds the device proves nothing about taints.
+        raise NoVerdict(f"{device.summary()} is held by {holders}, so {UNTOLERATED_CLAIM} could not have it "
+                        "anyway: that says nothing about its taints")
+    # The taint is the reason only if the same request tolerating it gets the device (a node
+    # taint or a cordoned node, say, would keep both Pending).
+    twin = taint_workload("device-taints", "features/45-device-taint-tolerated.yaml", TOLERATING_CLAIM, device,
+                          profile, validated_nodes.avoid, tolerations_for(device))
+    manifests.create(cluster, ns, twin.documents(profile), run_id.labels)
+    try:
+        tolerated, _ = wait_scheduler_answer(cluster, ns, TOLERATING_CLAIM, TOLERATING_CLAIM,
+                                             UNTOLERATED_VERDICT_TIMEOUT)
+    except waits.WaitFailed as err:
+        raise NoVerdict(f"{TOLERATING_CLAIM}, the same request tolerating the taints of {device.summary()}, got "
+                        f"no answer from the scheduler either: {err}") from None
+    got = [r.key for r in tolerated.results]
+    if got != [device.key]:
+        said = Pod.read(cluster, ns, TOLERATING_CLAIM).unschedulable_message
+        raise NoVerdict(f"{TOLERATING_CLAIM}, the same request tolerating the taints of {device.summary()}, was "
+                        f"not allocated it either ({got or f'the scheduler: {said}'}): something else than "
+                        f"the taint keeps {UNTOLERATED_CLAIM} Pending")
     note(request.node, f"{device.summary()} is free and not allocated to {UNTOLERATED_CLAIM} (no toleration); "
-                       f"the scheduler: {pod.unschedulable_message}")
+                       f"the scheduler: {pod.unschedulable_message}; {TOLERATING_CLAIM}, the same request "
+                       f"tolerating the taint, got it: {tolerated.summary()}")
 
 
 def holders_of(api, device: taints.TaintedDevice) -> list[str]:

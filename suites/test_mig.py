@@ -26,7 +26,8 @@ from draconf import allocation, capabilities, manifests, mig, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.pods import exec_in_container
+from draconf.errors import NoVerdict
+from draconf.pods import Pod, exec_in_container
 from draconf.reporting import note
 from draconf.startup import wait_scheduler_answer
 from draconf.workload import DeployedWorkload
@@ -160,7 +161,8 @@ def free_parent(cluster, profile, found, published) -> tuple[str, object]:
 def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, run_id, mig_devices, namespace,
                                                      validated_nodes):
     """62-mig-whole-gpu.yaml holds a GPU; 63-mig-on-whole-gpu.yaml asks for a MIG device of it:
-    the scheduler leaves that claim unallocated (shared counters), saying it cannot allocate."""
+    the scheduler leaves that claim unallocated (shared counters), saying it cannot allocate;
+    once the whole GPU's claim is deleted, the MIG device is allocated."""
     found = mig_devices
     published = validated_nodes.devices(PublishedDevices.read(cluster, profile.driver))
     parent, whole = free_parent(cluster, profile, found, published)
@@ -183,5 +185,19 @@ def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, r
         f"GPU {parent} is held whole by {WHOLE_CLAIM} ({whole}), yet {MIG_ON_WHOLE} was allocated "
         f"{[str(r) for r in claim.results]}, a MIG device carved from it: the GPU and its MIG devices "
         "must consume one counter set")
+    # Shared counters are the reason only if the MIG device is allocated once the whole GPU is
+    # free again (a node taint or a selector matching nothing, say, would keep it Pending anyway).
+    said = pod.unschedulable_message
+    cluster.core.delete_namespaced_pod(WHOLE_CLAIM, namespace, grace_period_seconds=0)
+    cluster.resource.delete_namespaced_resource_claim(WHOLE_CLAIM, namespace)
+    try:
+        claim = waits.wait_until(f"claim {MIG_ON_WHOLE} to be allocated once {WHOLE_CLAIM} is deleted",
+                                 lambda: Claim.read(cluster, namespace, MIG_ON_WHOLE), lambda c: c.is_allocated,
+                                 timeout=VERDICT_TIMEOUT, describe=lambda c: c.summary())
+    except waits.WaitTimeout:
+        raise NoVerdict(f"claim {MIG_ON_WHOLE} is not allocated a {smallest} MIG device of GPU {parent} even with "
+                        f"{WHOLE_CLAIM} deleted (the scheduler: "
+                        f"{Pod.read(cluster, namespace, MIG_ON_WHOLE).unschedulable_message}): something else "
+                        "than the GPU's counters keeps it Pending") from None
     note(request.node, f"{WHOLE_CLAIM} holds {whole} (GPU {parent}); a {smallest} MIG device of it stays "
-                       f"unallocated: {pod.unschedulable_message}")
+                       f"unallocated: {said}; with {WHOLE_CLAIM} deleted it is allocated: {claim.summary()}")
