@@ -207,20 +207,29 @@ class DeployedWorkload(StartVerdicts):
         return allocation.Snapshot(pods, claims, published, classes)
 
     def expected_identities(self, pod: Pod, container: str, claims: dict[str, Claim],
-                            published: PublishedDevices) -> list[str]:
+                            published: PublishedDevices) -> tuple[list[str], list[str]]:
         """What the container should see: the profile's identity (a UUID attribute, or the
-        device name) of each device allocated to the claims it lists."""
+        device name) of each device allocated to the claims it lists; and why some of that
+        could not be named (a claim not found or not allocated, a device not published or
+        without the identity): then the container cannot be judged."""
         names = pod.claim_names()
-        found = []
+        found, unknown = [], []
         for ref, request in pod.container_claim_requests(container):
             claim = claims.get(names.get(ref, ""))
-            for result in claim.results if claim else []:
-                if not request_matches(result.request, request):
-                    continue
+            results = [r for r in (claim.results if claim else []) if request_matches(r.request, request)]
+            if not results:
+                unknown.append(f"claim {names.get(ref) or ref} has no allocation"
+                               + (f" for request {request}" if request else ""))
+            for result in results:
                 device = published.lookup(result.driver, result.pool, result.device)
-                if device is not None:
-                    found.append(self.profile.identity(device))
-        return sorted(set(u for u in found if u))
+                identity = self.profile.identity(device) if device is not None else None
+                if identity:
+                    found.append(identity)
+                else:
+                    unknown.append(f"{result.driver}/{result.pool}/{result.device} is "
+                                   + ("not published" if device is None else
+                                      f"published without its {self.profile.injection.identity}"))
+        return sorted(set(found)), unknown
 
     def check_injection(self, published: PublishedDevices) -> list[str]:
         """The profile's command (``nvidia-smi -L``) in every container shows exactly the
@@ -229,13 +238,19 @@ class DeployedWorkload(StartVerdicts):
         not_running = [p.summary() for p in pods if not p.is_running]
         assert pods and not not_running, ("injection cannot be checked: the workload is not running ("
                                           + ("; ".join(not_running) or "no pods") + ")")
+        assert len(pods) == self.workload.expected_pods, (
+            f"injection cannot be checked in every pod: expected {self.workload.expected_pods} pod(s), "
+            f"found {len(pods)} ({'; '.join(p.summary() for p in pods)})")
         claims = self.claims()
         injection = self.profile.injection
         shown = injection.describe()
-        problems, evidence = [], []
+        problems, evidence, unjudged = [], [], []
         for pod in pods:
             for container in pod.containers:
-                expected = self.expected_identities(pod, container, claims, published)
+                expected, unknown = self.expected_identities(pod, container, claims, published)
+                if unknown:
+                    unjudged.append(f"{pod.name}/{container}: {'; '.join(unknown)}")
+                    continue
                 result = exec_in_container(self.api, self.namespace, pod.name, container,
                                            list(injection.command), timeout=self.profile.timeouts.exec)
                 seen = sorted(injection.parse(result.stdout))
@@ -260,6 +275,10 @@ class DeployedWorkload(StartVerdicts):
                                     + (f"; missing {missing}" if missing else "")
                                     + (f"; not allocated to it {extra}" if extra else ""))
         assert not problems, "CDI injection is wrong: " + "; ".join(problems)
+        if unjudged:
+            # The allocation check judges the claims; here they leave nothing to compare with.
+            raise NoVerdict("which GPUs a container should see is not known, so its injection cannot be "
+                            "judged: " + " | ".join(unjudged))
         return evidence
 
     def delete_consumers(self) -> None:
