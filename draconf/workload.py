@@ -314,10 +314,12 @@ class DeployedWorkload(StartVerdicts):
         if not held:
             raise NoVerdict("nothing was allocated, so there is no release to check ("
                             + ("; ".join(c.summary() for c in claims.values()) or "no claims") + ")")
-        freed = [published.lookup(r.driver, r.pool, r.device)
-                 for c in held.values() for r in c.results]
+        results = [r for c in held.values() for r in c.results]
+        unpublished = sorted({f"{r.driver}/{r.pool}/{r.device}" for r in results
+                              if published.lookup(r.driver, r.pool, r.device) is None})
         # adminAccess claims share their device with another claim: free each device once.
-        freed = list({d.key: d for d in freed if d is not None}.values())
+        freed = list({d.key: d for r in results
+                      if (d := published.lookup(r.driver, r.pool, r.device)) is not None}.values())
         self.delete_consumers()
         timeout = self.profile.timeouts.cleanup
 
@@ -385,10 +387,12 @@ class DeployedWorkload(StartVerdicts):
             raise  # the run's breaker and diagnosis take it as it is
         except waits.WaitFailed as err:
             raise AssertionError(f"cleanup is incomplete: {err}") from None
-        evidence = [f"released {c.summary()}" for c in held.values()]
-        if freed:
-            evidence += probe(freed)
-        return evidence
+        if unpublished:
+            # Released, but the probe can only ask for devices by what their slices publish.
+            raise NoVerdict(f"the claims were released, but {', '.join(unpublished)} they held are not among "
+                            "the devices published when the workload started, so whether they can be "
+                            "allocated again was not probed")
+        return [f"released {c.summary()}" for c in held.values()] + probe(freed)
 
 
 def _api_message(err: ApiException) -> str:
