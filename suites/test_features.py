@@ -820,10 +820,21 @@ def test_device_taint_rule_no_execute_evicts_untolerated_pods(request, cluster, 
     rules = {name: create_rule(request, cluster, ns, run_id, DRAIN_MANIFEST, held[name][0].key, f"-{name}")
              for name in held}
 
-    def evicted():
-        return pod_uid(cluster, ns, DRAINED) != uids[DRAINED]
+    def still_there():
+        """The names of the two pods whose first incarnation is still there."""
+        return {name for name in held if pod_uid(cluster, ns, name) == uids[name]}
+
+    def tolerant_evicted(present):
+        # The tolerating pod evicted is the failure at once, whatever happens to the other.
+        return None if DRAIN_TOLERANT in present else (
+            f"pod {DRAIN_TOLERANT}, whose claim tolerates the NoExecute taint, was deleted")
     try:
-        waits.wait_until(f"pod {DRAINED} to be evicted", evicted, bool, timeout=EVICTION_TIMEOUT)
+        waits.wait_until(f"pod {DRAINED} to be evicted", still_there, lambda present: DRAINED not in present,
+                         timeout=EVICTION_TIMEOUT, verdict=tolerant_evicted,
+                         describe=lambda present: f"still running: {sorted(present) or 'neither pod'}")
+    except waits.TerminalState as err:
+        pytest.fail(f"{err}; its GPU's rule: {taints.describe_rule(read_rule(cluster, rules[DRAIN_TOLERANT]))}",
+                    pytrace=False)
     except waits.WaitTimeout:
         # The diagnosis reads the rule, the claim and the running pod from the cluster.
         rule = read_rule(cluster, rules[DRAINED])
