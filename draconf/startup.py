@@ -278,6 +278,22 @@ class StartVerdicts:
                    for c in self.api.resource.list_resource_claim_for_all_namespaces().items)
 
 
+def allocated_once_freed(api, namespace: str, claim: str, pod: str, freed: str, timeout: float) -> Claim:
+    """``claim`` (of ``pod``) once allocated, after the caller removed what it says kept it
+    Pending (``freed``, e.g. "the rule deleted"): the proof that nothing else did.  Not
+    allocated within ``timeout`` is :class:`~draconf.errors.NoVerdict`, with the scheduler's
+    message: something else keeps it Pending, so the refusal said nothing about ``freed``."""
+    from draconf.errors import NoVerdict
+    try:
+        return waits.wait_until(f"claim {claim} to be allocated with {freed}",
+                                lambda: Claim.read(api, namespace, claim), lambda c: c.is_allocated,
+                                timeout=timeout, describe=lambda c: c.summary())
+    except waits.WaitTimeout:
+        raise NoVerdict(f"claim {claim} is not allocated even with {freed} (the scheduler: "
+                        f"{Pod.read(api, namespace, pod).unschedulable_message}): something else keeps it "
+                        "Pending") from None
+
+
 def wait_scheduler_answer(api, namespace: str, claim: str, pod: str, timeout: float) -> tuple[Claim, Pod]:
     """The scheduler's answer on ``pod``, whose claim is ``claim``: the claim allocated, or the
     pod told it cannot be placed (a :func:`is_definitive` ``PodScheduled`` message, not a "not

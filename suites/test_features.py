@@ -51,7 +51,7 @@ from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
-from draconf.startup import VERDICT_AFTER, wait_scheduler_answer
+from draconf.startup import VERDICT_AFTER, allocated_once_freed, wait_scheduler_answer
 from draconf.workload import REJECTED_STATUSES, DeployedWorkload, Start, Workload
 
 
@@ -546,11 +546,11 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
             # ResourceQuota admission charges status.used before it admits the pod (and the
             # scheduler's claim), so a running pod charged nothing was admitted without it.
             # Only the quota controller's periodic resync would charge it later.
+            pod = start.deployed.pods()[0]
             record_diagnosis(request.node, "quota-not-enforced",
-                             {"ResourceQuota status": json.dumps(status(), indent=2),
-                              "pod": start.deployed.pods()[0].summary()})
+                             {"ResourceQuota status": json.dumps(status(), indent=2), "pod": pod.summary()})
             pytest.fail(diagnosis_prefix("quota-not-enforced") +
-                        f"pod {start.deployed.pods()[0].name} ({resource}: 1) runs, yet ResourceQuota {name} "
+                        f"pod {pod.name} ({resource}: 1) runs, yet ResourceQuota {name} "
                         f"has charged nothing for it after 30 s (status.used {json.dumps(used)}). Quota "
                         "admission charges a pod as it admits it, so the API server does not run "
                         "ResourceQuota admission: this quota caps nothing.", pytrace=False)
@@ -769,14 +769,8 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
     # node taint, say, would keep it Pending either way).
     said = pod.unschedulable_message
     cluster.resource_beta.delete_device_taint_rule(name)
-    try:
-        claim = waits.wait_until(f"claim {UNTOLERATED_CLAIM} to be allocated once the rule is deleted",
-                                 lambda: Claim.read(cluster, ns, UNTOLERATED_CLAIM), lambda c: c.is_allocated,
-                                 timeout=UNTOLERATED_VERDICT_TIMEOUT, describe=lambda c: c.summary())
-    except waits.WaitTimeout:
-        raise NoVerdict(f"claim {UNTOLERATED_CLAIM} is not allocated {device.pool}/{device.name} even with the "
-                        f"rule deleted (the scheduler: {Pod.read(cluster, ns, UNTOLERATED_CLAIM).unschedulable_message}): "
-                        "something else than the rule keeps it Pending") from None
+    claim = allocated_once_freed(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM,
+                                 f"the rule tainting {device.pool}/{device.name} deleted", UNTOLERATED_VERDICT_TIMEOUT)
     note(request.node, f"{taints.describe_rule(rule)}; {device.pool}/{device.name} was free and not allocated "
                        f"to {UNTOLERATED_CLAIM} (no toleration), the scheduler: {said}; with the rule deleted "
                        f"the claim got it: {claim.summary()}")

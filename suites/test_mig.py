@@ -26,10 +26,9 @@ from draconf import allocation, capabilities, manifests, mig, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
-from draconf.errors import NoVerdict
-from draconf.pods import Pod, exec_in_container
+from draconf.pods import exec_in_container
 from draconf.reporting import note
-from draconf.startup import wait_scheduler_answer
+from draconf.startup import allocated_once_freed, wait_scheduler_answer
 from draconf.workload import DeployedWorkload
 
 #: How long the MIG claim on a held GPU is watched for the scheduler's verdict.
@@ -190,14 +189,7 @@ def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, r
     said = pod.unschedulable_message
     cluster.core.delete_namespaced_pod(WHOLE_CLAIM, namespace, grace_period_seconds=0)
     cluster.resource.delete_namespaced_resource_claim(WHOLE_CLAIM, namespace)
-    try:
-        claim = waits.wait_until(f"claim {MIG_ON_WHOLE} to be allocated once {WHOLE_CLAIM} is deleted",
-                                 lambda: Claim.read(cluster, namespace, MIG_ON_WHOLE), lambda c: c.is_allocated,
-                                 timeout=VERDICT_TIMEOUT, describe=lambda c: c.summary())
-    except waits.WaitTimeout:
-        raise NoVerdict(f"claim {MIG_ON_WHOLE} is not allocated a {smallest} MIG device of GPU {parent} even with "
-                        f"{WHOLE_CLAIM} deleted (the scheduler: "
-                        f"{Pod.read(cluster, namespace, MIG_ON_WHOLE).unschedulable_message}): something else "
-                        "than the GPU's counters keeps it Pending") from None
+    claim = allocated_once_freed(cluster, namespace, MIG_ON_WHOLE, MIG_ON_WHOLE,
+                                 f"{WHOLE_CLAIM}, which held GPU {parent} whole, deleted", VERDICT_TIMEOUT)
     note(request.node, f"{WHOLE_CLAIM} holds {whole} (GPU {parent}); a {smallest} MIG device of it stays "
                        f"unallocated: {said}; with {WHOLE_CLAIM} deleted it is allocated: {claim.summary()}")
