@@ -226,7 +226,7 @@ class DeployedWorkload(StartVerdicts):
                 if identity:
                     found.append(identity)
                 else:
-                    unknown.append(f"{result.driver}/{result.pool}/{result.device} is "
+                    unknown.append(f"{result.key} is "
                                    + ("not published" if device is None else
                                       f"published without its {self.profile.injection.identity}"))
         return sorted(set(found)), unknown
@@ -314,12 +314,11 @@ class DeployedWorkload(StartVerdicts):
         if not held:
             raise NoVerdict("nothing was allocated, so there is no release to check ("
                             + ("; ".join(c.summary() for c in claims.values()) or "no claims") + ")")
-        results = [r for c in held.values() for r in c.results]
-        unpublished = sorted({f"{r.driver}/{r.pool}/{r.device}" for r in results
-                              if published.lookup(r.driver, r.pool, r.device) is None})
-        # adminAccess claims share their device with another claim: free each device once.
-        freed = list({d.key: d for r in results
-                      if (d := published.lookup(r.driver, r.pool, r.device)) is not None}.values())
+        devices = {r.key: published.lookup(r.driver, r.pool, r.device)
+                   for c in held.values() for r in c.results}
+        unpublished = sorted(key for key, d in devices.items() if d is None)
+        # Keyed by device: adminAccess claims share theirs with another claim; free it once.
+        freed = [d for d in devices.values() if d is not None]
         self.delete_consumers()
         timeout = self.profile.timeouts.cleanup
 
