@@ -25,7 +25,10 @@ For **KWOK nodes** only (large simulated fleets), where no kubelet runs:
   and "unprepares" them when the last consumer is gone;
 * **CDI / the container runtime** (:mod:`draconf.testbed.kwok_containers`): for each container
   of a prepared pod, a *view* holding what the CDI spec would have put into the container, and
-  a kwok ``Exec`` rule that serves it; a pod starts once kwok serves its rule.
+  a kwok ``Exec`` rule that serves it;
+* the **kubelet's start** of such a pod, as kwok's identity (kwok plays the kubelet of KWOK
+  nodes): once its claims are prepared and kwok serves its rule, the pod's status becomes the
+  Running status kwok's own stage writes for pods without claims (:mod:`~draconf.testbed.kwok_config`).
 
 Allocation, reservation, generated claims, quota and garbage collection are left entirely to
 kube-scheduler, kube-controller-manager and kube-apiserver.
@@ -53,7 +56,7 @@ from draconf.reflector import Reflector
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy, driver_rbac,
                                             resource_slice)
-from draconf.testbed.kwok_config import PREPARED_ANNOTATION, SIMULATE_ANNOTATION
+from draconf.testbed.kwok_config import SIMULATE_ANNOTATION, PodIPs, running_status
 from draconf.testbed.kwok_containers import EXTENDED_CLAIM, KwokContainers
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
                                     device_class, node_labels, plugin_daemonset,
@@ -65,7 +68,7 @@ DATA = Path(__file__).parent / "data"
 #: Held on a claim while its devices are prepared on a KWOK node whose unprepare never completes.
 UNPREPARE_FINALIZER = "gpu.nvidia.com/unprepare-pending"
 
-#: API calls of one sync (Exec rules, prepared marks) in flight at once: a kubelet prepares and
+#: API calls of one sync (Exec rules, pod starts) in flight at once: a kubelet prepares and
 #: starts its pods concurrently, and one call at a time leaves the API server's cores idle.
 CONCURRENT_CALLS = 8
 #: Pods prepared per sync at most.  With hundreds scheduled at once, one batch of all of them
@@ -92,6 +95,9 @@ class Agent:
         #: The same identity for the exec probe alone: while an exec opens, the client turns
         #: every request of its ApiClient into a websocket (kubernetes.stream), from any thread.
         exec_api = connect(state_dir / f"{DRIVER_IDENTITY}.kubeconfig")
+        #: kwok's identity, for the part of the kubelet kwok plays: a started pod's status.
+        self.kubelet = connect(state_dir / "kwok.kubeconfig")
+        self.pod_ips = PodIPs()
         self.pool = ThreadPoolExecutor(CONCURRENT_CALLS, thread_name_prefix="kubelet")
         self.inventory = json.loads((state_dir / "inventory.json").read_text())
         # The nodes this agent plays kubelet and plugin for; real nodes have their own.
@@ -106,12 +112,12 @@ class Agent:
         self.stopping = False
         #: Set by the pod and claim watches on every change: the loop's cue to sync.
         self.changed = threading.Event()
-        #: Uids of pods marked prepared; the watch may not have brought that annotation back yet.
+        #: Uids of pods started; the watch may not have brought their status back yet.
         self.started: set[str] = set()
         self.pods: Reflector | None = None
         self.claims: Reflector | None = None
         #: Pods (namespace, name) to look at again at the next sync whatever changed: left over
-        #: from a full batch, or their prepared mark failed.  Written from pool threads too.
+        #: from a full batch, or their start failed.  Written from pool threads too.
         self.again: set[tuple[str, str]] = set()
         self.again_lock = threading.Lock()
         #: When the last full pass ran: every pod and claim looked at (see sync).
@@ -343,7 +349,7 @@ class Agent:
             if (spec.get("nodeName") in self.gpu_nodes
                     and (spec.get("resourceClaims") or status.get("extendedResourceClaimStatus"))
                     and not meta.get("deletionTimestamp") and meta["uid"] not in self.started
-                    and (meta.get("annotations") or {}).get(PREPARED_ANNOTATION) != "true"):
+                    and status.get("phase", "Pending") == "Pending"):
                 pod_claims = self._pod_claims(pod)
                 if pod_claims is not None:
                     key = (meta["namespace"], meta["name"])
@@ -389,37 +395,37 @@ class Agent:
         return False
 
     def _start_prepared(self, pods: list) -> int | None:
-        """Let kwok start ``pods``, whose claims are prepared and Exec rules written, once kwok
-        serves those rules.  kwok learns them through one watch, in the order they were written,
-        so the last pod's rule being served means every earlier one is: one exec probe per
-        sync instead of one per pod (the probe is most of the time a pod takes here)."""
+        """Start ``pods``, whose claims are prepared and Exec rules written, once kwok serves
+        those rules.  kwok learns them through one watch, in the order they were written, so
+        the last pod's rule being served means every earlier one is: one exec probe per sync
+        instead of one per pod (the probe is most of the time a pod takes here)."""
         probes = None
         for pod in reversed(pods):  # the last one still there: a deleted pod's rule proves nothing
             probes = self.containers.wait_until_served(pod, lambda: self.stopping)
             if probes is not None:
                 break
-        def mark_prepared(pod) -> None:
+        def start(pod) -> None:
             meta = pod["metadata"]
             try:
-                unread(self.api.core.patch_namespaced_pod(
-                    meta["name"], meta["namespace"],
-                    {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}}, _preload_content=False))
+                unread(self.kubelet.core.patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], {"status": running_status(pod, self.pod_ips.next())},
+                    _preload_content=False))
             except ApiException as err:
                 if err.status == 404:
                     return  # deleted meanwhile: nothing to start
                 self.started.discard(meta["uid"])  # the next sync tries again
-                log.warning("could not mark %s/%s prepared: %s %s", meta["namespace"], meta["name"],
+                log.warning("could not start %s/%s: %s %s", meta["namespace"], meta["name"],
                             err.status, err.reason)
                 self._again({(meta["namespace"], meta["name"])})
                 return
-            log.info("prepared %s/%s/%s on %s", meta["namespace"], meta["name"], meta["uid"],
+            log.info("prepared and started %s/%s/%s on %s", meta["namespace"], meta["name"], meta["uid"],
                      pod["spec"]["nodeName"])
 
-        # Marked in the background while the next sync prepares the next batch; started now, so
-        # that no sync prepares them again before the watch brings the mark back.
+        # Started in the background while the next sync prepares the next batch; counted as
+        # started now, so that no sync prepares them again before the watch brings the status.
         self.started.update(pod["metadata"]["uid"] for pod in pods)
         for pod in pods:
-            self.pool.submit(mark_prepared, pod)
+            self.pool.submit(start, pod)
         return probes
 
     def _pod_claims(self, pod: dict) -> dict[str, dict] | None:
@@ -447,7 +453,7 @@ class Agent:
 
     def _maybe_prepare(self, pod: dict, pod_claims: dict[str, dict]) -> bool:
         """Prepare the pod's claims, allocated and reserved for it, and write its Exec rule;
-        True when it did (kwok may start it once the rule is served).  Raw objects, as the
+        True when it did (it may start once kwok serves the rule).  Raw objects, as the
         watches keep them: turning each into a client model cost a third of the agent's CPU
         at 800 pods."""
         meta = pod["metadata"]

@@ -371,10 +371,10 @@ class Testbed:
             path=f"{KWOK_TOOLS}/bin", workdir=self.dir, program=[
                 f"{KWOK_TOOLS}/kwok", f"--kubeconfig={self.dir / 'kwok.kubeconfig'}",
                 f"--config={kwok_yaml}", "--manage-nodes-with-label-selector=type=kwok",
-                "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
+                f"--node-ip={kwok_config.NODE_IP}", f"--node-port={ports['kwok']}",
                 f"--server-address=127.0.0.1:{ports['kwok']}", "--enable-crds=Exec",
                 f"--tls-cert-file={pki.kwok_cert}", f"--tls-private-key-file={pki.kwok_key}",
-                "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16"]),
+                "--node-lease-duration-seconds=40", f"--cidr={kwok_config.KWOK_POD_CIDR}"]),
             netns=netns, marker=f"draconf.testbed.sandbox --root {root}")
 
         (self.dir / "inventory.json").write_text(json.dumps(_inventory_doc(inventory)))

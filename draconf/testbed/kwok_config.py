@@ -1,18 +1,29 @@
 """The KWOK configuration of the test bed: the stages that play kubelet, and the default exec rule.
 
 KWOK's stock "fast" pod stage marks every pod Running as soon as it is bound.  A real kubelet
-does not start a container until the DRA driver has prepared the pod's claims, so the bed
-splits that stage in two: pods without claims start at once; pods with claims start only when
-the simulated NVIDIA kubelet plugin (``draconf.testbed.agent``) has prepared every claim and
-set the ``PREPARED_ANNOTATION``.  Stage shapes follow kwok v0.8.0 ``kustomize/stage``.
+does not start a container until the DRA driver has prepared the pod's claims, so on the bed
+kwok starts only the pods that have none; a pod with claims (or with the scheduler's claim for
+its extended resources) is started by the simulated NVIDIA kubelet plugin
+(``draconf.testbed.agent``) once it has prepared every claim, with the status kwok's own stage
+writes (:func:`running_status`), as kwok's identity.  One write per pod where a "prepared"
+mark for a kwok stage to act on took two.  Stage shapes follow kwok v0.8.0 ``kustomize/stage``.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
+from datetime import datetime, timezone
+
 import yaml
 
-#: Set by the simulated kubelet plugin on a pod once all its claims are prepared.
-PREPARED_ANNOTATION = "testbed.draconf.dev/claims-prepared"
+#: The address every KWOK node reports (kwok --node-ip): the hostIP of its pods.
+NODE_IP = "127.0.0.1"
+#: Where kwok takes its pods' IPs from (kwok --cidr).
+KWOK_POD_CIDR = "10.244.0.0/16"
+#: Where the simulated plugin takes the IPs of the pods it starts: apart from kwok's, whose
+#: allocator it cannot share.  Only ever written into pod status: no interface has them.
+PLUGIN_POD_CIDR = "10.245.0.0/16"
 #: Set on pods whose containers the bed keeps crash-looping (the plugin-unhealthy fault).
 SIMULATE_ANNOTATION = "testbed.draconf.dev/simulate"
 
@@ -200,25 +211,12 @@ def stages() -> list[dict]:
         _stage("node-heartbeat-with-lease", "Node",
                [{"key": ".status.phase", "operator": "In", "values": ["Running"]}, node_ready],
                {"statusTemplate": _NODE_STATUS}, delay_ms=600000),
+        # Pods with claims, or with the scheduler's claim for their DRA-backed extended
+        # resources (nvidia.com/gpu: 1, which lists no claim), are the plugin's to start.
         _stage("pod-ready", "Pod",
                [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
                 {"key": ".spec.resourceClaims", "operator": "DoesNotExist"},
                 {"key": _EXTENDED_CLAIM, "operator": "DoesNotExist"}],
-               {"statusTemplate": _RUNNING_STATUS}),
-        _stage("pod-ready-claims-prepared", "Pod",
-               [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
-                {"key": ".spec.resourceClaims", "operator": "Exists"},
-                {"key": _annotation(PREPARED_ANNOTATION), "operator": "In", "values": ["true"]}],
-               {"statusTemplate": _RUNNING_STATUS}),
-        # A pod asking for a DRA-backed extended resource (nvidia.com/gpu: 1) lists no claim;
-        # the scheduler's claim is in its status, and the kubelet prepares it before starting the
-        # container like any other.  Without this stage kwok started such pods at once, and an
-        # exec could reach the container before its GPUs were there.
-        _stage("pod-ready-extended-resources-prepared", "Pod",
-               [_NOT_DELETING, _PENDING, _NOT_READY, not_simulated,
-                {"key": ".spec.resourceClaims", "operator": "DoesNotExist"},
-                {"key": _EXTENDED_CLAIM, "operator": "Exists"},
-                {"key": _annotation(PREPARED_ANNOTATION), "operator": "In", "values": ["true"]}],
                {"statusTemplate": _RUNNING_STATUS}),
         _stage("pod-crash-loop", "Pod",
                [_NOT_DELETING, _PENDING,
@@ -227,6 +225,57 @@ def stages() -> list[dict]:
         _stage("pod-delete", "Pod",
                [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}], {"delete": True}),
     ]
+
+
+class PodIPs:
+    """The next free IP of ``cidr``, round robin: pods live far shorter than 65 000 starts.
+
+    >>> ips = PodIPs("10.245.0.0/30")
+    >>> [ips.next() for _ in range(3)]
+    ['10.245.0.1', '10.245.0.2', '10.245.0.1']
+    """
+
+    def __init__(self, cidr: str = PLUGIN_POD_CIDR):
+        self._hosts = itertools.cycle(ipaddress.ip_network(cidr).hosts())
+
+    def next(self) -> str:
+        return str(next(self._hosts))
+
+
+def running_status(pod: dict, pod_ip: str, now: datetime | None = None) -> dict:
+    """The status kwok's pod-ready stage writes (``_RUNNING_STATUS``), for a pod (raw object)
+    that the simulated plugin starts itself; a strategic merge patch of it keeps the other
+    conditions (PodScheduled).
+
+    >>> status = running_status({"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    ...                         "10.245.0.1", datetime(2026, 1, 1, tzinfo=timezone.utc))
+    >>> status["phase"], status["podIP"], status["containerStatuses"][0]["state"]
+    ('Running', '10.245.0.1', {'running': {'startedAt': '2026-01-01T00:00:00Z'}})
+    >>> [c["type"] for c in status["conditions"]]
+    ['Initialized', 'Ready', 'ContainersReady']
+    """
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    spec = pod["spec"]
+    conditions = [{"type": kind, "status": "True", "lastTransitionTime": stamp}
+                  for kind in ("Initialized", "Ready", "ContainersReady")]
+    conditions += [{"type": gate["conditionType"], "status": "True", "lastTransitionTime": stamp}
+                   for gate in spec.get("readinessGates") or []]
+    status = {
+        "conditions": conditions,
+        "containerStatuses": [
+            {"image": c.get("image", ""), "name": c["name"], "ready": True, "restartCount": 0,
+             "state": {"running": {"startedAt": stamp}}} for c in spec["containers"]],
+        "initContainerStatuses": [
+            {"image": c.get("image", ""), "name": c["name"], "ready": True, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 0, "finishedAt": stamp, "reason": "Completed",
+                                      "startedAt": stamp}}} for c in spec.get("initContainers") or []],
+        "hostIP": NODE_IP, "hostIPs": [{"ip": NODE_IP}],
+        "phase": "Running", "startTime": stamp}
+    if not spec.get("hostNetwork"):
+        status.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
+    else:
+        status.update(podIP=NODE_IP, podIPs=[{"ip": NODE_IP}])
+    return status
 
 
 def default_cluster_exec() -> dict:
