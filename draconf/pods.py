@@ -399,11 +399,12 @@ CONTAINER_SETTLE_SECONDS = 5.0
 
 
 def exec_in_container(api, namespace: str, pod: str, container: str, command: list[str],
-                      timeout: float = 30) -> ExecResult:
+                      timeout: float = 30, settle: float = CONTAINER_SETTLE_SECONDS) -> ExecResult:
     """Run ``command`` like ``kubectl exec``; see :func:`_exec_once`.  A kubelet answering
     ``container not found``, or a connection that fails to open (the exec stream's handshake:
-    ``ApiException`` status 0, a 5xx), is tried again for up to :data:`CONTAINER_SETTLE_SECONDS`."""
-    policy = Retrying(stop=stop_after_delay(CONTAINER_SETTLE_SECONDS), wait=wait_fixed(0.5),
+    ``ApiException`` status 0, a 5xx), is tried again for up to ``settle`` seconds (0: once, for
+    a caller that retries on its own terms)."""
+    policy = Retrying(stop=stop_after_delay(settle), wait=wait_fixed(0.5),
                       retry=retry_if_result(lambda r: "container not found" in r.error)
                       | retry_if_exception(is_transient),
                       retry_error_callback=lambda state: state.outcome.result())

@@ -155,7 +155,11 @@ class KwokContainers:
                 return None
             probes += 1
             try:
-                env = exec_in_container(self.exec_api, namespace, name, container, ["env"], timeout=5).stdout
+                # One attempt: this loop retries, and looks first whether the pod went away (a
+                # pod deleted after that look made every exec of the next 5 s fail, the sync
+                # stalled behind it, and the next test's pods waited for it).
+                env = exec_in_container(self.exec_api, namespace, name, container, ["env"],
+                                        timeout=5, settle=0).stdout
                 seen = next((line.split("=", 1)[1] for line in env.splitlines()
                              if line.startswith("DRACONF_POD_UID=")), f"no DRACONF_POD_UID in {env!r}")
             except Exception as err:  # noqa: BLE001 - the probe is retried until the deadline
