@@ -228,7 +228,8 @@ def stages() -> list[dict]:
 
 
 class PodIPs:
-    """The next free IP of ``cidr``, round robin: pods live far shorter than 65 000 starts.
+    """The IPs of ``cidr`` in turn, none tracked as in use: a pod lives far shorter than it
+    takes the plugin to start 65 000 more.
 
     >>> ips = PodIPs("10.245.0.0/30")
     >>> [ips.next() for _ in range(3)]
@@ -271,10 +272,8 @@ def running_status(pod: dict, pod_ip: str, now: datetime | None = None) -> dict:
                                       "startedAt": stamp}}} for c in spec.get("initContainers") or []],
         "hostIP": NODE_IP, "hostIPs": [{"ip": NODE_IP}],
         "phase": "Running", "startTime": stamp}
-    if not spec.get("hostNetwork"):
-        status.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
-    else:
-        status.update(podIP=NODE_IP, podIPs=[{"ip": NODE_IP}])
+    ip = NODE_IP if spec.get("hostNetwork") else pod_ip
+    status.update(podIP=ip, podIPs=[{"ip": ip}])
     return status
 
 
