@@ -269,3 +269,15 @@ class Claim:
         deleting = f", being deleted (finalizers {self.finalizers})" if self.is_deleting and self.finalizers \
             else ", being deleted" if self.is_deleting else ""
         return f"claim {self.namespace}/{self.name}: {state}, reserved for {reserved} pod(s){deleting}"
+
+
+def device_holders(api) -> dict[str, list[str]]:
+    """Every device allocated in the cluster, by key (``driver/pool/device``), with the claims
+    (``namespace/name``) that hold it: one list of all claims.  ``set(device_holders(api))`` is
+    the allocated devices."""
+    holders: dict[str, list[str]] = {}
+    for obj in api.resource.list_resource_claim_for_all_namespaces().items:
+        claim = Claim(api.api_client.sanitize_for_serialization(obj))
+        for key in claim.device_keys:
+            holders.setdefault(key, []).append(claim.key)
+    return holders

@@ -48,7 +48,8 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf import capabilities, cel, manifests, taints, waits
 from draconf.admission import AdmissionDenied
-from draconf.claims import Claim
+from draconf.claims import Claim, device_holders
+from draconf.errors import NoVerdict
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
 from draconf.startup import VERDICT_AFTER, allocated_once_freed, wait_scheduler_answer
@@ -602,7 +603,6 @@ def test_tainted_device_is_not_allocated_without_toleration(request, cluster, pr
     assert not claim.is_allocated, (
         f"claim {UNTOLERATED_CLAIM} tolerates no taint but was allocated {[str(r) for r in claim.results]}"
         + (f": {'; '.join(problems)}" if problems else ""))
-    from draconf.errors import NoVerdict
     if holders:
         # Pending only because another claim holds the device proves nothing about taints.
         raise NoVerdict(f"{device.summary()} is held by {holders}, so {UNTOLERATED_CLAIM} could not have it "
@@ -631,17 +631,7 @@ def test_tainted_device_is_not_allocated_without_toleration(request, cluster, pr
 
 def holders_of(api, device: taints.TaintedDevice) -> list[str]:
     """The claims (namespace/name), cluster-wide, allocated ``device``."""
-    return holders_of_key(api, device.key)
-
-
-def holders_of_key(api, key: str) -> list[str]:
-    """The claims (namespace/name), cluster-wide, allocated the device ``key`` (driver/pool/device)."""
-    found = []
-    for obj in api.resource.list_resource_claim_for_all_namespaces().items:
-        claim = Claim(api.api_client.sanitize_for_serialization(obj))
-        if any(r.key == key for r in claim.results):
-            found.append(f"{claim.meta.get('namespace')}/{claim.meta.get('name')}")
-    return found
+    return device_holders(api).get(device.key, [])
 
 
 
@@ -719,8 +709,7 @@ def free_gpu(cluster, profile, published, avoid=frozenset()):
     rules = [cluster.api_client.sanitize_for_serialization(r)
              for r in cluster.resource_beta.list_device_taint_rule().items]
     tainted = {d.key for d in taints.tainted_devices(taints.with_rule_taints(slices, rules)) if d.blocking}
-    held = {r.key for obj in cluster.resource.list_resource_claim_for_all_namespaces().items
-            for r in Claim(cluster.api_client.sanitize_for_serialization(obj)).results}
+    held = set(device_holders(cluster))
     found = [d for d in published if d.node not in avoid and d.key not in tainted | held
              and d.has_attribute(profile.attributes["uuid"]) and cel.evaluate_all(class_cel, d).matched]
     if not found:
@@ -760,8 +749,7 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
         pytest.fail(f"claim {UNTOLERATED_CLAIM} tolerates no taint but was allocated "
                     f"{[str(r) for r in claim.results]}, tainted by {taints.describe_rule(rule)}",
                     pytrace=False)
-    from draconf.errors import NoVerdict
-    holders = holders_of_key(cluster, device.key)
+    holders = device_holders(cluster).get(device.key, [])
     if holders:
         raise NoVerdict(f"{device.pool}/{device.name} is held by {holders}, so {UNTOLERATED_CLAIM} could not "
                         "have it anyway: that says nothing about the rule")
@@ -805,7 +793,6 @@ def test_device_taint_rule_no_execute_evicts_untolerated_pods(request, cluster, 
                         avoid_nodes=validated_nodes.avoid)
     start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
     if start.never_started:
-        from draconf.errors import NoVerdict
         raise NoVerdict(start.no_verdict_cause)
     claims = start.deployed.claims()
     held = {name: [r for r in claims[name].results] for name in (DRAINED, DRAIN_TOLERANT)}
@@ -1041,7 +1028,7 @@ def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, on
     workload = SharingWorkload(SHARING_WORKLOAD, ["features/48-gpu-sharing-invalid.yaml"],
                                expected_pods=len(INVALID_CONFIGS),
                                avoid_nodes=frozenset(avoid) | frozenset(kwok_or_left_out))
-    manifests.create(cluster, ns, workload.documents(profile), run_id.labels)
+    deployed = DeployedWorkload.deploy(cluster, ns, workload, profile, run_id.labels)
 
     def observe():
         events = cluster.core.list_namespaced_event(
@@ -1055,10 +1042,17 @@ def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, on
         return all(pods[n].is_running or any(word in m for m in refusals[n])
                    for n, word in INVALID_CONFIGS.items())
 
+    def never_at_driver(state) -> None:
+        """A pod the cluster will not place never reaches the driver: no verdict on the driver
+        (a stalled scheduler raises ControlPlaneStalled, which trips the run's breaker)."""
+        unplaced = [pod for pod in state[0].values() if not pod.node]
+        if unplaced and (reason := deployed.verdict(unplaced)):
+            raise NoVerdict(f"the invalid configs never reached the driver: {reason}")
+
     try:
         pods, refusals = waits.wait_until(
             "the driver's verdict on the invalid sharing configs", observe, decided,
-            timeout=INVALID_VERDICT_TIMEOUT,
+            timeout=INVALID_VERDICT_TIMEOUT, verdict=never_at_driver,
             describe=lambda s: "; ".join(f"{p.summary()}: {s[1][n][-1][:200] if s[1][n] else 'no refusal yet'}"
                                          for n, p in s[0].items()))
     except waits.WaitFailed as err:

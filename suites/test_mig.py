@@ -24,7 +24,7 @@ import pytest
 
 from draconf import allocation, capabilities, manifests, mig, waits
 from draconf import selectors as sel
-from draconf.claims import Claim
+from draconf.claims import device_holders
 from draconf.devices import PublishedDevices
 from draconf.pods import exec_in_container
 from draconf.reporting import note
@@ -138,9 +138,7 @@ def test_mig_devices_share_their_parent(request, cluster, profile, run_id, mig_d
 
 def free_parent(cluster, profile, found, published) -> tuple[str, object]:
     """A GPU whose MIG devices and whole device are published and that no claim holds."""
-    held = set()
-    for obj in cluster.resource.list_resource_claim_for_all_namespaces().items:
-        held |= {r.key for r in Claim(cluster.api_client.sanitize_for_serialization(obj)).results}
+    held = set(device_holders(cluster))
     uuid = profile.attributes.get("uuid")
     wholes = published.by_uuid(uuid) if uuid else {}
     for parent in sorted({mig.parent_of(d) for d in found}):
