@@ -273,8 +273,8 @@ class Claim:
 
 def device_holders(api) -> dict[str, list[str]]:
     """Every device allocated in the cluster, by key (``driver/pool/device``), with the claims
-    (``namespace/name``) that hold it: one list of all claims.  ``set(device_holders(api))`` is
-    the allocated devices."""
+    (``namespace/name``) that hold it, from one list of every claim; ``set(device_holders(api))``
+    is the allocated devices."""
     holders: dict[str, list[str]] = {}
     for obj in api.resource.list_resource_claim_for_all_namespaces().items:
         claim = Claim(api.api_client.sanitize_for_serialization(obj))

@@ -388,13 +388,11 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
         else:
             # Released, but a claim outside this test got the GPU first (another tenant of a
             # shared cluster): how the cluster recovers for this pod is then not shown.
-            elsewhere = {key: [h for h in holders if not h.startswith(f"{namespace}/")]
-                         for key, holders in device_holders(api).items() if key in held.get(victim, [])}
-            elsewhere = {key: holders for key, holders in elsewhere.items() if holders}
-            if elsewhere:
-                raise NoVerdict(f"{victim} released {', '.join(elsewhere)}, but "
-                                f"{', '.join(h for hs in elsewhere.values() for h in hs)} got it before "
-                                f"{extra_name}, which still waits: {extra.describe()}")
+            holders, freed = device_holders(api), held.get(victim, [])
+            taken = sorted({h for key in freed for h in holders.get(key, []) if not h.startswith(f"{namespace}/")})
+            if taken:
+                raise NoVerdict(f"{victim} released {', '.join(freed)}, but {', '.join(taken)} got it "
+                                f"before {extra_name}, which still waits: {extra.describe()}")
         raise AssertionError(f"{extra_name} did not run after {victim} released its GPU: {err}"
                              + (f"; {victim}'s claim is still there: "
                                 + "; ".join(c.summary() for c in left) if left else "")) from None
