@@ -4,7 +4,8 @@ For each test bed fault: start a bed with it, run the whole conformance suite (`
 against it, and require that the run fails, that the checks which should catch the fault fail
 with the expected diagnosis, that nothing unrelated fails beyond the fault's explicit list,
 that a definitive signal gives a verdict quickly, and that nothing the suite created is left.
-A healthy bed must pass three runs in a row with no failure and no leftovers.
+A healthy bed must pass three runs in a row with no failure and no leftovers, with ``-n 4``
+and serial alternating.
 
 Which faults run is set by DRACONF_MATRIX: ``full`` (the default, and what CI runs: every
 fault), ``subset`` (one fault per kind of check, for a quicker local run) or a
@@ -62,8 +63,20 @@ def test_fault_is_detected_with_the_right_diagnosis(fault, tmp_path):
     assert verdict.ok, f"{fault}: " + "; ".join(verdict.problems)
 
 
+def healthy_run_args(attempt: int) -> list[str]:
+    """The healthy runs alternate ``-n 4`` (pytest-xdist) and serial, ``-n 4`` first: CI's one
+    healthy run is parallel, beside its own serial run of the suite on the default bed, so both
+    modes meet real nodes in every CI run.
+
+    >>> [healthy_run_args(n) for n in (1, 2, 3)]
+    [['-n', '4'], [], ['-n', '4']]
+    """
+    return ["-n", "4"] if attempt % 2 else []
+
+
 @pytest.mark.parametrize("attempt", range(1, int(os.environ.get("DRACONF_MATRIX_HEALTHY", "3")) + 1))
 def test_healthy_bed_passes_with_no_failure_and_no_leftovers(attempt, tmp_path):
-    result = run_against(None, tmp_path / "reports", bed_name="matrix-healthy")
+    args = healthy_run_args(attempt)
+    result = run_against(None, tmp_path / "reports", bed_name="matrix-healthy", extra_args=args)
     verdict = judge(result)
-    assert verdict.ok, f"healthy run {attempt}: " + "; ".join(verdict.problems)
+    assert verdict.ok, f"healthy run {attempt} ({' '.join(args) or 'serial'}): " + "; ".join(verdict.problems)
