@@ -1,6 +1,6 @@
 """Print the fault-detection matrix: fault -> detected -> by which checks -> diagnosis -> seconds.
 
-    python benchmarks/fault_matrix.py                 # every fault, then 3 healthy runs
+    python benchmarks/fault_matrix.py                 # every fault, then 3 healthy runs (-n 4, serial, -n 4)
     python benchmarks/fault_matrix.py cdi-wrong-device gpu-nodes-tainted
 
 Each row starts a bed with the fault, runs ``draconf run`` on it and judges the result with
@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.matrix.faultmatrix import judge, run_against  # noqa: E402
+from tests.matrix.faultmatrix import healthy_run_args, judge, run_against  # noqa: E402
 from draconf.testbed.faults import FAULTS  # noqa: E402
 
 
@@ -32,11 +32,13 @@ def main(faults: list[str]) -> int:
                          ", ".join(verdict.diagnoses) or "-", f"{verdict.seconds_to_verdict:.1f}",
                          f"{result.seconds:.0f}", "ok" if verdict.ok else "; ".join(verdict.problems)))
             print(" | ".join(rows[-1]), flush=True)
-        for attempt in range(3):
-            result = run_against(None, Path(tmp) / f"healthy-{attempt}", bed_name="matrix-healthy")
+        for attempt in range(1, 4):
+            args = healthy_run_args(attempt)
+            result = run_against(None, Path(tmp) / f"healthy-{attempt}", bed_name="matrix-healthy",
+                                 extra_args=args)
             verdict = judge(result)
             ok &= verdict.ok
-            healthy.append((f"healthy #{attempt + 1}", f"{result.seconds:.0f}",
+            healthy.append((f"healthy #{attempt} ({' '.join(args) or 'serial'})", f"{result.seconds:.0f}",
                             f"{len(result.failed())} failed", "ok" if verdict.ok else "; ".join(verdict.problems)))
             print(" | ".join(healthy[-1]), flush=True)
     print()

@@ -344,6 +344,17 @@ def _key(row: dict) -> str:
     return f"{row.get('workload')}/{row.get('check')}"
 
 
+def healthy_run_args(attempt: int) -> list[str]:
+    """The healthy runs alternate ``-n 4`` (pytest-xdist) and serial, ``-n 4`` first: CI's one
+    healthy run is parallel, beside its own serial run of the suite on the default bed, so both
+    modes meet real nodes in every CI run.
+
+    >>> [healthy_run_args(n) for n in (1, 2, 3)]
+    [['-n', '4'], [], ['-n', '4']]
+    """
+    return ["-n", "4"] if attempt % 2 else []
+
+
 def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
                 extra_args: list[str] | None = None, driver: str | None = None) -> RunResult:
     """Start a bed with ``fault`` (None: healthy), run the whole suite on it, stop the bed.

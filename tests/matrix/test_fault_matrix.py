@@ -26,7 +26,8 @@ import os
 
 import pytest
 
-from tests.matrix.faultmatrix import EXPECTATIONS, REAL_NODE_FAULTS, judge, matrix_driver, node_kind, run_against
+from tests.matrix.faultmatrix import (EXPECTATIONS, REAL_NODE_FAULTS, healthy_run_args, judge, matrix_driver,
+                                      node_kind, run_against)
 from draconf.testbed.external_faults import EXTERNAL
 from draconf.testbed.faults import FAULTS
 
@@ -61,17 +62,6 @@ def test_fault_is_detected_with_the_right_diagnosis(fault, tmp_path):
     result = run_against(fault, tmp_path / "reports")
     verdict = judge(result)
     assert verdict.ok, f"{fault}: " + "; ".join(verdict.problems)
-
-
-def healthy_run_args(attempt: int) -> list[str]:
-    """The healthy runs alternate ``-n 4`` (pytest-xdist) and serial, ``-n 4`` first: CI's one
-    healthy run is parallel, beside its own serial run of the suite on the default bed, so both
-    modes meet real nodes in every CI run.
-
-    >>> [healthy_run_args(n) for n in (1, 2, 3)]
-    [['-n', '4'], [], ['-n', '4']]
-    """
-    return ["-n", "4"] if attempt % 2 else []
 
 
 @pytest.mark.parametrize("attempt", range(1, int(os.environ.get("DRACONF_MATRIX_HEALTHY", "3")) + 1))
