@@ -22,6 +22,7 @@ from pathlib import Path
 
 from draconf import baseline, gate_report
 from draconf.errors import DraconfError, TargetUnusable
+from draconf.reporting.run_verdict import EXIT_INCONCLUSIVE
 
 
 def _bed(args):
@@ -186,6 +187,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         argv.append("--keep-on-failure")
     if args.reruns:
         argv.append(f"--reruns={args.reruns}")
+    if args.allow_inconclusive:
+        argv.append("--draconf-allow-inconclusive")
     if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args):
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
@@ -212,8 +215,23 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if summary:
         # The last line of the output: what a CronJob's log or a CI step shows first.
         counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
-        print(f"draconf: {'PASS' if code == 0 else 'FAIL'} ({counts or 'no tests'}); exit {code}")
+        print(f"draconf: {_last_word(code, summary.get('verdict'))} ({counts or 'no tests'}); exit {code}")
     return code
+
+
+def _last_word(code: int, verdict: dict | None) -> str:
+    """PASS, FAIL or INCONCLUSIVE with its reasons, as the exit code says.
+
+    >>> _last_word(0, {"status": "PASS", "line": "PASS"})
+    'PASS'
+    >>> _last_word(10, {"status": "INCONCLUSIVE", "line": "INCONCLUSIVE: 2 without a verdict: 2 node-excluded"})
+    'INCONCLUSIVE: 2 without a verdict: 2 node-excluded'
+    >>> _last_word(1, {"status": "INCONCLUSIVE", "line": "INCONCLUSIVE: ..."})  # a baseline regressed
+    'FAIL'
+    """
+    if code == EXIT_INCONCLUSIVE or (code == 0 and verdict and verdict["status"] == "INCONCLUSIVE"):
+        return verdict["line"] if verdict else "INCONCLUSIVE"
+    return "PASS" if code == 0 else "FAIL"
 
 
 def _snapshot(args, tests=()) -> dict:
@@ -376,6 +394,19 @@ def cmd_lint(args) -> int:
     return lint.EXIT_OK if all(j.ok for j in judgements) else lint.EXIT_FINDINGS
 
 
+RUN_EXIT_CODES = f"""\
+exit codes:
+  0   PASS: every selected check that applies passed, and at least one did
+  1   FAIL: a check failed or broke, a compared baseline regressed, no tests were selected,
+      or a flaky test under --fail-on-flaky
+  2   bad input (kubeconfig, profile, baseline, option)
+  3   the target cannot be used at all (unreachable, untrusted, credentials rejected)
+  {EXIT_INCONCLUSIVE}  INCONCLUSIVE: nothing failed, but some check had no verdict or never ran, or
+      nothing passed (a run of skips only); --allow-inconclusive makes it 0
+  130 interrupted before pytest started (pytest's own 2 after)
+options draconf does not know go to pytest (-k, -m, -n N, -x ...)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -401,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = with_target(sub.add_parser(
-        "run", help="run the conformance suite and write reports (extra args go to pytest)"), extra=("kind",))
+        "run", help="run the conformance suite and write reports (extra args go to pytest)",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=RUN_EXIT_CODES), extra=("kind",))
     p.add_argument("--profile", default=None,
                    help="driver profile: a built-in name (nvidia, example) or a YAML file "
                         "(default: nvidia; example with --target kind)")
@@ -417,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run a failure that may not persist (diagnosed intermittent or timeout) up "
                         "to N more times; one that then passes is reported flaky (default: 0; "
                         "add --fail-on-flaky to fail the run on it)")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="exit 0 when no check failed, even if some had no verdict or none passed "
+                        "(a partial run accepted as green; the last line still says INCONCLUSIVE)")
     p.add_argument("--save-baseline", metavar="FILE",
                    help="after the run, save the cluster's DRA state and the verdicts (upgrade gate)")
     p.add_argument("--compare", metavar="BASELINE",

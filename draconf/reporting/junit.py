@@ -19,19 +19,39 @@ def interruption_line(interruption: Mapping[str, Any]) -> str:
             f"{len(interruption.get('never_ran') or [])} test(s) never ran: not a conformance verdict")
 
 
+def _suite_properties(root):
+    """The first test suite of a JUnit tree and its ``<properties>`` (made if missing)."""
+    import xml.etree.ElementTree as ET
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return None, None
+    properties = suite.find("properties")
+    if properties is None:
+        properties = ET.Element("properties")
+        suite.insert(0, properties)
+    return suite, properties
+
+
+def mark_junit_verdict(path: Path, line: str) -> None:
+    """The run's verdict (:mod:`.run_verdict`) as the suite property ``draconf.verdict``: a CI
+    system that counts skipped cases as fine still reads INCONCLUSIVE there."""
+    import xml.etree.ElementTree as ET
+    tree = ET.parse(path)
+    suite, properties = _suite_properties(tree.getroot())
+    if suite is None:
+        return
+    ET.SubElement(properties, "property", name="draconf.verdict", value=line)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
 def mark_junit_interrupted(path: Path, interruption: Mapping[str, Any]) -> None:
     """Add to a JUnit file what pytest's own writer leaves out of an interrupted run: a suite
     property saying so, and a skipped test case for each test that never ran."""
     import xml.etree.ElementTree as ET
     tree = ET.parse(path)
-    root = tree.getroot()
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    suite, properties = _suite_properties(tree.getroot())
     if suite is None:
         return
-    properties = suite.find("properties")
-    if properties is None:
-        properties = ET.Element("properties")
-        suite.insert(0, properties)
     ET.SubElement(properties, "property", name="draconf.interrupted", value=interruption_line(interruption))
     for nodeid in interruption.get("never_ran") or []:
         module, _, name = nodeid.partition("::")

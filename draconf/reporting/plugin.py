@@ -14,9 +14,11 @@ import pytest
 from draconf.parallel import plain_nodeid
 from draconf.nodescope import scope_line
 from draconf.reporting.allure_extras import write_allure_extras
-from draconf.reporting.junit import interruption_line, keep_final_attempts, mark_junit_interrupted
+from draconf.reporting.junit import (interruption_line, keep_final_attempts, mark_junit_interrupted,
+                                     mark_junit_verdict)
 from draconf.reporting.matrix import OUTCOME_COLOURS, matrix_lines
 from draconf.reporting.recording import allure_is_recording, get_run_info
+from draconf.reporting.run_verdict import RunVerdict, judge_run
 from draconf.reporting.rows import (count_outcomes, first_line, fold_phase, mark_reruns, marker_fields,
                                     new_row, phase_message, phase_outcome)
 from draconf.reporting.verdict import VerdictSection, register_allure_messages, start_verdict, verdict_of
@@ -33,6 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--draconf-reports", dest="draconf_reports", default=None, metavar="DIR",
         help="directory for summary.json; without it, only a run of the conformance suite "
              "(tests under suites/) writes one, to reports/")
+    parser.getgroup("draconf").addoption(
+        "--draconf-allow-inconclusive", dest="draconf_allow_inconclusive", action="store_true",
+        help="exit 0 when no check failed even if some had no verdict or nothing passed (the run "
+             "still says INCONCLUSIVE); without it such a run exits 10")
 
 
 def _now() -> str:
@@ -68,6 +74,8 @@ class ReportingPlugin:
         self.interruption: dict[str, Any] | None = None
         #: nodeid -> the attempts of a test that failed and were run again (pytest-rerunfailures)
         self.failed_attempts: dict[str, list[dict[str, Any]]] = {}
+        #: The run's verdict, once the session finished (the controller's, under xdist).
+        self.run_verdict: RunVerdict | None = None
         config.addinivalue_line(
             "markers", "draconf(workload=None, check=None): what a draconf test exercises, "
                        "for the summary matrix")
@@ -156,7 +164,10 @@ class ReportingPlugin:
         if self.interruption:
             run["interrupted"] = self.interruption
         rows = list(self.rows.values())
-        return {"run": run, "totals": count_outcomes(rows), "tests": rows}
+        summary = {"run": run, "totals": count_outcomes(rows), "tests": rows}
+        if self.run_verdict is not None:
+            summary["verdict"] = self.run_verdict.as_dict()
+        return summary
 
     def _mark_interrupted(self) -> None:
         """An interrupted run (Ctrl-C, SIGTERM) must not read as a pass: the test that was
@@ -191,6 +202,11 @@ class ReportingPlugin:
             self._mark_interrupted()
         if not self._writes_reports():
             return
+        self.run_verdict = judge_run(self.rows.values(),
+                                     bool(self.config.getoption("draconf_allow_inconclusive", False)))
+        if exitstatus == pytest.ExitCode.OK and self.run_verdict.exit_code:
+            # pytest counts a skip (and so a NoVerdict) as success; the run does not.
+            session.exitstatus = exitstatus = self.run_verdict.exit_code
         reports_dir = _resolve(self.config, self.config.getoption("draconf_reports", None) or "reports")
         reports_dir.mkdir(parents=True, exist_ok=True)
         self.summary_path = reports_dir / SUMMARY_FILENAME
@@ -205,7 +221,10 @@ class ReportingPlugin:
         writer = config.get_terminal_writer()
         lines = matrix_lines(self.rows.values(), lambda text, outcome: writer.markup(
             text, **OUTCOME_COLOURS.get(outcome, {})))
-        if not lines or self.summary_path is None:
+        if self.summary_path is None:
+            return
+        if not lines:  # no test carries the draconf marker: no matrix, but the run's verdict
+            self._write_verdict_line(terminalreporter)
             return
         terminalreporter.write_sep("=", "draconf conformance matrix")
         if self.interruption:
@@ -225,7 +244,15 @@ class ReportingPlugin:
             terminalreporter.line("diagnoses:")
             for row in diagnosed:
                 terminalreporter.line(f"  {row['id']}: [{row['diagnosis']}] {row['reason']}")
+        self._write_verdict_line(terminalreporter)
         terminalreporter.line(f"summary: {self.summary_path}")
+
+    def _write_verdict_line(self, terminalreporter) -> None:
+        verdict = self.run_verdict
+        if verdict is not None:
+            terminalreporter.line(f"run verdict: {verdict.line()}", bold=True,
+                                  green=verdict.status == "PASS", red=verdict.status == "FAIL",
+                                  yellow=verdict.status == "INCONCLUSIVE")
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -238,3 +265,5 @@ class ReportingPlugin:
             keep_final_attempts(Path(xmlpath))
         if self.interruption:
             mark_junit_interrupted(Path(xmlpath), self.interruption)
+        if self.run_verdict is not None:
+            mark_junit_verdict(Path(xmlpath), self.run_verdict.line())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from draconf.reporting.run_verdict import EXIT_INCONCLUSIVE
 from draconf.testbed import inventory
 
 from .conftest import _start, _stop
@@ -48,6 +49,9 @@ def test_mig_scenario_passes_where_mig_devices_are_published(mig_bed, tmp_path):
 
 def test_mig_scenario_is_skipped_without_mig_devices(healthy_bed, tmp_path):
     rows, proc = run(healthy_bed, tmp_path, "test_mig")
+    # A run of skips only proved nothing: never green, and its last line says why.
+    assert proc.returncode == EXIT_INCONCLUSIVE, proc.stdout[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("draconf: INCONCLUSIVE: "), proc.stdout[-3000:]
     assert {c: r["outcome"] for c, r in rows.items() if c in CHECKS} == dict.fromkeys(CHECKS, "skipped"), proc.stdout[-3000:]
     assert all("no published device matches DeviceClass mig.nvidia.com" in (rows[c].get("message") or "")
                for c in CHECKS), [rows[c].get("message") for c in CHECKS]
