@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import allocation, manifests, podsecurity, waits
 from draconf.admission import AdmissionDenied
 from draconf.builder import Workload, match_labels, pod_spec
+from draconf import applied
 from draconf import selectors as sel
 from draconf.kube import label_selector
 from draconf.claims import Claim
@@ -39,6 +40,10 @@ from draconf.profile import Profile
 from draconf.startup import ControlPlaneStalled, StartVerdicts, stall_after
 
 log = logging.getLogger("draconf.workload")
+
+#: The ``[code]`` a failure message starts with when the live pods are not what the suite applied
+#: (the diagnosis records it; written out here because the vocabulary is a layer above).
+SPEC_ALTERED = "[spec-altered] "
 
 #: Seconds a deleted claim may be held by a driver's finalizer before that is a verdict.
 STUCK_CLAIM_AFTER = 10.0
@@ -189,6 +194,7 @@ class DeployedWorkload(StartVerdicts):
         """Claims allocated by the scheduler to published devices that satisfy their selectors
         (every promise :mod:`draconf.allocation` names), judged on one reading of the cluster."""
         snapshot = self.allocation_snapshot(published)
+        self.assert_pods_as_applied(snapshot.pods)
         judgement = allocation.judge(
             snapshot, expected_pods=self.workload.expected_pods,
             extended_resources=self.workload.extended_resources,
@@ -197,6 +203,38 @@ class DeployedWorkload(StartVerdicts):
         if not judgement.right:
             raise AssertionError("allocation is wrong: " + str(judgement))
         return judgement.evidence
+
+    def applied_spec(self, pod: Pod) -> dict | None:
+        """The pod spec the suite applied for ``pod``: its Pod document by name, else the
+        controller whose template's labels the pod carries."""
+        for doc in self.documents:
+            if doc["kind"] == "Pod" and doc["metadata"]["name"] == pod.name:
+                return doc["spec"]
+        labels = pod.meta.get("labels") or {}
+        for doc in self.documents:
+            if doc["kind"] != "Pod" and pod_spec(doc) is not None:
+                template = (doc["spec"]["template"].get("metadata") or {}).get("labels") or {}
+                if template and all(labels.get(k) == v for k, v in template.items()):
+                    return pod_spec(doc)
+        return None
+
+    def assert_pods_as_applied(self, pods: list[Pod]) -> None:
+        """Every live pod asks for the claims, requests and GPU limits the suite applied, and
+        some pod asks for a device at all: otherwise a mutating webhook or policy rewrote them,
+        and whatever runs proves nothing about the GPUs (``spec-altered``)."""
+        found, asking = [], False
+        for pod in pods:
+            spec = self.applied_spec(pod)
+            if spec is None:
+                continue
+            found += applied.differences(spec, pod.spec, pod.name)
+            asking = asking or applied.asks_for_devices(pod.spec)
+        if found:
+            raise AssertionError(SPEC_ALTERED + "the pods do not ask for what the "
+                                 "suite applied (an admission webhook or policy changed them): " + "; ".join(found))
+        if pods and not asking:
+            raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a "
+                                 "device (" + ", ".join(p.name for p in pods) + "), so no allocation can be judged")
 
     def allocation_snapshot(self, published: PublishedDevices) -> allocation.Snapshot:
         """The pods, claims and (live) DeviceClass selectors the allocation is judged on:
@@ -244,13 +282,16 @@ class DeployedWorkload(StartVerdicts):
         claims = self.claims()
         injection = self.profile.injection
         shown = injection.describe()
+        self.assert_pods_as_applied(pods)
         problems, evidence, unjudged = [], [], []
+        given_a_gpu = 0  # containers whose expected GPUs were named: a pass needs one
         for pod in pods:
             for container in pod.containers:
                 expected, unknown = self.expected_identities(pod, container, claims, published)
                 if unknown:
                     unjudged.append(f"{pod.name}/{container}: {'; '.join(unknown)}")
                     continue
+                given_a_gpu += bool(expected)
                 result = exec_in_container(self.api, self.namespace, pod.name, container,
                                            list(injection.command), timeout=self.profile.timeouts.exec)
                 seen = sorted(injection.parse(result.stdout))
@@ -275,6 +316,10 @@ class DeployedWorkload(StartVerdicts):
                                     + (f"; missing {missing}" if missing else "")
                                     + (f"; not allocated to it {extra}" if extra else ""))
         assert not problems, "CDI injection is wrong: " + "; ".join(problems)
+        if not given_a_gpu and not unjudged:
+            # Every container "expects no GPU and sees none": nothing about injection was shown.
+            raise AssertionError(SPEC_ALTERED + "no container of the workload was "
+                                 "allocated a GPU, so none could show one: " + "; ".join(evidence))
         if unjudged:
             # The allocation check judges the claims; here they leave nothing to compare with.
             raise NoVerdict("which GPUs a container should see is not known, so its injection cannot be "

@@ -24,6 +24,12 @@ DIAGNOSES: dict[str, str] = {
         "process or pod in kube-system, its logs and its Lease "
         "(`kubectl -n kube-system get lease kube-controller-manager`); the workloads after it got "
         "no verdict.",
+    "spec-altered":
+        "The workload's pods do not ask for what the suite applied: a claim, a container's "
+        "resources.claims or a GPU limit is missing or different on the live pod, so it ran "
+        "without the GPU it was written to have. A mutating admission webhook or policy changed "
+        "it: check `kubectl get mutatingwebhookconfigurations,mutatingadmissionpolicies` and "
+        "the pod's managedFields, and exempt DRA pods' resourceClaims from the mutation.",
     "missing-deviceclass":
         "The DeviceClass the workload requests does not exist, which usually means the DRA "
         "driver was installed with that device type turned off: fix the driver's Helm values "

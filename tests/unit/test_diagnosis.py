@@ -885,7 +885,7 @@ def test_every_code_is_reachable_and_known():
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
             "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
             "allocation-invalid", "config-rejected", "config-ignored",
-            "partition-overlap", "inventory-mismatch"} == set(DIAGNOSES)
+            "partition-overlap", "inventory-mismatch", "spec-altered"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
