@@ -76,7 +76,8 @@ def diagnose(api, profile, namespace: str | None, check: str | None, error_text:
         ev = evidence(snap, facts, code, reason)
     except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
         log.exception("diagnosis failed")
-        code, reason = "timeout", f"The diagnosis itself failed ({describe_error(err)}): read the test's message."
+        # Its own code: not "timeout" (which --reruns retries and may end as FLAKY, exit 0).
+        code, reason = "diagnosis-error", f"The diagnosis itself failed ({describe_error(err)}): read the test's message."
         ev = {"diagnosis": f"[{code}] {reason}"}
     log.info("diagnosed %s in %.1fs: %s", namespace, time.monotonic() - started, code)
     return Diagnosis(code, reason, ev)

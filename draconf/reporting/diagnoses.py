@@ -30,6 +30,10 @@ DIAGNOSES: dict[str, str] = {
         "without the GPU it was written to have. A mutating admission webhook or policy changed "
         "it: check `kubectl get mutatingwebhookconfigurations,mutatingadmissionpolicies` and "
         "the pod's managedFields, and exempt DRA pods' resourceClaims from the mutation.",
+    "diagnosis-error":
+        "The check failed, and reading the cluster to explain why failed too: the test's own "
+        "message is the evidence. The debug log (draconf.diagnosis) has the diagnosis's error; "
+        "such a failure is never run again by --reruns.",
     "missing-deviceclass":
         "The DeviceClass the workload requests does not exist, which usually means the DRA "
         "driver was installed with that device type turned off: fix the driver's Helm values "

@@ -885,7 +885,7 @@ def test_every_code_is_reachable_and_known():
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
             "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
             "allocation-invalid", "config-rejected", "config-ignored",
-            "partition-overlap", "inventory-mismatch", "spec-altered"} == set(DIAGNOSES)
+            "partition-overlap", "inventory-mismatch", "spec-altered", "diagnosis-error"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -1385,3 +1385,19 @@ def test_a_mig_container_listing_its_published_parent_is_not_a_cdi_fault():
     # Under a GPU it has nothing to do with (no shared counters either): CDI handed it another GPU.
     snap = _mig_same_parent_bed({"ctr0": "GPU-7"})
     assert classify(build_facts(snap, builtin("nvidia")), "by-profile", UNRELATED)[0] == "cdi-wrong-device"
+
+
+def test_a_diagnosis_that_crashes_is_diagnosis_error_and_never_rerun(monkeypatch):
+    """Not ``timeout``: --reruns retries that, and a crash in our own rules would end FLAKY."""
+    import draconf.diagnosis as diagnosis
+    from draconf.profile import resolve
+    from draconf.pytest_plugin import RERUN_CODES
+
+    def crash(*_):
+        raise KeyError("a rule read a fact that is not there")
+    monkeypatch.setattr(diagnosis, "classify", crash)
+    monkeypatch.setattr(diagnosis, "gather", lambda *_: None)
+    monkeypatch.setattr(diagnosis, "build_facts", lambda *_: None)
+    result = diagnosis.diagnose(None, resolve("nvidia"), "ns", "allocation", "sees no GPU")
+    assert result.code == "diagnosis-error" and "diagnosis itself failed" in result.reason
+    assert result.code not in RERUN_CODES
