@@ -212,10 +212,11 @@ class DeployedWorkload(StartVerdicts):
                 return doc["spec"]
         labels = pod.meta.get("labels") or {}
         for doc in self.documents:
-            if doc["kind"] != "Pod" and pod_spec(doc) is not None:
+            spec = pod_spec(doc) if doc["kind"] != "Pod" else None
+            if spec is not None:
                 template = (doc["spec"]["template"].get("metadata") or {}).get("labels") or {}
                 if template and all(labels.get(k) == v for k, v in template.items()):
-                    return pod_spec(doc)
+                    return spec
         return None
 
     def assert_pods_as_applied(self, pods: list[Pod]) -> None:
