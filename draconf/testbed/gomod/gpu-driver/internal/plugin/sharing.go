@@ -1,39 +1,37 @@
 package plugin
 
-// GPU sharing: the opaque claim configuration of kind GpuConfig (apiVersion
-// resource.nvidia.com/v1beta1) and what preparing a claim with it does, as upstream
-// kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1 does it (api/nvidia.com/resource/v1beta1
-// gpuconfig.go, sharing.go, validate.go, api.go; cmd/gpu-kubelet-plugin device_state.go
-// prepareDevices/applySharingConfig/unprepareDevices, sharing.go).  The API types are
-// re-implemented here (NVIDIA's Go modules are not available to the bed's build), with the
-// same JSON, the same strict decoding (apimachinery's JSON serializer, Strict: true) and the
-// same error wording, so a claim's events read as on a cluster running the real driver.
+// GPU sharing: the opaque claim parameters of kind GpuConfig (apiVersion
+// resource.nvidia.com/v1beta1) and what preparing a claim with them does.  What is accepted,
+// what is refused and what is done to the GPUs follow the NVIDIA driver release nvidia.py
+// names (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1: the GpuConfig API of
+// api/nvidia.com/resource/v1beta1, the preparation of cmd/gpu-kubelet-plugin device_state.go
+// and sharing.go); the code and its messages are this project's.  The NVIDIA Go modules are
+// not available to the bed's build, so the JSON shape of the API is declared here, and decoded
+// strictly by apimachinery as the real driver decodes it: an unknown field is refused in
+// apimachinery's words ("strict decoding error: unknown field ...").  Every other refusal
+// names the config kind, GpuConfig, which draconf/diagnosis/rules/node.py keys on.
 //
-// What preparation does, per group of results sharing one config:
+// Per group of results that one config applies to:
 //
-//   - TimeSlicing (feature gate TimeSlicingSettings): `nvidia-smi -i <uuid> -c DEFAULT` and
-//     `nvidia-smi compute-policy -i <uuid> --set-timeslice <0..3>` on each GPU, reset to
-//     level 0 (Default) on unprepare.  No container edits.
-//   - MPS (feature gate MPSSupport): control files under <plugin dir>/mps/<claimUID>-<hash>
-//     (shm, pipe, log), `nvidia-smi -i <uuid> -c EXCLUSIVE_PROCESS`, the control daemon, and the
-//     container edits CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps plus rw bind mounts of the pipe
-//     directory at /tmp/nvidia-mps and the shm directory at /dev/shm on each device of the
-//     group; unprepare stops the daemon and removes the files.
+//   - TimeSlicing (feature gate TimeSlicingSettings): each GPU in compute mode DEFAULT and
+//     given the interval's time slice, by `nvidia-smi -i <uuid> -c DEFAULT` and `nvidia-smi
+//     compute-policy -i <uuid> --set-timeslice <0..3>`; unprepare sets the slice back to
+//     Default (0).  No container edits.
+//   - MPS (feature gate MPSSupport): the daemon's directories under <plugin dir>/mps/<id>
+//     (pipe, shm, log), each GPU in EXCLUSIVE_PROCESS (`nvidia-smi -i <uuid> -c
+//     EXCLUSIVE_PROCESS`), the MPS control daemon (mps.go), and on each device of the group
+//     the container edits CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps, the pipe directory bound
+//     at /tmp/nvidia-mps and the shm directory at /dev/shm; unprepare stops the daemon and
+//     removes the directories.
 //
-// What is simulated: the GPUs' state (nvidia-smi stand-in, nvmlsim.GPUState) and the MPS
-// control daemon's binary.  The daemon itself is started as upstream starts it: a Deployment
-// per MPS config group, created through the API server and waited for (mps.go); its container
-// runs the driver root's nvidia-cuda-mps-control, which on the bed is the stand-in
-// (internal/mpscontrol) that creates the daemon's named pipe `control` in the pipe directory
-// and logs the commands it is given to log/control.log.  The shm directory is a plain
-// directory, not a tmpfs mount.
+// Simulated: the GPUs' state (the nvidia-smi stand-in, nvmlsim.GPUState) and the daemon's
+// binary (internal/mpscontrol).
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	stdjson "encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,30 +52,31 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// The configuration API group (upstream api.go).
+// The API group, version and kind of the driver's opaque parameters.
 const (
 	ConfigGroupName = "resource.nvidia.com"
 	ConfigVersion   = "v1beta1"
 	GpuConfigKind   = "GpuConfig"
 )
 
-// Sharing strategies and time-slice intervals (upstream sharing.go).
+// The values of sharing.strategy.
 const (
 	TimeSlicingStrategy = "TimeSlicing"
 	MpsStrategy         = "MPS"
-
-	DefaultTimeSlice TimeSliceInterval = "Default"
-	ShortTimeSlice   TimeSliceInterval = "Short"
-	MediumTimeSlice  TimeSliceInterval = "Medium"
-	LongTimeSlice    TimeSliceInterval = "Long"
 )
 
-// Feature gates the chart sets through FEATURE_GATES (upstream pkg/featuregates: both alpha,
-// off by default).
+// The feature gates of the chart's featureGates (FEATURE_GATES) that allow each strategy;
+// both are alpha in the real driver, off unless the chart sets them.
 const (
 	FeatureTimeSlicingSettings = "TimeSlicingSettings"
 	FeatureMPSSupport          = "MPSSupport"
 )
+
+// strategyGate is the gate each known strategy needs.
+var strategyGate = map[GpuSharingStrategy]string{
+	TimeSlicingStrategy: FeatureTimeSlicingSettings,
+	MpsStrategy:         FeatureMPSSupport,
+}
 
 // FeatureGates are the gates set on, by name.
 type FeatureGates map[string]bool
@@ -85,63 +84,78 @@ type FeatureGates map[string]bool
 // Enabled reports whether gate is on.
 func (g FeatureGates) Enabled(gate string) bool { return g[gate] }
 
-// ParseFeatureGates reads FEATURE_GATES as the chart renders it: "A=true,B=false," (a
-// trailing comma, as the chart's template leaves it, is fine).
+// ParseFeatureGates reads FEATURE_GATES as the chart renders it, NAME=BOOL entries separated
+// by commas (the trailing comma the chart leaves is fine).
 func ParseFeatureGates(value string) (FeatureGates, error) {
 	out := FeatureGates{}
-	for _, part := range strings.Split(value, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
+	for _, entry := range strings.Split(value, ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
 			continue
 		}
-		name, v, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, fmt.Errorf("missing bool value for %s", name)
-		}
-		on, err := strconv.ParseBool(strings.TrimSpace(v))
+		name, setting, _ := strings.Cut(entry, "=")
+		on, err := strconv.ParseBool(strings.TrimSpace(setting))
 		if err != nil {
-			return nil, fmt.Errorf("invalid value of %s=%s, err: %w", name, v, err)
+			return nil, fmt.Errorf("FEATURE_GATES entry %q is not NAME=true or NAME=false", entry)
 		}
 		out[strings.TrimSpace(name)] = on
 	}
 	return out, nil
 }
 
-// GpuConfig holds the set of parameters for configuring a GPU (upstream gpuconfig.go).
+// GpuConfig is the object a claim's or a class's opaque parameters for gpu.nvidia.com carry.
+// Its Go name is its kind: the scheme registers it by that name.
 type GpuConfig struct {
 	metav1.TypeMeta `json:",inline"`
 	Sharing         *GpuSharing `json:"sharing,omitempty"`
 }
 
-// GpuSharingStrategy, TimeSliceInterval: see upstream sharing.go.
-type GpuSharingStrategy string
-
-// TimeSliceInterval encodes the valid timeslice duration as a string.
-type TimeSliceInterval string
-
-// MpsPerDevicePinnedMemoryLimit maps a device index or UUID to a limit.
-type MpsPerDevicePinnedMemoryLimit map[string]resource.Quantity
-
-// GpuSharing holds the current sharing strategy for GPUs and its settings.
+// GpuSharing is sharing: a strategy, and the settings of that strategy only.
 type GpuSharing struct {
 	Strategy          GpuSharingStrategy `json:"strategy"`
 	TimeSlicingConfig *TimeSlicingConfig `json:"timeSlicingConfig,omitempty"`
 	MpsConfig         *MpsConfig         `json:"mpsConfig,omitempty"`
 }
 
-// TimeSlicingConfig provides the settings for CUDA time-slicing.
+// GpuSharingStrategy is sharing.strategy: TimeSlicing or MPS.
+type GpuSharingStrategy string
+
+// TimeSlicingConfig is sharing.timeSlicingConfig.
 type TimeSlicingConfig struct {
 	Interval *TimeSliceInterval `json:"interval,omitempty"`
 }
 
-// MpsConfig provides the configuration of an MPS control daemon.
+// TimeSliceInterval is a named time slice: Default, Short, Medium or Long.
+type TimeSliceInterval string
+
+// The intervals, in the order of the compute-policy levels (0 to 3) they stand for.
+const (
+	DefaultTimeSlice TimeSliceInterval = "Default"
+	ShortTimeSlice   TimeSliceInterval = "Short"
+	MediumTimeSlice  TimeSliceInterval = "Medium"
+	LongTimeSlice    TimeSliceInterval = "Long"
+)
+
+var timeSliceLevels = []TimeSliceInterval{DefaultTimeSlice, ShortTimeSlice, MediumTimeSlice, LongTimeSlice}
+
+// level is the `nvidia-smi compute-policy --set-timeslice` value of t; false for a name
+// that is none of the four.
+func (t TimeSliceInterval) level() (int, bool) {
+	i := slices.Index(timeSliceLevels, t)
+	return i, i >= 0
+}
+
+// MpsConfig is sharing.mpsConfig: the daemon's default settings.
 type MpsConfig struct {
 	DefaultActiveThreadPercentage     *int                          `json:"defaultActiveThreadPercentage,omitempty"`
 	DefaultPinnedDeviceMemoryLimit    *resource.Quantity            `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
 	DefaultPerDevicePinnedMemoryLimit MpsPerDevicePinnedMemoryLimit `json:"defaultPerDevicePinnedMemoryLimit,omitempty"`
 }
 
-// DeepCopyObject makes GpuConfig a runtime.Object (upstream's is generated).
+// MpsPerDevicePinnedMemoryLimit is a pinned memory limit per GPU of the claim, each keyed by
+// the GPU's UUID or by its index among the claim's GPUs.
+type MpsPerDevicePinnedMemoryLimit map[string]resource.Quantity
+
+// DeepCopyObject lets the scheme hand out GpuConfigs (a JSON round trip: the type is small).
 func (c *GpuConfig) DeepCopyObject() runtime.Object {
 	if c == nil {
 		return nil
@@ -157,263 +171,207 @@ func (c *GpuConfig) DeepCopyObject() runtime.Object {
 	return out
 }
 
-// DefaultGpuConfig is the config of results no claim or class config names.
-func DefaultGpuConfig() *GpuConfig {
-	return &GpuConfig{TypeMeta: metav1.TypeMeta{APIVersion: ConfigGroupName + "/" + ConfigVersion, Kind: GpuConfigKind}}
-}
-
-// StrictDecoder fails on unknown fields, as upstream's (api.go) does for opaque claim config.
+// StrictDecoder decodes opaque parameters into a GpuConfig, refusing unknown fields (the
+// strictness the real driver decodes with).
 var StrictDecoder runtime.Decoder
 
 func init() {
-	scheme := runtime.NewScheme()
 	gv := schema.GroupVersion{Group: ConfigGroupName, Version: ConfigVersion}
+	scheme := runtime.NewScheme()
 	scheme.AddKnownTypes(gv, &GpuConfig{})
 	metav1.AddToGroupVersion(scheme, gv)
 	StrictDecoder = json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme,
 		json.SerializerOptions{Strict: true})
 }
 
-// IsTimeSlicing and IsMps: which strategy is selected.
-func (s *GpuSharing) IsTimeSlicing() bool { return s != nil && s.Strategy == TimeSlicingStrategy }
-
-// IsMps reports whether the MPS strategy is selected.
-func (s *GpuSharing) IsMps() bool { return s != nil && s.Strategy == MpsStrategy }
-
-// GetTimeSlicingConfig returns the time-slicing config of a TimeSlicing strategy.
-func (s *GpuSharing) GetTimeSlicingConfig() (*TimeSlicingConfig, error) {
+// check refuses what this driver will not apply, naming the field at fault: an unknown
+// strategy, a strategy whose gate is off, settings of the other strategy, an unknown
+// interval, a thread percentage outside 0..100.  (Pinned memory limits are checked when
+// the group's GPUs are known: pinnedLimits.)
+func (c *GpuConfig) check(gates FeatureGates) error {
+	s := c.Sharing
 	if s == nil {
-		return nil, fmt.Errorf("no sharing set to get config from")
-	}
-	if s.Strategy != TimeSlicingStrategy {
-		return nil, fmt.Errorf("strategy is not set to '%v'", TimeSlicingStrategy)
-	}
-	if s.MpsConfig != nil {
-		return nil, fmt.Errorf("cannot use MpsConfig with the '%v' strategy", TimeSlicingStrategy)
-	}
-	return s.TimeSlicingConfig, nil
-}
-
-// GetMpsConfig returns the MPS config of an MPS strategy.
-func (s *GpuSharing) GetMpsConfig() (*MpsConfig, error) {
-	if s == nil {
-		return nil, fmt.Errorf("no sharing set to get config from")
-	}
-	if s.Strategy != MpsStrategy {
-		return nil, fmt.Errorf("strategy is not set to '%v'", MpsStrategy)
-	}
-	if s.TimeSlicingConfig != nil {
-		return nil, fmt.Errorf("cannot use TimeSlicingConfig with the '%v' strategy", MpsStrategy)
-	}
-	return s.MpsConfig, nil
-}
-
-// Int is the compute-policy level of an interval (-1 for an unknown one).
-func (t TimeSliceInterval) Int() int {
-	switch t {
-	case DefaultTimeSlice:
-		return 0
-	case ShortTimeSlice:
-		return 1
-	case MediumTimeSlice:
-		return 2
-	case LongTimeSlice:
-		return 3
-	}
-	return -1
-}
-
-// Normalize sets the defaults a strategy implies (upstream gpuconfig.go).
-func (c *GpuConfig) Normalize(gates FeatureGates) {
-	if c.Sharing == nil {
-		return
-	}
-	if gates.Enabled(FeatureTimeSlicingSettings) && c.Sharing.Strategy == TimeSlicingStrategy && c.Sharing.TimeSlicingConfig == nil {
-		interval := DefaultTimeSlice
-		c.Sharing.TimeSlicingConfig = &TimeSlicingConfig{Interval: &interval}
-	}
-	if gates.Enabled(FeatureMPSSupport) && c.Sharing.Strategy == MpsStrategy && c.Sharing.MpsConfig == nil {
-		c.Sharing.MpsConfig = &MpsConfig{}
-	}
-}
-
-const (
-	gpuSharingFeatureGateError = "%q is selected as the GPU sharing strategy, but the %q feature gate is not enabled"
-	gpuSharingUnknownStrategy  = "unknown GPU sharing strategy: %v, supported GPU sharing strategies: %s, %s"
-)
-
-// Validate is upstream's validate.go for GpuConfig, word for word.
-func (c *GpuConfig) Validate(gates FeatureGates) error {
-	if c.Sharing == nil {
 		return nil
 	}
-	s := c.Sharing
-	switch string(s.Strategy) {
+	gate, known := strategyGate[s.Strategy]
+	if !known {
+		return fmt.Errorf("sharing strategy %q is unknown (this driver knows %s and %s)",
+			s.Strategy, TimeSlicingStrategy, MpsStrategy)
+	}
+	if !gates.Enabled(gate) {
+		return fmt.Errorf("sharing strategy %q needs the %s feature gate, which this driver runs without",
+			s.Strategy, gate)
+	}
+	switch s.Strategy {
 	case TimeSlicingStrategy:
-		if !gates.Enabled(FeatureTimeSlicingSettings) {
-			return fmt.Errorf(gpuSharingFeatureGateError, TimeSlicingStrategy, FeatureTimeSlicingSettings)
+		if s.MpsConfig != nil {
+			return fmt.Errorf("sharing strategy %s takes no mpsConfig", s.Strategy)
+		}
+		if tsc := s.TimeSlicingConfig; tsc != nil {
+			var name TimeSliceInterval
+			if tsc.Interval != nil {
+				name = *tsc.Interval
+			}
+			if _, ok := name.level(); !ok {
+				return fmt.Errorf("timeSlicingConfig.interval %q is none of %v", name, timeSliceLevels)
+			}
 		}
 	case MpsStrategy:
-		if !gates.Enabled(FeatureMPSSupport) {
-			return fmt.Errorf(gpuSharingFeatureGateError, MpsStrategy, FeatureMPSSupport)
+		if s.TimeSlicingConfig != nil {
+			return fmt.Errorf("sharing strategy %s takes no timeSlicingConfig", s.Strategy)
 		}
-	default:
-		return fmt.Errorf(gpuSharingUnknownStrategy, s.Strategy, TimeSlicingStrategy, MpsStrategy)
-	}
-	switch {
-	case s.IsTimeSlicing():
-		// Upstream dereferences a missing interval ({timeSlicingConfig: {}}) and panics; here
-		// it is refused like an unknown interval.
-		var interval TimeSliceInterval
-		if s.TimeSlicingConfig != nil && s.TimeSlicingConfig.Interval != nil {
-			interval = *s.TimeSlicingConfig.Interval
-		}
-		if interval.Int() < 0 {
-			return fmt.Errorf("unknown time-slice interval: %v, supported time-slice intervals: %s, %s, %s, %s",
-				interval, DefaultTimeSlice, ShortTimeSlice, MediumTimeSlice, LongTimeSlice)
-		}
-	case s.IsMps():
 		if m := s.MpsConfig; m != nil && m.DefaultActiveThreadPercentage != nil {
-			if *m.DefaultActiveThreadPercentage < 0 {
-				return fmt.Errorf("active thread percentage must not be negative")
-			}
-			if *m.DefaultActiveThreadPercentage > 100 {
-				return fmt.Errorf("active thread percentage must not be greater than 100")
+			if p := *m.DefaultActiveThreadPercentage; p < 0 || p > 100 {
+				return fmt.Errorf("mpsConfig.defaultActiveThreadPercentage %d is outside 0 to 100", p)
 			}
 		}
 	}
 	return nil
 }
 
-// ErrInvalidDeviceSelector and ErrInvalidLimit: upstream sharing.go.
-var (
-	ErrInvalidDeviceSelector = errors.New("invalid device")
-	ErrInvalidLimit          = errors.New("invalid limit")
-)
-
-// NormalizeLimits is upstream's MpsPerDevicePinnedMemoryLimit.Normalize: per-device limits in
-// whole MiB ("10240M"), the default applied to every device, then overridden by index or UUID.
-func (m MpsPerDevicePinnedMemoryLimit) NormalizeLimits(uuids []string, def *resource.Quantity) (map[string]string, error) {
-	limits := map[string]string{}
-	megabyte := func(q resource.Quantity) (string, bool) {
-		v := q.Value() / 1024 / 1024
-		return fmt.Sprintf("%vM", v), v > 0
+// timeSlice is the interval a checked TimeSlicing config asks for: Default when it has no
+// timeSlicingConfig.
+func (s *GpuSharing) timeSlice() TimeSliceInterval {
+	if s.TimeSlicingConfig == nil || s.TimeSlicingConfig.Interval == nil {
+		return DefaultTimeSlice
 	}
-	if def != nil && len(uuids) > 0 {
-		mb, ok := megabyte(*def)
-		if !ok {
-			return nil, fmt.Errorf("%w: default value set too low: %v", ErrInvalidLimit, def)
-		}
-		for _, u := range uuids {
-			limits[u] = mb
-		}
-	}
-	for k, v := range m {
-		id := k
-		if !slices.Contains(uuids, k) {
-			index, err := strconv.Atoi(k)
-			if err != nil {
-				return nil, fmt.Errorf("%w: unable to parse key as an integer: %v", ErrInvalidDeviceSelector, k)
-			}
-			if index < 0 || index >= len(uuids) {
-				return nil, fmt.Errorf("%w: invalid device index: %v", ErrInvalidDeviceSelector, index)
-			}
-			id = uuids[index]
-		}
-		mb, ok := megabyte(v)
-		if !ok {
-			return nil, fmt.Errorf("%w: value set too low: %v: %v", ErrInvalidLimit, k, v.String())
-		}
-		limits[id] = mb
-	}
-	return limits, nil
+	return *s.TimeSlicingConfig.Interval
 }
 
-// SharingState is what a config did to one prepared device (upstream DeviceConfigState).
+// pinnedLimits are the pinned device memory limit of each of the group's GPUs (uuids), in the
+// whole MiB the daemon's set_default_device_pinned_mem_limit takes ("10240M"): the default
+// limit on every GPU, then each per-device entry on its GPU.  A limit under 1Mi, or a key
+// that is neither a UUID of the group nor an index into it, is refused.
+func (c *MpsConfig) pinnedLimits(uuids []string) (map[string]string, error) {
+	inMiB := func(q resource.Quantity) (string, bool) {
+		mib := q.Value() >> 20
+		return strconv.FormatInt(mib, 10) + "M", mib > 0
+	}
+	out := map[string]string{}
+	if q := c.DefaultPinnedDeviceMemoryLimit; q != nil {
+		v, ok := inMiB(*q)
+		if !ok {
+			return nil, fmt.Errorf("mpsConfig.defaultPinnedDeviceMemoryLimit %s is under 1Mi", q.String())
+		}
+		for _, u := range uuids {
+			out[u] = v
+		}
+	}
+	for key, q := range c.DefaultPerDevicePinnedMemoryLimit {
+		gpu := key
+		if !slices.Contains(uuids, key) {
+			i, err := strconv.Atoi(key)
+			if err != nil || i < 0 || i >= len(uuids) {
+				return nil, fmt.Errorf("mpsConfig.defaultPerDevicePinnedMemoryLimit key %q is neither a UUID "+
+					"of the claim's GPUs nor an index from 0 to %d", key, len(uuids)-1)
+			}
+			gpu = uuids[i]
+		}
+		v, ok := inMiB(q)
+		if !ok {
+			return nil, fmt.Errorf("mpsConfig.defaultPerDevicePinnedMemoryLimit[%q] %s is under 1Mi", key, q.String())
+		}
+		out[gpu] = v
+	}
+	return out, nil
+}
+
+// SharingState is what a config did to one prepared device, kept in the checkpoint so that
+// unprepare can undo it.
 type SharingState struct {
 	TimeSliceApplied   bool   `json:"timeSliceApplied,omitempty"`
 	MpsControlDaemonID string `json:"mpsControlDaemonID,omitempty"`
 }
 
-// configGroup is the results one config applies to.
-type configGroup struct {
-	config  *GpuConfig
-	results []resourceapi.DeviceRequestAllocationResult
-}
-
-// opaqueConfig is one decoded config with the requests it names (empty: all).
+// opaqueConfig is one decoded GpuConfig and the requests it is for (none: every request).
 type opaqueConfig struct {
 	requests []string
 	config   *GpuConfig
 }
 
-// getOpaqueDeviceConfigs is upstream's GetOpaqueDeviceConfigs: class configs first, then the
-// claim's, each of this driver decoded strictly.
-func getOpaqueDeviceConfigs(possible []resourceapi.DeviceAllocationConfiguration) ([]opaqueConfig, error) {
-	var class, claim []resourceapi.DeviceAllocationConfiguration
-	for _, c := range possible {
-		switch c.Source {
-		case resourceapi.AllocationConfigSourceClass:
-			class = append(class, c)
-		case resourceapi.AllocationConfigSourceClaim:
-			claim = append(claim, c)
-		default:
-			return nil, fmt.Errorf("invalid config source: %v", c.Source)
-		}
-	}
-	var out []opaqueConfig
-	for _, c := range append(class, claim...) {
+// driverConfigs are the allocation's GpuConfigs for this driver in the order they take
+// effect, weakest first: the DeviceClass's, then the claim's own.  Configs for other drivers
+// are skipped; one for this driver that does not decode refuses the claim.
+func driverConfigs(allocation *resourceapi.AllocationResult) ([]opaqueConfig, error) {
+	var fromClass, fromClaim []opaqueConfig
+	for i, c := range allocation.Devices.Config {
 		if c.Opaque == nil {
-			return nil, fmt.Errorf("only opaque parameters are supported by this driver")
+			return nil, fmt.Errorf("config #%d of the allocation has no opaque parameters, the only kind "+
+				"this driver reads (a GpuConfig)", i)
 		}
 		if c.Opaque.Driver != DriverName {
 			continue
 		}
-		decoded, err := runtime.Decode(StrictDecoder, c.Opaque.Parameters.Raw)
+		obj, err := runtime.Decode(StrictDecoder, c.Opaque.Parameters.Raw)
 		if err != nil {
-			return nil, fmt.Errorf("error decoding config parameters: %w", err)
+			return nil, fmt.Errorf("opaque config #%d for %s is not a valid %s: %w", i, DriverName, GpuConfigKind, err)
 		}
-		gpuConfig, ok := decoded.(*GpuConfig)
+		gc, ok := obj.(*GpuConfig)
 		if !ok {
-			return nil, fmt.Errorf("runtime object is not a recognized configuration")
+			return nil, fmt.Errorf("opaque config #%d for %s decodes to %T, not a %s", i, DriverName, obj, GpuConfigKind)
 		}
-		out = append(out, opaqueConfig{requests: c.Requests, config: gpuConfig})
+		oc := opaqueConfig{requests: c.Requests, config: gc}
+		switch c.Source {
+		case resourceapi.AllocationConfigSourceClass:
+			fromClass = append(fromClass, oc)
+		case resourceapi.AllocationConfigSourceClaim:
+			fromClaim = append(fromClaim, oc)
+		default:
+			return nil, fmt.Errorf("%s #%d has source %q, neither %s nor %s", GpuConfigKind, i, c.Source,
+				resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim)
+		}
 	}
-	return out, nil
+	return append(fromClass, fromClaim...), nil
 }
 
-// groupByConfig picks each result's config as upstream's prepareDevices does: the last config
-// naming the result's request, else the last naming no request, else the default.
-func groupByConfig(allocation *resourceapi.AllocationResult, results []resourceapi.DeviceRequestAllocationResult) ([]configGroup, error) {
-	configs, err := getOpaqueDeviceConfigs(allocation.Devices.Config)
-	if err != nil {
-		return nil, fmt.Errorf("error getting opaque device configs: %v", err)
-	}
-	configs = slices.Insert(configs, 0, opaqueConfig{requests: []string{}, config: DefaultGpuConfig()})
-	var groups []configGroup
-	index := map[*GpuConfig]int{}
-	for _, r := range results {
-		for _, c := range slices.Backward(configs) {
-			if slices.Contains(c.requests, r.Request) || len(c.requests) == 0 {
-				i, ok := index[c.config]
-				if !ok {
-					i = len(groups)
-					index[c.config] = i
-					groups = append(groups, configGroup{config: c.config})
-				}
-				groups[i].results = append(groups[i].results, r)
-				break
-			}
+// configGroup is the results that one config applies to (config nil: no config names them).
+type configGroup struct {
+	config  *GpuConfig
+	results []resourceapi.DeviceRequestAllocationResult
+}
+
+// requests are the group's requests, each once.
+func (g configGroup) requests() []string {
+	var out []string
+	for _, r := range g.results {
+		if !slices.Contains(out, r.Request) {
+			out = append(out, r.Request)
 		}
 	}
-	return groups, nil
+	return out
+}
+
+// groupResults gives each result the config that takes effect for its request, the last of
+// configs (weakest first) that names the request or names none, and groups the results by
+// config, in the order the results come.
+func groupResults(configs []opaqueConfig, results []resourceapi.DeviceRequestAllocationResult) []configGroup {
+	effective := func(request string) *GpuConfig {
+		for i := len(configs) - 1; i >= 0; i-- {
+			if len(configs[i].requests) == 0 || slices.Contains(configs[i].requests, request) {
+				return configs[i].config
+			}
+		}
+		return nil
+	}
+	var groups []configGroup
+	for _, r := range results {
+		cfg := effective(r.Request)
+		at := slices.IndexFunc(groups, func(g configGroup) bool { return g.config == cfg })
+		if at < 0 {
+			at = len(groups)
+			groups = append(groups, configGroup{config: cfg})
+		}
+		groups[at].results = append(groups[at].results, r)
+	}
+	return groups
 }
 
 // smiRunner runs the nvidia-smi of the driver root with args (the tests run it in process).
 type smiRunner func(args ...string) ([]byte, error)
 
-// execSMI runs nvidia-smi as upstream does (exec of the driver root's binary); the stand-in
-// finds the GPUs and their state below NVIDIA_SIM_ROOT, the container driver root.
+// execSMI runs the driver root's nvidia-smi, as the real plugin does to change a GPU's mode;
+// the stand-in finds the GPUs and their state below NVIDIA_SIM_ROOT, the container driver
+// root.
 func execSMI(path, root string) smiRunner {
 	return func(args ...string) ([]byte, error) {
 		cmd := exec.Command(path, args...)
@@ -422,79 +380,76 @@ func execSMI(path, root string) smiRunner {
 	}
 }
 
-// sharingManager applies and undoes sharing configs (upstream TimeSlicingManager and
-// MpsManager).
+// sharingManager applies a claim's sharing configs and undoes them.
 type sharingManager struct {
 	gates            FeatureGates
 	smi              smiRunner
 	controlFilesRoot string
-	// For the MPS control daemon's Deployment (mps.go): the API client (the plugin's
-	// ServiceAccount), its namespace, node, image, the host driver root it mounts, the
-	// container driver root (to look for dev/shm as upstream does) and the faults.
-	client              kubernetes.Interface
-	namespace           string
-	nodeName            string
-	imageName           string
-	hostDriverRoot      string
-	containerDriverRoot string
-	faults              Faults
-	readyBackoff        wait.Backoff
+	// For the MPS control daemons' Deployments (mps.go): the API client (the plugin's
+	// ServiceAccount), the plugin's namespace and node, the daemon image, the host driver
+	// root the daemon mounts, the faults, and the pace of the wait for a new daemon.
+	client         kubernetes.Interface
+	namespace      string
+	nodeName       string
+	imageName      string
+	hostDriverRoot string
+	faults         Faults
+	readyBackoff   wait.Backoff
 }
 
 func newSharingManager(cfg *Config, lib *DeviceLib) *sharingManager {
 	return &sharingManager{
-		gates:               cfg.FeatureGates,
-		smi:                 execSMI(lib.nvidiaSMIPath, lib.containerDriverRoot),
-		controlFilesRoot:    filepath.Join(cfg.DriverPluginPath(), "mps"),
-		client:              cfg.Client,
-		namespace:           cfg.Namespace,
-		nodeName:            cfg.NodeName,
-		imageName:           cfg.ImageName,
-		hostDriverRoot:      cfg.HostDriverRoot,
-		containerDriverRoot: cfg.ContainerDriverRoot,
-		faults:              cfg.Faults,
-		readyBackoff:        mpsReadyBackoff,
+		gates:            cfg.FeatureGates,
+		smi:              execSMI(lib.nvidiaSMIPath, lib.containerDriverRoot),
+		controlFilesRoot: filepath.Join(cfg.DriverPluginPath(), "mps"),
+		client:           cfg.Client,
+		namespace:        cfg.Namespace,
+		nodeName:         cfg.NodeName,
+		imageName:        cfg.ImageName,
+		hostDriverRoot:   cfg.HostDriverRoot,
+		faults:           cfg.Faults,
+		readyBackoff:     mpsReadyBackoff,
 	}
 }
 
-func (m *sharingManager) run(args ...string) error {
-	out, err := m.smi(args...)
-	if err != nil {
-		klog.Errorf("\n%v", string(out))
-		return fmt.Errorf("error running nvidia-smi: %w", err)
-	}
-	return nil
-}
-
-func (m *sharingManager) setComputeMode(uuids []string, mode string) error {
+// onEachGPU runs nvidia-smi once per GPU, with the arguments argv gives for its UUID.
+func (m *sharingManager) onEachGPU(uuids []string, argv func(uuid string) []string) error {
 	for _, u := range uuids {
-		if err := m.run("-i", u, "-c", mode); err != nil {
-			return err
+		args := argv(u)
+		if out, err := m.smi(args...); err != nil {
+			klog.Errorf("nvidia-smi %s:\n%s", strings.Join(args, " "), out)
+			return fmt.Errorf("nvidia-smi %s: %w", strings.Join(args, " "), err)
 		}
 	}
 	return nil
 }
 
-// setTimeSlice is upstream's TimeSlicingManager.SetTimeSlice.
+// setComputeMode puts the GPUs in compute mode mode (DEFAULT, EXCLUSIVE_PROCESS).
+func (m *sharingManager) setComputeMode(uuids []string, mode string) error {
+	return m.onEachGPU(uuids, func(u string) []string { return []string{"-i", u, "-c", mode} })
+}
+
+// setTimeSlice puts the GPUs in compute mode DEFAULT and gives them interval's time slice.
 func (m *sharingManager) setTimeSlice(uuids []string, interval TimeSliceInterval) error {
 	if err := m.setComputeMode(uuids, "DEFAULT"); err != nil {
-		return fmt.Errorf("error setting compute mode: %w", err)
+		return err
 	}
-	for _, u := range uuids {
-		if err := m.run("compute-policy", "-i", u, "--set-timeslice", strconv.Itoa(interval.Int())); err != nil {
-			return fmt.Errorf("error setting time slice: %w", err)
-		}
-	}
-	return nil
+	level, _ := interval.level()
+	return m.onEachGPU(uuids, func(u string) []string {
+		return []string{"compute-policy", "-i", u, "--set-timeslice", strconv.Itoa(level)}
+	})
 }
 
-// mpsDaemonID is upstream's GetMpsControlDaemonID: the claim UID and a hash of the UUIDs.
+// mpsDaemonID names the daemon of an MPS group: the claim's UID and 5 hex digits of a hash of
+// the group's GPUs, so each group of a claim has its own (the real driver's Deployment
+// names have this shape).
 func mpsDaemonID(claimUID string, uuids []string) string {
-	hash := sha256.Sum256([]byte(strings.Join(uuids, ",")))
-	return fmt.Sprintf("%s-%s", claimUID, hex.EncodeToString(hash[:])[:5])
+	sum := sha256.Sum256([]byte(strings.Join(uuids, ",")))
+	return claimUID + "-" + hex.EncodeToString(sum[:3])[:5]
 }
 
-// MpsPipeContainerPath is where containers find the MPS pipe directory (upstream).
+// MpsPipeContainerPath is where a claim's containers find the daemon's pipe directory (the
+// real driver's CUDA_MPS_PIPE_DIRECTORY for them).
 const MpsPipeContainerPath = "/tmp/nvidia-mps"
 
 func (m *sharingManager) mpsDirs(id string) (root, pipe, shm, log string) {
@@ -502,139 +457,120 @@ func (m *sharingManager) mpsDirs(id string) (root, pipe, shm, log string) {
 	return root, filepath.Join(root, "pipe"), filepath.Join(root, "shm"), filepath.Join(root, "log")
 }
 
-// startMps is upstream's MpsControlDaemon.Start: nothing when the daemon's Deployment exists
-// (a retried prepare), else the control directories, the GPUs in EXCLUSIVE_PROCESS and the
+// startMps starts the daemon id for the GPUs unless its Deployment exists (a prepare retried
+// after the wait for it timed out): its directories, the GPUs in EXCLUSIVE_PROCESS, then its
 // Deployment (mps.go).
 func (m *sharingManager) startMps(ctx context.Context, id string, uuids []string, config *MpsConfig) error {
 	if m.client == nil {
-		return fmt.Errorf("failed to get deployment: no API client")
+		return fmt.Errorf("no API client to create MPS control daemon %s with", mpsDaemonName(id))
 	}
-	started, err := m.daemonStarted(ctx, id)
-	if err != nil {
-		return fmt.Errorf("error checking if control daemon already started: %w", err)
+	exists, err := m.daemonExists(ctx, id)
+	if err != nil || exists {
+		return err
 	}
-	if started {
-		return nil
-	}
-	klog.Infof("Starting MPS control daemon for '%v', with settings: %+v", id, config)
-	var activeThreads string
-	var limits map[string]string
-	if config != nil && config.DefaultActiveThreadPercentage != nil {
-		activeThreads = fmt.Sprintf("%d", *config.DefaultActiveThreadPercentage)
-	}
-	if config != nil {
-		if limits, err = config.DefaultPerDevicePinnedMemoryLimit.NormalizeLimits(uuids, config.DefaultPinnedDeviceMemoryLimit); err != nil {
-			return fmt.Errorf("error transforming DefaultPerDevicePinnedMemoryLimit into string: %w", err)
-		}
-	}
-	deployment, err := m.mpsDeployment(id, uuids, activeThreads, limits)
+	settings, err := mpsSettings(config, uuids)
 	if err != nil {
 		return err
 	}
 	_, pipe, shm, logDir := m.mpsDirs(id)
-	for _, d := range []string{shm, pipe, logDir} {
+	for _, d := range []string{pipe, shm, logDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("error creating directory %v: %w", d, err)
+			return fmt.Errorf("MPS control daemon %s: %w", mpsDaemonName(id), err)
 		}
 	}
 	if err := m.setComputeMode(uuids, "EXCLUSIVE_PROCESS"); err != nil {
-		return fmt.Errorf("error setting compute mode: %w", err)
+		return err
 	}
-	return m.createMpsDaemon(ctx, deployment)
+	klog.Infof("MPS control daemon %s: creating its Deployment for %v with settings %q", mpsDaemonName(id), uuids, settings)
+	return m.createDaemon(ctx, m.daemonDeployment(id, uuids, settings))
 }
 
-// stopMps is upstream's MpsControlDaemon.Stop: a daemon never started (no control directory)
-// is no error; else its Deployment is deleted and the directory removed.
+// stopMps deletes the daemon's Deployment and directories; a daemon that never got its
+// directories was never started, and there is nothing to stop.
 func (m *sharingManager) stopMps(ctx context.Context, id string) error {
 	root, _, _, _ := m.mpsDirs(id)
 	if _, err := os.Stat(root); os.IsNotExist(err) {
 		return nil
 	}
-	klog.Infof("Stopping MPS control daemon for '%v'", id)
+	klog.Infof("MPS control daemon %s: stopping it", mpsDaemonName(id))
 	if m.client != nil {
-		if err := m.deleteMpsDaemon(ctx, id); err != nil {
+		if err := m.deleteDaemon(ctx, id); err != nil {
 			return err
 		}
 	}
 	if err := os.RemoveAll(root); err != nil {
-		return fmt.Errorf("error removing directory %v: %w", root, err)
+		return fmt.Errorf("MPS control daemon %s: %w", mpsDaemonName(id), err)
 	}
 	return nil
 }
 
-// mpsEdits are upstream's MpsControlDaemon.GetCDIContainerEdits, added to each device of the group.
+// mpsEdits are the container edits each device of an MPS group gets: the daemon's shm and
+// pipe directories, and the variable that points CUDA at the pipe.
 func (m *sharingManager) mpsEdits(id string) cdispec.ContainerEdits {
 	_, pipe, shm, _ := m.mpsDirs(id)
+	rw := []string{"rw", "nosuid", "nodev", "bind"}
 	return cdispec.ContainerEdits{
 		Env: []string{"CUDA_MPS_PIPE_DIRECTORY=" + MpsPipeContainerPath},
 		Mounts: []*cdispec.Mount{
-			{ContainerPath: "/dev/shm", HostPath: shm, Options: []string{"rw", "nosuid", "nodev", "bind"}},
-			{ContainerPath: MpsPipeContainerPath, HostPath: pipe, Options: []string{"rw", "nosuid", "nodev", "bind"}},
+			{ContainerPath: "/dev/shm", HostPath: shm, Options: slices.Clone(rw)},
+			{ContainerPath: MpsPipeContainerPath, HostPath: pipe, Options: slices.Clone(rw)},
 		},
 	}
 }
 
-// apply is upstream's applySharingConfig for one group: what it did, per device name.
+// apply does what a checked group's config asks to its GPUs.
 func (m *sharingManager) apply(claim *resourceapi.ResourceClaim, g configGroup, uuidOf func(string) string) (SharingState, error) {
-	var state SharingState
-	sharing := g.config.Sharing
-	var requests, uuids []string
+	if g.config == nil || g.config.Sharing == nil {
+		return SharingState{}, nil
+	}
+	var uuids []string
 	for _, r := range g.results {
-		requests = append(requests, r.Request)
 		if u := uuidOf(r.Device); !slices.Contains(uuids, u) {
 			uuids = append(uuids, u)
 		}
 	}
-	if m.gates.Enabled(FeatureTimeSlicingSettings) && sharing.IsTimeSlicing() {
-		tsc, err := sharing.GetTimeSlicingConfig()
-		if err != nil {
-			return state, fmt.Errorf("error getting timeslice config for requests '%v' in claim '%v': %w", requests, claim.UID, err)
+	s := g.config.Sharing
+	switch s.Strategy {
+	case TimeSlicingStrategy:
+		klog.V(6).Infof("Time slice %s on %v", s.timeSlice(), uuids)
+		if err := m.setTimeSlice(uuids, s.timeSlice()); err != nil {
+			return SharingState{}, fmt.Errorf("time slice %s on %v: %w", s.timeSlice(), uuids, err)
 		}
-		if tsc != nil {
-			klog.V(6).Infof("SetTimeSlice() for full GPUs with UUIDs: %s", uuids)
-			if err := m.setTimeSlice(uuids, *tsc.Interval); err != nil {
-				return state, fmt.Errorf("error setting timeslice config for requests '%v' in claim '%v': %w", requests, claim.UID, err)
-			}
-			state.TimeSliceApplied = true
-		}
-	}
-	if m.gates.Enabled(FeatureMPSSupport) && sharing.IsMps() {
-		mpsc, err := sharing.GetMpsConfig()
-		if err != nil {
-			return state, fmt.Errorf("error getting MPS configuration: %w", err)
-		}
+		return SharingState{TimeSliceApplied: true}, nil
+	case MpsStrategy:
 		id := mpsDaemonID(string(claim.UID), uuids)
-		// The kubelet's call carries no deadline down here; the API calls are bounded by the
-		// client's timeouts and the readiness wait by its backoff.
+		// The kubelet's call brings no deadline this far: the API calls are bounded by the
+		// client's timeouts, the wait by its backoff.
 		ctx := context.Background()
-		if err := m.startMps(ctx, id, uuids, mpsc); err != nil {
-			return state, fmt.Errorf("error starting MPS control daemon: %w", err)
+		if err := m.startMps(ctx, id, uuids, s.MpsConfig); err != nil {
+			return SharingState{}, err
 		}
-		if err := m.assertMpsReady(ctx, id); err != nil {
-			return state, fmt.Errorf("MPS control daemon is not yet ready: %w", err)
+		if err := m.waitDaemonReady(ctx, id); err != nil {
+			return SharingState{}, err
 		}
-		state.MpsControlDaemonID = id
+		return SharingState{MpsControlDaemonID: id}, nil
 	}
-	return state, nil
+	return SharingState{}, nil
 }
 
-// prepareSharing decodes, normalizes, validates and applies the claim's configs, as upstream's
-// prepareDevices: the state of each result's device, by device name.
+// prepareSharing decodes the claim's configs, checks and applies each group's: the sharing
+// state of each result's device, by device name.  An error names the GpuConfig's requests.
 func (m *sharingManager) prepareSharing(claim *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult,
 	uuidOf func(string) string) (map[string]SharingState, error) {
-	groups, err := groupByConfig(claim.Status.Allocation, results)
+	configs, err := driverConfigs(claim.Status.Allocation)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]SharingState{}
-	for _, g := range groups {
-		g.config.Normalize(m.gates)
-		if err := g.config.Validate(m.gates); err != nil {
-			return nil, fmt.Errorf("error validating GPU config: %w", err)
+	for _, g := range groupResults(configs, results) {
+		if g.config != nil {
+			if err := g.config.check(m.gates); err != nil {
+				return nil, fmt.Errorf("%s for requests %v refused: %w", GpuConfigKind, g.requests(), err)
+			}
 		}
 		state, err := m.apply(claim, g, uuidOf)
 		if err != nil {
-			return nil, fmt.Errorf("error applying config: %w", err)
+			return nil, fmt.Errorf("%s for requests %v not applied: %w", GpuConfigKind, g.requests(), err)
 		}
 		for _, r := range g.results {
 			out[r.Device] = state
@@ -643,42 +579,41 @@ func (m *sharingManager) prepareSharing(claim *resourceapi.ResourceClaim, result
 	return out, nil
 }
 
-// unprepareSharing is the sharing part of upstream's unprepareDevices: stop the MPS daemons,
-// reset the time slice of GPUs a TimeSlicing config set.
+// unprepareSharing undoes what prepareSharing did to these devices: it stops their MPS
+// daemons and sets the time slice of the GPUs a TimeSlicing config changed back to Default
+// (each only while its gate is on, as the real driver does).
 func (m *sharingManager) unprepareSharing(devices []PreparedDevice) error {
-	var ids, tsUUIDs []string
+	var daemons, sliced []string
 	for _, d := range devices {
 		if d.Sharing == nil {
 			continue
 		}
-		if id := d.Sharing.MpsControlDaemonID; id != "" && !slices.Contains(ids, id) {
-			ids = append(ids, id)
+		if id := d.Sharing.MpsControlDaemonID; id != "" && !slices.Contains(daemons, id) {
+			daemons = append(daemons, id)
 		}
-		if d.Sharing.TimeSliceApplied && !slices.Contains(tsUUIDs, d.UUID) {
-			tsUUIDs = append(tsUUIDs, d.UUID)
+		if d.Sharing.TimeSliceApplied && !slices.Contains(sliced, d.UUID) {
+			sliced = append(sliced, d.UUID)
 		}
 	}
 	if m.gates.Enabled(FeatureMPSSupport) {
-		for _, id := range ids {
+		for _, id := range daemons {
 			if err := m.stopMps(context.Background(), id); err != nil {
-				return fmt.Errorf("error stopping MPS control daemon: %w", err)
+				return err
 			}
 		}
 	}
-	if m.gates.Enabled(FeatureTimeSlicingSettings) && len(tsUUIDs) > 0 {
-		if err := m.setTimeSlice(tsUUIDs, DefaultTimeSlice); err != nil {
-			return fmt.Errorf("error setting timeslice for devices: %w", err)
+	if m.gates.Enabled(FeatureTimeSlicingSettings) && len(sliced) > 0 {
+		if err := m.setTimeSlice(sliced, DefaultTimeSlice); err != nil {
+			return fmt.Errorf("time slice back to %s on %v: %w", DefaultTimeSlice, sliced, err)
 		}
 	}
 	return nil
 }
 
-// addDeviceEdits appends each device's extra edits (MPS) to its entry in the claim's spec, as
-// upstream's CreateClaimSpecFile does with a group's container edits.
+// addDeviceEdits appends each device's extra edits (MPS) to its entry in the claim's spec.
 func addDeviceEdits(spec *cdispec.Spec, claimUID string, edits map[string]cdispec.ContainerEdits) {
 	for i := range spec.Devices {
-		name := strings.TrimPrefix(spec.Devices[i].Name, claimUID+"-")
-		e, ok := edits[name]
+		e, ok := edits[strings.TrimPrefix(spec.Devices[i].Name, claimUID+"-")]
 		if !ok {
 			continue
 		}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"draconf.local/testbed/gpu-driver/internal/mpscontrol"
 	"draconf.local/testbed/gpu-driver/internal/nvmlsim"
@@ -52,34 +53,41 @@ func sharingBed(t *testing.T, gates string, faults ...Fault) *bed {
 }
 
 // daemonClient is a fake API server whose "kubelet" runs an MPS control daemon Deployment's
-// container as the bed's node would: `nvidia-cuda-mps-control -d` (the stand-in, in process)
-// with the container's environment and the pipe and log directories of its host paths; the
-// Deployment is ready, with one pod whose container is ready, if that succeeded (the
-// template's `set -e` script stops at a failing -d, so the startup probe never passes).
+// container as the bed's node would, as far as the daemon goes: `nvidia-cuda-mps-control -d`
+// (the stand-in, in process) with the container's environment, its paths turned into the host
+// paths mounted there.  The Deployment counts one ready replica, its pod's container ready, if
+// that succeeded (the script stops at a failing -d, before the mark its startup probe waits for).
 func daemonClient(t *testing.T) *fake.Clientset {
 	client := fake.NewClientset()
 	client.PrependReactor("create", "deployments", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		d := action.(k8stesting.CreateAction).GetObject().(*appsv1.Deployment)
-		env := map[string]string{}
-		for _, v := range d.Spec.Template.Spec.Volumes {
-			switch v.Name {
-			case "mps-pipe-directory":
-				env["CUDA_MPS_PIPE_DIRECTORY"] = v.HostPath.Path
-			case "mps-log-directory":
-				env["CUDA_MPS_LOG_DIRECTORY"] = v.HostPath.Path
-			}
+		pod := d.Spec.Template.Spec
+		hostPaths := map[string]string{}
+		for _, v := range pod.Volumes {
+			hostPaths[v.Name] = v.HostPath.Path
 		}
-		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		onHost := map[string]string{}
+		for _, m := range pod.Containers[0].VolumeMounts {
+			onHost[m.MountPath] = hostPaths[m.Name]
+		}
+		env := map[string]string{}
+		for _, e := range pod.Containers[0].Env {
 			env[e.Name] = e.Value
+			if p, ok := onHost[e.Value]; ok {
+				env[e.Name] = p
+			}
 		}
 		var out bytes.Buffer
 		ready := mpscontrol.Run([]string{"-d"}, strings.NewReader(""), &out, &out, func(k string) string { return env[k] }) == 0
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-0", Labels: d.Spec.Template.Labels},
-			Spec:       d.Spec.Template.Spec,
-			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "mps-control-daemon", Ready: ready}}},
+		status := corev1.ContainerStatus{Name: pod.Containers[0].Name, Ready: ready}
+		if !ready {
+			status.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
 		}
-		if err := client.Tracker().Add(pod); err != nil {
+		if err := client.Tracker().Add(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-0", Labels: d.Spec.Template.Labels},
+			Spec:       pod,
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{status}},
+		}); err != nil {
 			t.Error(err)
 		}
 		if ready {
@@ -171,24 +179,35 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(pipe, "control")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Fatalf("the daemon's control pipe: %v %v", fi, err)
 	}
-	// The daemon is upstream's Deployment, pinned to the node, given the config's settings.
+	// The daemon: a Deployment in the plugin's namespace, pinned to the node, for the MPS
+	// request's GPU, given the config's settings.
 	id := mpsDaemonID("uid-ts", []string{testUUIDs[1]})
 	d, err := b.client.AppsV1().Deployments("nvidia-dra-driver-gpu").Get(context.Background(), "mps-control-daemon-"+id, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod := d.Spec.Template.Spec
-	script := strings.Join(pod.Containers[0].Args, "\n")
+	env := map[string]string{}
+	for _, e := range pod.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
 	if pod.NodeName != testNode || pod.Containers[0].Image != "draconf.local/busybox:1.35.0" ||
-		pod.Containers[0].Env[0].Value != testUUIDs[1] {
+		env["CUDA_VISIBLE_DEVICES"] != testUUIDs[1] {
 		t.Fatalf("deployment: %+v", pod)
 	}
-	for _, want := range []string{`$RUN "nvidia-cuda-mps-control -d"`,
-		`$RUN "echo set_default_active_thread_percentage 50 | nvidia-cuda-mps-control"`,
-		`$RUN "echo set_default_device_pinned_mem_limit ` + testUUIDs[1] + ` 10240M | nvidia-cuda-mps-control"`} {
+	script := pod.Containers[0].Command[2]
+	for _, want := range []string{
+		"/driver-root/usr/bin/nvidia-cuda-mps-control -d\n",
+		"echo 'set_default_active_thread_percentage 50' | /driver-root/usr/bin/nvidia-cuda-mps-control\n",
+		"echo 'set_default_device_pinned_mem_limit " + testUUIDs[1] + " 10240M' | /driver-root/usr/bin/nvidia-cuda-mps-control\n",
+	} {
 		if !strings.Contains(script, want) {
 			t.Fatalf("the daemon's script lacks %q: %s", want, script)
 		}
+	}
+	// The mark the startup probe reads is left last, after every setting.
+	if probe := pod.Containers[0].StartupProbe.Exec.Command; !strings.Contains(script, "touch "+probe[1]+"\nexec tail") {
+		t.Fatalf("startup probe %v, script %s", probe, script)
 	}
 	log, _ := os.ReadFile(filepath.Join(filepath.Dir(pipe), "log", "control.log"))
 	if !strings.Contains(string(log), "CUDA_VISIBLE_DEVICES="+testUUIDs[1]+" nvidia-cuda-mps-control -d") {
@@ -217,12 +236,14 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 	}
 }
 
-// mps-daemon-fails: the daemon's container exits at once, prepare fails in upstream's words.
+// mps-daemon-fails: the daemon's container exits at once; prepare fails saying the daemon,
+// named, is not ready, and what its pod shows.
 func TestFaultMpsDaemonFails(t *testing.T) {
 	b := sharingBed(t, gates, FaultMpsDaemonFails)
 	_, err := b.state.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50))
-	want := "error applying config: MPS control daemon is not yet ready: waiting for MPS control daemon to come online"
-	if err == nil || !strings.Contains(err.Error(), want) {
+	want := "GpuConfig for requests [gpu0] not applied: MPS control daemon mps-control-daemon-" +
+		mpsDaemonID("uid-m", []string{testUUIDs[0]}) + " is not ready after 3 checks: pod "
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "(CrashLoopBackOff)") {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 	// A retried prepare finds the Deployment and waits again, without creating another.
@@ -257,21 +278,28 @@ func mustCheckpoint(t *testing.T, b *bed) *Checkpoint {
 	return cp
 }
 
-// The driver's own words, as upstream's strict decoding and validation word them.
+// Refused configs: what the driver says names the config kind and the field at fault; an
+// unknown field or kind is refused in apimachinery's words (its strict decoding).
 func TestInvalidConfigsAreRejected(t *testing.T) {
 	cases := map[string]struct{ gates, raw, want string }{
 		"unknown field": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long","quantum":"5ms"}}}`,
-			`prepare devices failed: error getting opaque device configs: error decoding config parameters: strict decoding error: unknown field "sharing.timeSlicingConfig.quantum"`},
+			`opaque config #0 for gpu.nvidia.com is not a valid GpuConfig: strict decoding error: unknown field "sharing.timeSlicingConfig.quantum"`},
 		"unknown strategy": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`,
-			"prepare devices failed: error validating GPU config: unknown GPU sharing strategy: Exclusive, supported GPU sharing strategies: TimeSlicing, MPS"},
+			`GpuConfig for requests [gpu0] refused: sharing strategy "Exclusive" is unknown (this driver knows TimeSlicing and MPS)`},
 		"unknown interval": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`,
-			"error validating GPU config: unknown time-slice interval: Forever, supported time-slice intervals: Default, Short, Medium, Long"},
+			`refused: timeSlicingConfig.interval "Forever" is none of [Default Short Medium Long]`},
+		"no interval": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{}}}`,
+			`refused: timeSlicingConfig.interval "" is none of`},
 		"gate off": {"", tsLong,
-			`error validating GPU config: "TimeSlicing" is selected as the GPU sharing strategy, but the "TimeSlicingSettings" feature gate is not enabled`},
+			`GpuConfig for requests [gpu0] refused: sharing strategy "TimeSlicing" needs the TimeSlicingSettings feature gate`},
+		"other strategy's settings": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","timeSlicingConfig":{"interval":"Long"}}}`,
+			"refused: sharing strategy MPS takes no timeSlicingConfig"},
 		"unknown kind": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuSettings"}`,
 			`no kind "GpuSettings" is registered for version "resource.nvidia.com/v1beta1"`},
 		"percentage": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":150}}}`,
-			"active thread percentage must not be greater than 100"},
+			"mpsConfig.defaultActiveThreadPercentage 150 is outside 0 to 100"},
+		"limit key": {gates, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultPerDevicePinnedMemoryLimit":{"GPU-nope":"1Gi"}}}}`,
+			`GpuConfig for requests [gpu0] not applied: mpsConfig.defaultPerDevicePinnedMemoryLimit key "GPU-nope" is neither`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -315,13 +343,27 @@ func TestFaultSharingConfigIgnored(t *testing.T) {
 
 func TestMpsLimits(t *testing.T) {
 	uuids := []string{"GPU-a", "GPU-b"}
-	m := MpsPerDevicePinnedMemoryLimit{"1": mustQuantity("1Gi")}
-	got, err := m.NormalizeLimits(uuids, ptrQuantity("10Gi"))
+	c := MpsConfig{DefaultPinnedDeviceMemoryLimit: ptrQuantity("10Gi"),
+		DefaultPerDevicePinnedMemoryLimit: MpsPerDevicePinnedMemoryLimit{"1": mustQuantity("1Gi")}}
+	got, err := c.pinnedLimits(uuids)
 	if err != nil || got["GPU-a"] != "10240M" || got["GPU-b"] != "1024M" {
 		t.Fatalf("%v %v", got, err)
 	}
-	if _, err := (MpsPerDevicePinnedMemoryLimit{"7": mustQuantity("1Gi")}).NormalizeLimits(uuids, nil); err == nil {
-		t.Fatal("index out of range")
+	for _, bad := range []MpsConfig{
+		{DefaultPerDevicePinnedMemoryLimit: MpsPerDevicePinnedMemoryLimit{"7": mustQuantity("1Gi")}},
+		{DefaultPerDevicePinnedMemoryLimit: MpsPerDevicePinnedMemoryLimit{"-1": mustQuantity("1Gi")}},
+		{DefaultPerDevicePinnedMemoryLimit: MpsPerDevicePinnedMemoryLimit{"GPU-a": mustQuantity("1Ki")}},
+		{DefaultPinnedDeviceMemoryLimit: ptrQuantity("-1Gi")},
+	} {
+		if _, err := bad.pinnedLimits(uuids); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+	settings, err := mpsSettings(&MpsConfig{DefaultActiveThreadPercentage: ptr.To(20), DefaultPinnedDeviceMemoryLimit: ptrQuantity("2Gi")},
+		[]string{"GPU-b", "GPU-a"})
+	if want := []string{"set_default_active_thread_percentage 20", "set_default_device_pinned_mem_limit GPU-a 2048M",
+		"set_default_device_pinned_mem_limit GPU-b 2048M"}; err != nil || !slices.Equal(settings, want) {
+		t.Fatalf("settings %q, %v; want %q", settings, err, want)
 	}
 }
 
