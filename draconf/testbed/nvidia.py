@@ -37,9 +37,9 @@ PLUGIN_COMPONENT_LABEL = "nvidia-dra-driver-gpu-component"
 #: The image the bed builds for the simulated plugin (imported into every real node).
 PLUGIN_IMAGE = "draconf.local/dra-driver-nvidia-gpu-sim:v0.4.1"
 #: The MPS control daemon Deployments' image (the plugin's IMAGE_NAME): the bed's busybox, as
-#: the template's script needs sh, rm, cat, tail (draconf.profile.TESTBED_IMAGE, not imported:
-#: this module is imported by images.py, which imports profile; tests/unit/test_images.py holds
-#: the two together).
+#: the daemon's script (gomod/gpu-driver/internal/plugin/mps.go) needs sh, rm, touch, cat and
+#: tail (draconf.profile.TESTBED_IMAGE, not imported: this module is imported by images.py,
+#: which imports profile; tests/unit/test_images.py holds the two together).
 MPS_DAEMON_IMAGE = "draconf.local/busybox:1.35.0"
 #: The plugin's gRPC health service, which the chart's startup and liveness probes ask.
 HEALTHCHECK_PORT = 51516
@@ -130,8 +130,8 @@ def install_driver_root(root: Path, node, nvidia_smi: Path, mig_caps: bool = Tru
     which the plugin hands to containers given a MIG device (none with ``mig_caps`` False: the
     mig-caps-missing fault, a host where nvidia-modprobe never created them), and the MPS
     control daemon stand-in ``usr/bin/nvidia-cuda-mps-control`` (``mps_control``; the daemon
-    Deployment the plugin creates for an MPS claim runs it from the driver root, as upstream's
-    template runs the driver's own)."""
+    Deployment the plugin creates for an MPS claim runs it from the driver root, as the real
+    driver's daemon runs the driver's own binary)."""
     install_gpu_view(root, nvml_data(node), [g.minor for g in node.gpus], nvidia_smi)
     if mps_control is not None:
         target = root / "usr" / "bin" / "nvidia-cuda-mps-control"

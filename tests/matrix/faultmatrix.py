@@ -234,7 +234,7 @@ EXPECTED: dict[str, Expectation] = {
         ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "config-rejected"},
         no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup"), run_args=FEATURES_ONLY),
     # The MPS control daemon the plugin starts for gpu-test5's MPS request exits at once: the
-    # plugin refuses to prepare the claim ("MPS control daemon is not yet ready"), the pod never
+    # plugin refuses to prepare the claim (the daemon "is not ready"), the pod never
     # starts; the diagnosis points at the daemon, not the config (plugin-unhealthy).  The
     # invalid configs carry no MPS: refused as on a healthy bed.
     "mps-daemon-fails": Expectation(

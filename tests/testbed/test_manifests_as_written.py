@@ -450,7 +450,7 @@ def case_48(bed, api, ns):
     """Both invalid configs are refused by the driver with its own words; the pods never start."""
     apply(bed, ns, "features/48-gpu-sharing-invalid.yaml")
     words = {"bad-field": 'unknown field "sharing.timeSlicingConfig.quantum"',
-             "bad-strategy": "unknown GPU sharing strategy: Exclusive"}
+             "bad-strategy": 'sharing strategy "Exclusive" is unknown'}
     found = waits.wait_until(
         "the driver's refusals", lambda: events(api, ns),
         lambda es: all(any(w in e and e.startswith("FailedPrepareDynamicResources") for e in es)

@@ -512,8 +512,8 @@ def refused_with_config(message: str):
 
 
 def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
-    # Recorded on the bed (manifests/features/48-gpu-sharing-invalid.yaml, and gpu-test5 under
-    # the sharing-gates-off fault).
+    # The NVIDIA driver's words (v0.4.1) for manifests/features/48-gpu-sharing-invalid.yaml, and
+    # for gpu-test5 with the chart's default featureGates.
     pod, claim, facts = refused_with_config(
         "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for "
         "ResourceClaim bad-field: error preparing devices for claim ns/bad-field:u1: prepare devices failed: "
@@ -531,6 +531,23 @@ def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
     assert classify(facts, "sharing", "")[0] != "config-rejected"
 
 
+def test_the_simulated_drivers_sharing_refusals_are_config_rejected():
+    # The bed's simulated driver in its own words (gomod/gpu-driver/internal/plugin/sharing.go),
+    # for the same three configs: each names the config kind, the first in apimachinery's words.
+    prefix = ("Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim bad: error "
+              "preparing devices for claim ns/bad:u1: prepare devices failed: ")
+    for refusal, shown in [
+            ('opaque config #0 for gpu.nvidia.com is not a valid GpuConfig: strict decoding error: unknown '
+             'field "sharing.timeSlicingConfig.quantum"', "sharing.timeSlicingConfig.quantum"),
+            ('GpuConfig for requests [gpu] refused: sharing strategy "Exclusive" is unknown (this driver '
+             'knows TimeSlicing and MPS)', 'sharing strategy "Exclusive"'),
+            ('GpuConfig for requests [ts-gpu] refused: sharing strategy "TimeSlicing" needs the '
+             'TimeSlicingSettings feature gate, which this driver runs without', "TimeSlicingSettings feature gate")]:
+        _, _, facts = refused_with_config(prefix + refusal)
+        code, reason = classify(facts, "sharing", "the workload never started")
+        assert code == "config-rejected" and shown in reason, (refusal, code, reason)
+
+
 def test_an_mps_daemon_that_never_gets_ready_is_plugin_unhealthy_not_config_rejected():
     # The driver's words under the mps-daemon-fails fault (upstream applySharingConfig): the
     # message passes through "error applying config", but the config is fine; the daemon is not.
@@ -540,6 +557,14 @@ def test_an_mps_daemon_that_never_gets_ready_is_plugin_unhealthy_not_config_reje
         "control daemon is not yet ready: waiting for MPS control daemon to come online")
     code, reason = classify(facts, "sharing", "the workload never started")
     assert code == "plugin-unhealthy" and "mps-control-daemon-" in reason and "come online" in reason
+    # The bed's simulated driver names the daemon, and says what its pod shows.
+    _, _, facts = refused_with_config(
+        "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim shared-gpus: error "
+        "preparing devices for claim ns/shared-gpus:u1: prepare devices failed: GpuConfig for requests "
+        "[mps-gpu] not applied: MPS control daemon mps-control-daemon-u1-3f2a9 is not ready after 4 checks: "
+        "pod mps-control-daemon-u1-3f2a9-7d9c-x: container mps-control-daemon waiting (CrashLoopBackOff)")
+    code, reason = classify(facts, "sharing", "the workload never started")
+    assert code == "plugin-unhealthy" and "CrashLoopBackOff" in reason, reason
 
 
 def test_a_scheduler_with_the_prioritized_list_off_is_feature_disabled():

@@ -38,32 +38,37 @@ def rule_admin_access_unsupported(facts: Facts, check, error_text):
     return None
 
 
-#: How DRA drivers word a refused opaque claim config (the NVIDIA driver's GetOpaqueDeviceConfigs
-#: and GpuConfig validation; apimachinery's strict decoding; dra-example-driver says the same).
+#: What marks a driver's refusal of a claim's opaque config: short fragments of the NVIDIA
+#: driver's own messages (upstream cmd/gpu-kubelet-plugin device_state.go GetOpaqueDeviceConfigs
+#: and applySharingConfig, api/.../validate.go; dra-example-driver words its decoding errors the
+#: same), apimachinery's strict decoding (any driver that decodes strictly), and the config kind,
+#: GpuConfig, which the bed's simulated driver names in each of its refusals.
 CONFIG_REFUSALS = ("error decoding config parameters", "error validating GPU config",
                    "strict decoding error", "error getting opaque device configs",
                    "unknown GPU sharing strategy", "feature gate is not enabled",
-                   "error applying config", "is not a recognized configuration")
+                   "error applying config", "is not a recognized configuration", "GpuConfig")
 
 
-#: The NVIDIA driver's words when the MPS control daemon it started for a claim never came up
-#: (upstream device_state.go applySharingConfig, AssertReady).
-MPS_DAEMON_UNREADY = "MPS control daemon is not yet ready"
+#: The driver saying the MPS control daemon it started for a claim never got ready: the NVIDIA
+#: driver's "MPS control daemon is not yet ready" (upstream device_state.go applySharingConfig),
+#: the bed's simulated driver's "MPS control daemon <its name> is not ready".
+MPS_DAEMON_UNREADY = re.compile(r"MPS control daemon\b[^:]{0,120}?\bnot (?:yet )?ready")
 
 
 def rule_mps_daemon_unready(facts: Facts, check, error_text):
     """The driver accepted a claim's MPS config but the MPS control daemon it starts for it (a
     Deployment mps-control-daemon-<claim UID>-* in the driver's namespace) never became ready,
-    so it refuses to prepare the claim.  The config is not at fault (its message passes through
-    "error applying config", which config-rejected would read as a refusal): the driver's own
-    component is, hence plugin-unhealthy, pointing at the daemon's pod."""
+    so it refuses to prepare the claim.  The config is not at fault (the message also carries
+    what config-rejected reads as a refusal: the real driver's "error applying config", the
+    simulated one's GpuConfig): the driver's own component is, hence plugin-unhealthy, pointing
+    at the daemon's pod."""
     for pod in stuck_pods(facts):
         failed = [e for e in facts.events_for(pod.name, "FailedPrepareDynamicResources")
-                  if MPS_DAEMON_UNREADY in e.message]
+                  if MPS_DAEMON_UNREADY.search(e.message)]
         if not failed:
             continue
         message = failed[-1].message
-        at = message.find(MPS_DAEMON_UNREADY)
+        at = MPS_DAEMON_UNREADY.search(message).start()
         uids = [c.uid for c in facts.pod_claims(pod) if facts.driver in c.opaque_config_drivers and c.uid]
         names = ", ".join(f"mps-control-daemon-{u}-*" for u in uids) or "mps-control-daemon-<claim UID>-*"
         return ("plugin-unhealthy",
