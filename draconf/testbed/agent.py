@@ -54,8 +54,8 @@ from kubernetes.client.exceptions import ApiException
 from draconf.kube import connect, unread
 from draconf.reflector import Reflector
 from draconf.testbed import faults as faults_mod
-from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy, driver_rbac,
-                                            resource_slice)
+from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy,
+                                            claims_stripped_policy, driver_rbac, resource_slice)
 from draconf.testbed.kwok_config import SIMULATE_ANNOTATION, PodIPs, running_status
 from draconf.testbed.kwok_containers import EXTENDED_CLAIM, KwokContainers
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
@@ -149,7 +149,9 @@ class Agent:
                          device_class(name, device_type))
         self._install_operator_footprint()
         if "admin-access-everywhere" in self.faults:
-            self._grant_admin_access_everywhere()
+            self._create_policy(admin_access_everywhere_policy())
+        if "claims-stripped" in self.faults:
+            self._create_policy(claims_stripped_policy())
         self._wait_until_granted()
         log.info("install complete: %d GPU nodes, faults=%s", len(self.gpu_nodes),
                  sorted(self.faults) or "none")
@@ -251,13 +253,14 @@ class Agent:
                 {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
                  "metadata": {"name": "cluster-policy"}, "spec": {"devicePlugin": {"enabled": True}}})
 
-    def _grant_admin_access_everywhere(self) -> None:
-        """The admin-access-everywhere fault: a cluster policy (as a platform team might write
-        one to "let monitoring work everywhere") labels every new namespace for admin access,
-        through the API server's own MutatingAdmissionPolicy (admissionregistration.k8s.io/v1)."""
+    def _create_policy(self, docs: list[dict]) -> None:
+        """An admin's cluster policy, through the API server's own MutatingAdmissionPolicy
+        (admissionregistration.k8s.io/v1): admin-access-everywhere labels every new namespace
+        for admin access ("let monitoring work everywhere"); claims-stripped removes the claims
+        of the suite's pods."""
         from kubernetes.dynamic import DynamicClient
         dynamic = DynamicClient(self.admin.api_client)
-        for body in admin_access_everywhere_policy():
+        for body in docs:
             resource = dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
             self._create(lambda b: resource.create(body=b), body)
 
@@ -468,6 +471,18 @@ class Agent:
                             f"failed to get gRPC client for driver {DRIVER}: plugin name {DRIVER} "
                             "not found in the list of registered DRA plugins")
             return False
+        if "prepare-refused" in self.faults:
+            # As the kubelet reports a plugin whose NodePrepareResources fails (real nodes run
+            # the plugin with the fault: nvidia.PLUGIN_FAULTS).
+            if key not in self.warned:
+                self.warned.add(key)
+                first = next(iter(pod_claims.values()))
+                self._event(pod, "FailedPrepareDynamicResources",
+                            f"Failed to prepare dynamic resources: prepare dynamic resources: "
+                            f"NodePrepareResources failed for ResourceClaim {first['metadata']['name']}: "
+                            f"error from driver {DRIVER}: simulated: cannot prepare claim "
+                            f"{meta['namespace']}/{first['metadata']['name']}: NVML: Unknown Error")
+            return False
         node = pod["spec"]["nodeName"]
         for claim in pod_claims.values():
             self._prepare_claim(claim, node)
@@ -531,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--crd-dir", type=Path, required=True)
     parser.add_argument("--fault", action="append", default=[])
-    parser.add_argument("--driver", choices=["nvidia", "example"], default="nvidia",
+    from draconf.testbed.upstream_nvidia import DRIVER_CHOICES
+    parser.add_argument("--driver", choices=["nvidia", "example", *DRIVER_CHOICES], default="nvidia",
                         help="example: another driver is installed from its chart; only register "
                              "the KWOK nodes")
     args = parser.parse_args(argv)

@@ -1,10 +1,11 @@
 """The objects the simulated NVIDIA driver writes, built apart from the agent that writes them
 (:mod:`draconf.testbed.agent`), as e2e's builders are apart from its checks: the KWOK nodes'
 ResourceSlices with their health taints, the driver's identity and RBAC after its install, and
-the admin-access-everywhere fault's admission policy."""
+the admission policies of the admin-access-everywhere and claims-stripped faults."""
 
 from __future__ import annotations
 
+from draconf.namespaces import MANAGED_BY
 from draconf.quantity import format_binary
 from draconf.testbed import pki
 from draconf.testbed.nvidia import DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE, semver
@@ -79,6 +80,42 @@ def admin_access_everywhere_policy() -> list[dict]:
                                     % ADMIN_ACCESS_LABEL}}]}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
          "metadata": {"name": name}, "spec": {"policyName": name}},
+    ]
+
+
+#: The label every namespace of a draconf run carries (draconf.namespaces): what an admin's policy
+#: aimed at "the conformance suite's pods" would select.
+SUITE_NAMESPACE_LABEL = dict(MANAGED_BY)
+
+#: Removes a pod's resourceClaims and every container's resources.claims (a container may only
+#: name claims the pod lists), by index: CEL's two-variable transformList gives the index.
+STRIP_CLAIMS = ('[JSONPatch{op: "remove", path: "/spec/resourceClaims"}] + '
+                'object.spec.containers.transformList(i, c, has(c.resources) && has(c.resources.claims), '
+                'JSONPatch{op: "remove", path: "/spec/containers/" + string(i) + "/resources/claims"})')
+
+
+def claims_stripped_policy() -> list[dict]:
+    """A MutatingAdmissionPolicy and its binding that strip the DRA claims from every pod
+    created in the suite's namespaces (an admin's "no GPUs for test namespaces" rule, or a
+    webhook gone wrong): the pods run, without GPUs.
+
+    >>> policy, binding = claims_stripped_policy()
+    >>> policy["spec"]["matchConditions"][0]["expression"], binding["spec"]["matchResources"]["namespaceSelector"]
+    ('has(object.spec.resourceClaims)', {'matchLabels': {'app.kubernetes.io/managed-by': 'draconf'}})
+    """
+    name = "strip-gpu-claims-from-test-namespaces"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": ["pods"]}]},
+                  "matchConditions": [{"name": "has-claims", "expression": "has(object.spec.resourceClaims)"}],
+                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": STRIP_CLAIMS}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name,
+                  "matchResources": {"namespaceSelector": {"matchLabels": dict(SUITE_NAMESPACE_LABEL)}}}},
     ]
 
 

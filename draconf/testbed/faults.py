@@ -25,6 +25,15 @@ FAULTS: dict[str, str] = {
         "the container is given a GPU other than the one allocated to its claim",
     "claims-not-released":
         "the node never finishes unpreparing, so generated claims outlive their pods",
+    "prepare-refused":
+        "the kubelet plugin runs, registers and publishes its GPUs, but refuses to prepare every claim "
+        "(NodePrepareResources fails with an NVML error): pods are allocated GPUs and never start",
+    "unprepare-keeps-device":
+        "the kubelet plugin reports every unprepare done but keeps the claim's devices (real nodes "
+        "only): claims are released, yet the next pod given such a GPU is refused it by the node",
+    "claims-stripped":
+        "a MutatingAdmissionPolicy made by an admin removes resourceClaims from every pod created in "
+        "the suite's namespaces: the pods run, without any GPU",
     "quota-not-enforced":
         "kube-apiserver runs without the ResourceQuota admission plugin",
     "clusterpolicy-conflict":

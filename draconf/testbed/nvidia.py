@@ -183,7 +183,8 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored",
                  "mig-counters-ignored": "mig-counters-ignored",
                  "mig-parent-mislabelled": "mig-parent-mislabelled",
-                 "mps-daemon-fails": "mps-daemon-fails"}
+                 "mps-daemon-fails": "mps-daemon-fails", "prepare-refused": "prepare-fails",
+                 "unprepare-keeps-device": "unprepare-keeps-device"}
 
 
 def feature_gates_env(gates: dict[str, bool]) -> str:

@@ -169,6 +169,25 @@ EXPECTED: dict[str, Expectation] = {
         ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
         dragged=_all("cleanup") + _all("cdi-injection") + ("job/*", "quota/*", "failure-modes/*")
         + _features(), run_args=("-k", SINGLE_GPU)),
+    # The plugin refuses every NodePrepareResources: every pod is allocated its GPUs (allocation
+    # passes: the scheduler did its part) and never starts, so no container gets one.  The
+    # kubelet's FailedPrepareDynamicResources event names the node, the driver and its error.
+    "prepare-refused": Expectation(
+        _all("cdi-injection"), {p: "plugin-unhealthy" for p in _all("cdi-injection")},
+        no_verdict=_all("cleanup"), run_args=("-k", WALKTHROUGH)),
+    # Unprepare says done and keeps the device: the claims are released and the freed GPU is
+    # allocated to the cleanup probe, whose pod the node then refuses ("already allocated to
+    # different claim"): only the probe running proves the GPU reusable.
+    "unprepare-keeps-device": Expectation(
+        ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
+        run_args=("-k", SINGLE_GPU)),
+    # An admin's MutatingAdmissionPolicy strips the claims from the suite's pods: they run,
+    # without GPUs, and prove nothing.  Both checks compare the live pods with what was applied;
+    # with nothing allocated, cleanup has nothing to release.
+    "claims-stripped": Expectation(
+        _all("allocation") + _all("cdi-injection"),
+        {p: "spec-altered" for p in _all("allocation") + _all("cdi-injection")},
+        no_verdict=_all("cleanup"), run_args=("-k", WALKTHROUGH)),
     # The bed's DeviceClass maps nvidia.com/gpu, so the extended-resource quota must hold too.
     # The templated pod beyond the quota gets its claim and runs (2.9 s to the verdict).
     "quota-not-enforced": Expectation(

@@ -17,6 +17,11 @@
 //   - unprepare-fails: NodeUnprepareResources fails for every claim ("simulated: failed to
 //     unprepare devices of claim <ns>/<name>:<uid>: device busy"); nothing is undone, so
 //     the kubelet keeps retrying;
+//   - prepare-fails: NodePrepareResources fails for every claim with an NVML error (a plugin
+//     that runs, registers and publishes, yet cannot hand out any GPU); nothing is prepared;
+//   - unprepare-keeps-device: NodeUnprepareResources reports success and deletes the claim's
+//     CDI spec, but the claim stays in the checkpoint, so its devices stay held: the next
+//     claim given one of them is refused as overlapping a prepared claim;
 //   - crash: the process exits 1 at start with an NVML initialisation error (see
 //     SimulatedNVMLInitError; handled by the command);
 //   - admin-access-exclusive: a device allocated with adminAccess is checked for overlap like
@@ -116,6 +121,10 @@ const (
 	FaultCDIWrongDevice Fault = "cdi-wrong-device"
 	// FaultUnprepareFails fails NodeUnprepareResources for every claim.
 	FaultUnprepareFails Fault = "unprepare-fails"
+	// FaultPrepareFails fails NodePrepareResources for every claim.
+	FaultPrepareFails Fault = "prepare-fails"
+	// FaultUnprepareKeepsDevice reports unprepare done but keeps the claim's devices held.
+	FaultUnprepareKeepsDevice Fault = "unprepare-keeps-device"
 	// FaultCrash exits at start with an NVML initialisation error.
 	FaultCrash Fault = "crash"
 	// FaultAdminAccessExclusive prepares adminAccess devices as exclusive ones.
@@ -139,7 +148,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
 	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored, FaultMigParentMislabelled,
-	FaultMpsDaemonFails}
+	FaultMpsDaemonFails, FaultPrepareFails, FaultUnprepareKeepsDevice}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

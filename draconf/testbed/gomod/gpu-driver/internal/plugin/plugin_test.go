@@ -522,6 +522,35 @@ func TestFaultUnprepareFails(t *testing.T) {
 	}
 }
 
+func TestFaultPrepareFails(t *testing.T) {
+	b := newBed(t, 1, FaultPrepareFails)
+	_, err := b.state.Prepare(claim("uid-1", "gpu-0"))
+	if err == nil || !strings.Contains(err.Error(), "cannot prepare claim ns/claim-uid-1") {
+		t.Fatalf("prepare under prepare-fails: %v", err)
+	}
+	if _, err := os.Stat(b.cdi.SpecPath("uid-1")); err == nil {
+		t.Error("a CDI spec was written for a claim that was refused")
+	}
+}
+
+func TestFaultUnprepareKeepsDevice(t *testing.T) {
+	b := newBed(t, 1, FaultUnprepareKeepsDevice)
+	if _, err := b.state.Prepare(claim("uid-1", "gpu-0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := b.state.Unprepare(ref("uid-1")); err != nil || !found {
+		t.Fatalf("unprepare must report success: found=%v err=%v", found, err)
+	}
+	if _, err := os.Stat(b.cdi.SpecPath("uid-1")); err == nil {
+		t.Error("the CDI spec must go: the fault keeps the device, not the spec")
+	}
+	// The next claim for the same GPU meets the claim that was never really released.
+	_, err := b.state.Prepare(claim("uid-2", "gpu-0"))
+	if err == nil || !strings.Contains(err.Error(), "uid-1") {
+		t.Fatalf("the kept device must refuse the next claim, naming the old one: %v", err)
+	}
+}
+
 func TestCheckpointFromOtherBootIsDiscarded(t *testing.T) {
 	dir := t.TempDir()
 	bootIDPath = filepath.Join(dir, "boot_id")

@@ -85,6 +85,10 @@ func (s *DeviceState) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim not yet allocated")
 	}
+	if s.cfg.Faults.Has(FaultPrepareFails) {
+		return nil, fmt.Errorf("simulated: cannot prepare claim %s on node %s: NVML: Unknown Error",
+			ResourceClaimToString(claim), s.cfg.NodeName)
+	}
 
 	// This driver's results for this node's pool.
 	var results []resourceapi.DeviceRequestAllocationResult
@@ -254,6 +258,11 @@ func (s *DeviceState) Unprepare(ref kubeletplugin.NamespacedObject) ([]PreparedD
 	}
 	if err := s.cdi.DeleteClaimSpec(claimUID); err != nil {
 		return nil, true, fmt.Errorf("unable to delete CDI spec file for claim: %w", err)
+	}
+	if s.cfg.Faults.Has(FaultUnprepareKeepsDevice) {
+		// Says done, but the devices stay recorded as this claim's: they are never free again.
+		klog.Infof("simulated: claim %s reported unprepared, its devices kept", ref.String())
+		return pc.PreparedDevices, true, nil
 	}
 	if err := s.checkpoint.update(func(cp *Checkpoint) { delete(cp.PreparedClaims, claimUID) }); err != nil {
 		return nil, true, fmt.Errorf("error deleting claim from checkpoint: %w", err)
