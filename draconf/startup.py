@@ -35,6 +35,31 @@ TRANSIENT_UNSCHEDULABLE = ("resourceclaim not available on the node", "not creat
 #: Seconds a definitive scheduler message must stand before it is a verdict.
 VERDICT_AFTER = 3.0
 
+# Why a workload never started, as data (``StartVerdicts.start_cause``, ``Start.cause``): what a
+# check does with it depends on whose promise it was, not on how the reason is worded.
+#: the scheduler cannot place a pod (its standing or confirmed PodScheduled message)
+UNSCHEDULABLE = "unschedulable"
+#: admission refused the workload's objects, or a claim or pod a controller makes for it
+ADMISSION_DENIED = "admission-denied"
+#: the API server rejected the objects (validation, conflict): the cluster's verdict on them
+REJECTED = "rejected"
+#: the node's DRA driver refuses to prepare the pod's claims: the driver's promise broken
+PREPARE_REFUSED = "prepare-refused"
+#: a pod was bound with its claims unallocated (a scheduler without DRA)
+BOUND_UNALLOCATED = "bound-unallocated"
+#: the node cannot pull the image: outside the driver's promise
+IMAGE_PULL = "image-pull"
+#: a pod ended Failed before the workload ran
+POD_FAILED = "pod-failed"
+#: a pod's claim was never created (quota, policy), seen only in an event
+CLAIM_NOT_CREATED = "claim-not-created"
+#: a feature the run expects is not there (draconf.expectations.FeatureMissing)
+FEATURE_MISSING = "feature-missing"
+#: no controller or scheduler acted (ControlPlaneStalled)
+STALLED = "stalled"
+#: nothing definitive within the timeout
+TIMEOUT = "timeout"
+
 #: "Nothing is moving": the fraction of the profile's ``timeouts.schedule`` after which a
 #: workload that no scheduler (or no claim controller) has acted on is a control-plane verdict,
 #: and the floor in seconds.  Measured on the 2-core bed under a full run: the first scheduler
@@ -89,42 +114,55 @@ class StartVerdicts:
                 # The scheduler retries; a verdict needs the same answer to stand for a while,
                 # or the cluster's state to confirm it now.
                 if self._standing((pod.uid, message), now) >= VERDICT_AFTER:
-                    return f"the scheduler cannot place pod {pod.name}: {message}"
+                    return self._cause(UNSCHEDULABLE, f"the scheduler cannot place pod {pod.name}: {message}")
                 if confirmed := self._confirmed_now(pod, message):
-                    return f"the scheduler cannot place pod {pod.name}: {message} (the cluster confirms: {confirmed})"
+                    return self._cause(UNSCHEDULABLE, f"the scheduler cannot place pod {pod.name}: {message} "
+                                                      f"(the cluster confirms: {confirmed})")
             if message and not pod.node and denial_in_text(message):
                 # The scheduler could not create the claim it makes for the pod (an extended
                 # resource's): admission refused it.  It retries, so the refusal standing is it.
                 if self._standing((pod.uid, "claim-denied"), now) >= VERDICT_AFTER:
-                    return f"admission refused the claim the scheduler creates for pod {pod.name}: {message}"
+                    return self._cause(ADMISSION_DENIED, "admission refused the claim the scheduler creates "
+                                                         f"for pod {pod.name}: {message}")
             if pod.phase == "Failed":
                 ended = "; ".join(pod.end_reasons) or "no reason given"
-                return f"pod {pod.name} failed: {pod.summary()} ({ended})"
+                return self._cause(POD_FAILED, f"pod {pod.name} failed: {pod.summary()} ({ended})")
             if pod.image_pull_failures:
                 # A kubelet retries pulls with back-off; the same failure standing is a verdict.
                 if self._standing((pod.uid, "image-pull"), now) >= VERDICT_AFTER:
-                    return (f"pod {pod.name} cannot pull its image: {'; '.join(pod.image_pull_failures)} "
-                            "(set the profile's `image` to one the nodes can pull)")
+                    return self._cause(IMAGE_PULL, f"pod {pod.name} cannot pull its image: "
+                                                   f"{'; '.join(pod.image_pull_failures)} "
+                                                   "(set the profile's `image` to one the nodes can pull)")
             if pod.phase == "Pending" and pod.node and not pod.is_deleting and pod.spec.get("resourceClaims"):
                 unallocated = self._unallocated_claims(pod)
                 if unallocated and self._standing((pod.uid, "bound-unallocated"), now) >= VERDICT_AFTER:
-                    return (f"pod {pod.name} was bound to {pod.node} with its claims unallocated "
-                            f"({', '.join(unallocated)}): {pod.spec.get('schedulerName') or 'its scheduler'} "
-                            "placed it without allocating them (does it run DRA's DynamicResources "
-                            "plugin?), and no node prepares an unallocated claim")
+                    return self._cause(BOUND_UNALLOCATED, (
+                        f"pod {pod.name} was bound to {pod.node} with its claims unallocated "
+                        f"({', '.join(unallocated)}): {pod.spec.get('schedulerName') or 'its scheduler'} "
+                        "placed it without allocating them (does it run DRA's DynamicResources "
+                        "plugin?), and no node prepares an unallocated claim"))
             if pod.phase == "Pending" and pod.node and pod.spec.get("resourceClaims"):
                 # The node's DRA driver refused to prepare the claims; the kubelet retries with
                 # back-off, so the refusal standing is a verdict.
                 refused = self._standing_event(pod, "FailedPrepareDynamicResources", now)
                 if refused:
-                    return f"the node cannot prepare the claims of pod {pod.name}: {refused}"
+                    return self._cause(PREPARE_REFUSED, f"the node cannot prepare the claims of pod {pod.name} "
+                                                        f"on {pod.node}: {refused}")
             if pod.phase == "Pending" and not pod.node and not pod.claim_names() \
                     and pod.spec.get("resourceClaims"):
                 # The claim was never created (e.g. quota): the reason is only in an event.
                 refused = self._standing_event(pod, "FailedResourceClaimCreation", now)
                 if refused:
-                    return f"the claim of pod {pod.name} cannot be created: {refused}"
+                    return self._cause(CLAIM_NOT_CREATED, f"the claim of pod {pod.name} cannot be created: {refused}")
         return self._controller_denied(pods)
+
+    #: the kind of the last verdict :meth:`verdict` gave (one of the causes above)
+    start_cause: str | None = None
+
+    def _cause(self, kind: str, message: str) -> str:
+        """``message``, the verdict, with its kind kept for :class:`draconf.workload.Start`."""
+        self.start_cause = kind
+        return message
 
     def _confirmed_now(self, pod: Pod, message: str) -> str | None:
         """:meth:`confirm_unschedulable` for :meth:`verdict`: asked once per pod and message
@@ -207,7 +245,7 @@ class StartVerdicts:
             return None
         for event in reversed(self.events()):
             if " FailedCreate " in event and denial_in_text(event):
-                return f"admission refused the workload's pods: {event}"
+                return self._cause(ADMISSION_DENIED, f"admission refused the workload's pods: {event}")
         return None
 
     def check_moving(self, pods: list[Pod], now: float | None = None) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import allocation, manifests, podsecurity, waits
+from draconf import allocation, manifests, podsecurity, startup, waits
 from draconf.admission import AdmissionDenied
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
@@ -64,10 +64,25 @@ class Start:
     failure: str | None = None
     #: a control-plane code (ControlPlaneStalled.code) when nothing acted on the workload
     stalled: str | None = None
+    #: what kind of reason ``failure`` is (draconf.startup: PREPARE_REFUSED, IMAGE_PULL, ...)
+    cause: str | None = None
 
     @property
     def never_started(self) -> bool:
         return self.failure is not None
+
+    @property
+    def refused_by_node(self) -> bool:
+        """The node's DRA driver refused to prepare the claims the scheduler allocated: the
+        driver's promise broken on the node, a failure of the checks after allocation, not a
+        reason to give them no verdict (an image that cannot be pulled is one).
+
+        >>> Start(None, "the node cannot prepare ...", cause=startup.PREPARE_REFUSED).refused_by_node
+        True
+        >>> Start(None, "pod p cannot pull its image ...", cause=startup.IMAGE_PULL).refused_by_node
+        False
+        """
+        return self.cause == startup.PREPARE_REFUSED
 
     @property
     def no_verdict_cause(self) -> str:
@@ -110,19 +125,25 @@ class DeployedWorkload(StartVerdicts):
         try:
             manifests.create(api, namespace, docs, labels)
         except AdmissionDenied as err:
-            return Start(deployed, err.msg)
+            return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED)
         except ApiException as err:
             if err.status not in REJECTED_STATUSES:
                 raise
             return Start(deployed, f"the API server rejected the workload's objects: "
-                                   f"{err.status} {err.reason}: {_api_message(err)}")
+                                   f"{err.status} {err.reason}: {_api_message(err)}", cause=startup.REJECTED)
+        return deployed.started()
+
+    def started(self) -> Start:
+        """Wait for the deployed pods to run: how that ended, with the cluster's reason as data."""
         try:
-            deployed.wait_running()
+            self.wait_running()
         except ControlPlaneStalled as err:
-            return Start(deployed, str(err), stalled=err.code)
+            return Start(self, str(err), stalled=err.code, cause=startup.STALLED)
+        except waits.TerminalState as err:
+            return Start(self, str(err), cause=self.start_cause)
         except waits.WaitFailed as err:
-            return Start(deployed, str(err))
-        return Start(deployed)
+            return Start(self, str(err), cause=startup.TIMEOUT)
+        return Start(self)
 
     # --- observing ---------------------------------------------------------------------------
     def pods(self, include_deleting: bool = False) -> list[Pod]:
@@ -541,7 +562,16 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
         got = sorted(r.key for r in claim.results)
         assert got == sorted(d.key for d in group), (
             f"probe for the freed devices got {got}, expected {sorted(d.key for d in group)}")
-        evidence.append(f"re-allocated {', '.join(got)} to a probe claim")
+        # Allocated is the scheduler's part; a driver that said "unprepared" but still holds
+        # the device refuses it here, on the node: only a running pod proves it reusable.
+        try:
+            probe.wait_running()
+        except ControlPlaneStalled:
+            raise  # the run's breaker and diagnosis take it as it is
+        except waits.WaitFailed as err:
+            raise AssertionError(f"freed devices are not reusable: {', '.join(got)} were allocated again, but "
+                                 f"the probe pod on them never ran: {err}") from None
+        evidence.append(f"re-allocated {', '.join(got)} to a probe claim, and its pod ran on {node}")
         delete_pods(api, namespace, name)
         api.resource.delete_namespaced_resource_claim(name, namespace)
     return evidence

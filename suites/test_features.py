@@ -46,10 +46,11 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from draconf import capabilities, cel, manifests, taints, waits
+from draconf import capabilities, cel, manifests, startup, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim, device_holders
 from draconf.errors import NoVerdict
+from draconf.expectations import FeatureMissing
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
 from draconf.startup import VERDICT_AFTER, allocated_once_freed, wait_scheduler_answer
@@ -78,8 +79,6 @@ test_workloads = _walkthrough_module()
 log = logging.getLogger("draconf")
 
 FEATURES = ["extended-resource", "prioritized-list", "admin-access", "device-taints"]
-#: How DeployedWorkload.verdict words a node's standing refusal to prepare a pod's claims.
-PREPARE_REFUSED = "the node cannot prepare the claims of pod"
 
 
 # --- extended resources ------------------------------------------------------------------------
@@ -100,9 +99,10 @@ class ExtendedResourceWorkload(DeployedWorkload):
             if resource and f"Insufficient {resource}" in message and "cannot allocate" not in message:
                 first = self._unschedulable_since.setdefault((pod.uid, "insufficient"), now)
                 if now - first >= VERDICT_AFTER:
-                    return (f"the scheduler cannot place pod {pod.name}: {message} (DeviceClass "
-                            f"{self.profile.device_class} maps {resource}, but the scheduler does not "
-                            "serve it through DRA: is DRAExtendedResource on in kube-scheduler?)")
+                    return self._cause(startup.UNSCHEDULABLE, (
+                        f"the scheduler cannot place pod {pod.name}: {message} (DeviceClass "
+                        f"{self.profile.device_class} maps {resource}, but the scheduler does not "
+                        "serve it through DRA: is DRAExtendedResource on in kube-scheduler?)"))
         return None
 
 
@@ -110,8 +110,7 @@ def start_extended_resource(request, cluster, profile, run_id, avoid=frozenset()
     from draconf.pytest_plugin import make_namespace
     capability = capabilities.extended_resource(cluster, profile.device_class,
                                                 profile.capabilities.extended_resource)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("extended-resource", capability)
     resource = profile.capabilities.extended_resource
     plugin_nodes = capabilities.device_plugin_nodes(cluster, resource)
     if plugin_nodes:
@@ -226,8 +225,7 @@ def start_prioritized_list(request, cluster, profile, run_id, published, avoid=f
     fallback = test_workloads.choose_model(published, profile)
     ns = make_namespace(request, cluster, run_id, "prioritized-list")
     capability = capabilities.prioritized_list(cluster, ns, profile.device_class)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("prioritized-list", capability)
     workload = PrioritizedWorkload("prioritized-list", ["features/41-prioritized-list.yaml"],
                                    expected_pods=1, fallback_model=fallback, avoid_nodes=avoid)
     class_cel = class_selectors(cluster, profile.device_class) or []
@@ -257,8 +255,7 @@ def start_admin_access(request, cluster, profile, run_id, published, avoid=froze
     ns = make_namespace(request, cluster, run_id, "admin-access")
     label_for_admin_access(cluster, ns)
     capability = capabilities.admin_access(cluster, ns, profile.device_class)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("admin-access", capability)
     holder = Workload("admin-access", ["features/42-gpu-in-use.yaml"], expected_pods=1, avoid_nodes=avoid)
     start = DeployedWorkload.start(cluster, ns, holder, profile, run_id.labels)
     if start.never_started:
@@ -282,18 +279,13 @@ def start_admin_access(request, cluster, profile, run_id, published, avoid=froze
     try:
         manifests.create(cluster, ns, monitor_docs, run_id.labels)
     except AdmissionDenied as err:
-        return Start(deployed, err.msg)
+        return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED)
     except ApiException as err:
         if err.status not in REJECTED_STATUSES:
             raise
-        return Start(deployed, f"the API server rejected the monitor's objects: {err.status} {err.reason}")
-    try:
-        deployed.wait_running()
-    except waits.ControlPlaneStalled as err:
-        return Start(deployed, str(err), stalled=err.code)
-    except waits.WaitFailed as err:
-        return Start(deployed, str(err))
-    return Start(deployed)
+        return Start(deployed, f"the API server rejected the monitor's objects: {err.status} {err.reason}",
+                     cause=startup.REJECTED)
+    return deployed.started()
 
 
 # --- device taints ----------------------------------------------------------------------------
@@ -333,8 +325,7 @@ def tainted_target(request, cluster, profile, ns: str, avoid=frozenset()) -> tai
     drops request tolerations, the profile has no uuid attribute, or no published device of the
     validated nodes carries a NoSchedule/NoExecute taint."""
     capability = capabilities.device_taints(cluster, ns, profile.device_class)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("device-taints", capability)
     if not profile.has("uuid"):
         pytest.skip(f"device-taints selects the tainted device by uuid: {profile.lacks('uuid')}")
     uuid = f"{profile.domain}/{profile.attributes['uuid']}"
@@ -377,14 +368,19 @@ def start_device_taints(request, cluster, profile, run_id, avoid=frozenset()) ->
 def started(request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
     """The feature workload started on the GPU nodes the run validates (kept off the others)."""
     avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
-    if request.param == "extended-resource":
-        start = start_extended_resource(request, cluster, profile, run_id, avoid)
-    elif request.param == "prioritized-list":
-        start = start_prioritized_list(request, cluster, profile, run_id, published, avoid)
-    elif request.param == "device-taints":
-        start = start_device_taints(request, cluster, profile, run_id, avoid)
-    else:
-        start = start_admin_access(request, cluster, profile, run_id, published, avoid)
+    try:
+        if request.param == "extended-resource":
+            start = start_extended_resource(request, cluster, profile, run_id, avoid)
+        elif request.param == "prioritized-list":
+            start = start_prioritized_list(request, cluster, profile, run_id, published, avoid)
+        elif request.param == "device-taints":
+            start = start_device_taints(request, cluster, profile, run_id, avoid)
+        else:
+            start = start_admin_access(request, cluster, profile, run_id, published, avoid)
+    except FeatureMissing as missing:
+        # An expected feature is not there: the workload's allocation fails with it (nothing
+        # was deployed, so injection and cleanup give no verdict).
+        return Start(None, str(missing), cause=startup.FEATURE_MISSING)
     if start.stalled:
         from draconf.pytest_plugin import trip_breaker
         trip_breaker(request.config, start.stalled, start.failure)
@@ -401,10 +397,8 @@ class TestFeatureWorkload(test_workloads.TestWorkload):
         feature_allocation(request, started.deployed, published_devices, cluster, profile)
 
     def test_cdi_injection(self, started, published_devices):
-        # A feature's claim the node's driver refuses to prepare is the feature failing on the
-        # node (e.g. a driver without admin-access support), not a workload that could not be judged.
-        if started.never_started and PREPARE_REFUSED in (started.failure or ""):
-            pytest.fail(f"the container never got its devices: {started.failure}", pytrace=False)
+        # A feature's claim the node's driver refuses to prepare fails here, as any workload's
+        # does (e.g. a driver without admin-access support): TestWorkload.test_cdi_injection.
         super().test_cdi_injection(started, published_devices)
 
     @pytest.mark.flaky(reruns=0)  # as the inherited one: a rerun would find nothing to release
@@ -513,8 +507,7 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
     from draconf.pytest_plugin import make_namespace
     capability = capabilities.extended_resource(cluster, profile.device_class,
                                                 profile.capabilities.extended_resource)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("extended-resource", capability)
     resource = profile.capabilities.extended_resource
     legacy, dra = f"requests.{resource}", deviceclass_key(profile.device_class)
     ns = make_namespace(request, cluster, run_id, "extended-resource-quota")
@@ -652,12 +645,11 @@ EVICTION_EVENT = "DeviceTaintManagerEviction"
 EVICTION_EVENT_TIMEOUT = 15
 
 
-def rule_capability(cluster, profile) -> None:
+def rule_capability(request, cluster, profile) -> None:
     """Skip, with the API server's answer, where DeviceTaintRule is not served (1.36: beta, off
-    by default)."""
+    by default), unless the run expects it (``--expect-feature device-taint-rules``)."""
     capability = capabilities.device_taint_rules(cluster, profile.driver)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("device-taint-rules", capability)
 
 
 def create_rule(request, cluster, ns: str, run_id, manifest: str, key: str, suffix: str = "") -> str:
@@ -729,7 +721,7 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
     pod unschedulable.  The rule's status (written by kube-controller-manager) is the evidence the
     control plane took the rule in."""
     ns = namespace
-    rule_capability(cluster, profile)
+    rule_capability(request, cluster, profile)
     if not profile.has("uuid"):
         pytest.skip(f"device-taint-rule selects the ruled device by uuid: {profile.lacks('uuid')}")
     device = free_gpu(cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid)
@@ -788,7 +780,7 @@ def test_device_taint_rule_no_execute_evicts_untolerated_pods(request, cluster, 
     released, the tolerating pod must keep running, and the drained GPU's rule reports the
     eviction in its status."""
     ns = namespace
-    rule_capability(cluster, profile)
+    rule_capability(request, cluster, profile)
     workload = Workload("device-taint-rule", ["features/51-gpu-drained.yaml"], expected_pods=2,
                         avoid_nodes=validated_nodes.avoid)
     start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
@@ -871,11 +863,11 @@ class SharingWorkload(Workload):
         return docs
 
 
-def sharing_target(cluster, profile, published, avoid, gpus: int) -> list[str]:
-    """The nodes the sharing scenarios may run on, or a skip with the reason."""
+def sharing_target(request, cluster, profile, published, avoid, gpus: int) -> list[str]:
+    """The nodes the sharing scenarios may run on, or a skip with the reason (a failure where
+    the run expects GPU sharing: ``--expect-feature gpu-sharing``)."""
     capability, nodes = capabilities.gpu_sharing(cluster, profile, published, avoid, gpus)
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("gpu-sharing", capability)
     return nodes
 
 
@@ -888,7 +880,7 @@ class TestGpuSharing(test_workloads.TestWorkload):
     def started(cls, request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
         from draconf.pytest_plugin import make_namespace
         avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
-        nodes = sharing_target(cluster, profile, published, avoid, gpus=2)
+        nodes = sharing_target(request, cluster, profile, published, avoid, gpus=2)
         ns = make_namespace(request, cluster, run_id, SHARING_WORKLOAD)
         # One pod, two GPUs: on a node that runs containers (a KWOK node would be as good to
         # the scheduler).
@@ -1004,10 +996,10 @@ def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]
 
 
 @pytest.fixture
-def one_gpu_sharing_nodes(cluster, profile, validated_nodes, published_devices) -> list[str]:
+def one_gpu_sharing_nodes(request, cluster, profile, validated_nodes, published_devices) -> list[str]:
     """The nodes a one-GPU sharing scenario may run on, or a skip with the reason.  Asked for
     before ``namespace``: a test skipped for want of them creates nothing."""
-    return sharing_target(cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid,
+    return sharing_target(request, cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid,
                           gpus=1)
 
 
