@@ -36,6 +36,8 @@ class Capability:
     name: str
     available: bool
     evidence: str
+    #: the probe itself was refused (admission, validation): nothing was learnt of the feature
+    refused: bool = False
 
     @property
     def skip_reason(self) -> str:
@@ -82,7 +84,7 @@ def served_field(api, namespace: str, name: str, claim: dict, path: str) -> Capa
     kept, refused = dry_run_claim(api, namespace, claim)
     if refused:
         return Capability(name, False, f"a server-side dry-run create of a claim using it was "
-                                       f"refused: {refused}")
+                                       f"refused: {refused}", refused=True)
     value = field_at(kept, path)
     if value in (None, [], {}, False):
         return Capability(name, False, f"the API server dropped `{path}` from a dry-run create "
@@ -181,7 +183,7 @@ def device_taint_rules(api, driver: str) -> Capability:
                                            "--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true)")
         if err.status in (400, 403, 422):
             return Capability(name, False, f"a server-side dry-run create of a DeviceTaintRule was refused: "
-                                           f"HTTP {err.status}: {_server_message(err)}")
+                                           f"HTTP {err.status}: {_server_message(err)}", refused=True)
         raise
     kept = api.api_client.sanitize_for_serialization(kept)
     if field_at(kept, "spec.taint.key") is None or field_at(kept, "spec.deviceSelector.device") is None:

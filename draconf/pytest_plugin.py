@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from draconf import namespaces, reporting
+from draconf import expectations, namespaces, reporting
 from draconf.errors import DraconfError
 from draconf.kube import connect, connect_target
 from draconf.profile import for_target, resolve as resolve_profile
@@ -135,6 +135,11 @@ def pytest_addoption(parser):
                     help="also run model-selected and memory-selected once per published product "
                          "name and memory size (a test id and a report row per class); reads the "
                          "cluster's devices when the session starts")
+    group.addoption("--expect-feature", action="append", default=[], metavar="FEATURE",
+                    help="fail, not skip, when this feature is missing (repeatable; GA features of the "
+                         "server's version are expected anyway): " + ", ".join(expectations.FEATURES))
+    group.addoption("--waive-feature", action="append", default=[], metavar="FEATURE",
+                    help="skip, not fail, when this feature is missing, even if GA (repeatable)")
     reporting.pytest_addoption(parser)
 
 
@@ -161,6 +166,8 @@ def pytest_configure(config):
     try:
         config.stash[PROFILE] = for_target(resolve_profile(config.getoption("--profile")),
                                            config.getoption("--target"))
+        expectations.Expectations.of(None, config.getoption("--expect-feature"),
+                                     config.getoption("--waive-feature"))
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
@@ -579,6 +586,15 @@ def namespace(request, cluster, run_id):
 #: Preflight checks whose failure leaves no point in deploying GPU workloads.
 GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-slices",
                  "device-attributes", "device-class-selectors", "kubelet-plugin", "gpu-cluster"}
+
+
+@pytest.fixture(scope="session")
+def expected_features(pytestconfig, cluster) -> expectations.Expectations:
+    """The features this cluster must have: GA in its server version, and those the user named
+    (``--expect-feature``); ``--waive-feature`` lets one be missing."""
+    return expectations.Expectations.of(cluster.version.get_code().git_version,
+                                        pytestconfig.getoption("--expect-feature"),
+                                        pytestconfig.getoption("--waive-feature"))
 
 
 @pytest.fixture(scope="session")

@@ -38,12 +38,12 @@ MIG_ON_WHOLE = "mig-on-whole-gpu"
 
 
 @pytest.fixture
-def mig_devices(cluster, profile, published_devices, validated_nodes) -> list:
-    """The published MIG devices of the validated nodes, or a skip with the reason.  Tests ask
-    for it before ``namespace``: a test skipped for want of MIG creates nothing."""
+def mig_devices(request, cluster, profile, published_devices, validated_nodes) -> list:
+    """The published MIG devices of the validated nodes, or a skip with the reason (a failure
+    where the run expects MIG: ``--expect-feature mig``).  Tests ask for it before
+    ``namespace``: a test skipped for want of MIG creates nothing."""
     capability, found = capabilities.mig(cluster, profile, validated_nodes.devices(published_devices))
-    if not capability.available:
-        pytest.skip(capability.skip_reason)
+    request.getfixturevalue("expected_features").require("mig", capability)
     return found
 
 

@@ -113,8 +113,10 @@ DIAGNOSES: dict[str, str] = {
     "feature-disabled":
         "The API server accepted a DRA field (a prioritized list, an extended resource mapped by a "
         "DeviceClass) that kube-scheduler does not act on: its feature gate is off there, e.g. a "
-        "scheduler older than the API server. Turn the gate on in kube-scheduler (and the "
-        "kubelets), keeping every control-plane component at one version.",
+        "scheduler older than the API server; or a feature the cluster must have (GA in its "
+        "Kubernetes version, or named by --expect-feature) is not served at all. Turn the gate on "
+        "in kube-scheduler (and the kubelets), keeping every control-plane component at one "
+        "version; for a feature the platform does not offer, pass --waive-feature.",
     "admin-access-unsupported":
         "A claim was allocated a GPU with adminAccess (shared with the claim already using it, "
         "as monitoring agents and the GPU Operator's validator need), but the node's DRA driver "

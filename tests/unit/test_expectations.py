@@ -1,0 +1,51 @@
+"""What a missing feature means for a run: skip, fail (feature-disabled) or no verdict."""
+
+import pytest
+
+from draconf.capabilities import Capability
+from draconf.errors import DraconfError, NoVerdict
+from draconf.expectations import FEATURE_DISABLED, Expectations, FeatureMissing
+
+DROPPED = Capability("prioritized-list (firstAvailable)", False,
+                     "the API server dropped `spec.devices.requests.0.firstAvailable.1.name` from a dry-run create")
+REFUSED = Capability("admin access (adminAccess)", False,
+                     "a server-side dry-run create of a claim using it was refused: HTTP 403: "
+                     "admission webhook \"deny-claims.example.com\" denied the request: no", refused=True)
+
+
+def test_a_ga_feature_missing_fails_with_feature_disabled():
+    with pytest.raises(FeatureMissing) as err:
+        Expectations.of("v1.36.3").require("prioritized-list", DROPPED)
+    assert str(err.value).startswith(FEATURE_DISABLED)
+    assert "GA since Kubernetes 1.36 (DRAPrioritizedList)" in str(err.value)
+    assert "dropped" in str(err.value)
+
+
+def test_the_same_feature_before_its_ga_is_a_skip():
+    with pytest.raises(pytest.skip.Exception) as err:
+        Expectations.of("v1.35.4").require("prioritized-list", DROPPED)
+    assert "is not available on this cluster" in str(err.value)
+
+
+def test_waived_and_expected_by_flag():
+    with pytest.raises(pytest.skip.Exception):
+        Expectations.of("v1.36.3", waive=["prioritized-list"]).require("prioritized-list", DROPPED)
+    with pytest.raises(FeatureMissing):
+        Expectations.of("v1.35.4", expect=["prioritized-list"]).require("prioritized-list", DROPPED)
+
+
+def test_a_refused_probe_is_no_verdict_naming_the_webhook():
+    with pytest.raises(NoVerdict) as err:
+        Expectations.of("v1.36.3").require("admin-access", REFUSED)
+    assert 'admission webhook "deny-claims.example.com" refused the probe' in str(err.value)
+
+
+def test_available_is_nothing():
+    Expectations.of("v1.36.3").require("prioritized-list", Capability("p", True, "kept"))
+
+
+def test_bad_flags_are_clear_errors():
+    with pytest.raises(DraconfError, match="both expected and waived"):
+        Expectations.of("v1.36.3", expect=["mig"], waive=["mig"])
+    with pytest.raises(DraconfError, match="unknown feature 'sharing'"):
+        Expectations.of("v1.36.3", expect=["sharing"])
