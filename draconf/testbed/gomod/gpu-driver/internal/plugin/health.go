@@ -1,13 +1,16 @@
 package plugin
 
+// The gRPC health service that the chart's startup and liveness probes ask (grpc probes on
+// HEALTHCHECK_PORT, service "liveness").  Like the real plugin's (upstream
+// cmd/gpu-kubelet-plugin/health.go), it says SERVING only while both of the plugin's sockets
+// answer: the registration socket a GetInfo, the DRA socket an empty NodePrepareResources.
+// So a plugin whose kubelet-facing servers stopped fails its probes and is restarted.
+
 import (
 	"context"
 	"fmt"
 	"net"
-	"net/url"
-	"path"
-	"strconv"
-	"sync"
+	"path/filepath"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,90 +23,91 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// healthcheck is upstream's gRPC health service (cmd/gpu-kubelet-plugin/health.go), which the
-// chart's startup and liveness probes query (grpc port HEALTHCHECK_PORT, service
-// "liveness"): serving when the registration socket answers GetInfo and the DRA socket
-// answers an empty NodePrepareResources.
+// healthcheck is the running health service and its clients of the plugin's two sockets.
 type healthcheck struct {
 	grpc_health_v1.UnimplementedHealthServer
 
-	server    *grpc.Server
-	wg        sync.WaitGroup
-	kphelper  *kubeletplugin.Helper
-	regClient registerapi.RegistrationClient
-	draClient drapb.DRAPluginClient
-	conns     []*grpc.ClientConn
+	server *grpc.Server
+	done   chan struct{} // closed once the server stopped serving
+	helper *kubeletplugin.Helper
+	conns  []*grpc.ClientConn
+	reg    registerapi.RegistrationClient
+	dra    drapb.DRAPluginClient
 }
 
+// startHealthcheck serves the health service on cfg.HealthcheckPort (0: any free port); a
+// negative port means none, and nil is returned.
 func startHealthcheck(cfg *Config, helper *kubeletplugin.Helper) (*healthcheck, error) {
-	port := cfg.HealthcheckPort
-	if port < 0 {
+	if cfg.HealthcheckPort < 0 {
 		return nil, nil
 	}
-	addr := net.JoinHostPort("", strconv.Itoa(port))
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen for healthcheck service at %s: %w", addr, err)
+	h := &healthcheck{server: grpc.NewServer(), done: make(chan struct{}), helper: helper}
+	for _, socket := range []string{
+		filepath.Join(cfg.KubeletRegistrarDirectoryPath, DriverName+"-reg.sock"),
+		filepath.Join(cfg.DriverPluginPath(), "dra.sock"),
+	} {
+		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			h.closeConns()
+			return nil, fmt.Errorf("health service: no client for %s: %w", socket, err)
+		}
+		h.conns = append(h.conns, conn)
 	}
-	regSock := (&url.URL{Scheme: "unix", Path: path.Join(cfg.KubeletRegistrarDirectoryPath, DriverName+"-reg.sock")}).String()
-	regConn, err := grpc.NewClient(regSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	h.reg, h.dra = registerapi.NewRegistrationClient(h.conns[0]), drapb.NewDRAPluginClient(h.conns[1])
+
+	lis, err := net.Listen("tcp", fmt.Sprintf(":%d", cfg.HealthcheckPort))
 	if err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("connect to registration socket: %w", err)
-	}
-	draSock := (&url.URL{Scheme: "unix", Path: path.Join(cfg.DriverPluginPath(), "dra.sock")}).String()
-	draConn, err := grpc.NewClient(draSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		lis.Close()
-		regConn.Close()
-		return nil, fmt.Errorf("connect to DRA socket: %w", err)
-	}
-	h := &healthcheck{
-		server:    grpc.NewServer(),
-		kphelper:  helper,
-		regClient: registerapi.NewRegistrationClient(regConn),
-		draClient: drapb.NewDRAPluginClient(draConn),
-		conns:     []*grpc.ClientConn{regConn, draConn},
+		h.closeConns()
+		return nil, fmt.Errorf("health service: cannot listen on port %d: %w", cfg.HealthcheckPort, err)
 	}
 	grpc_health_v1.RegisterHealthServer(h.server, h)
-	h.wg.Add(1)
+	klog.Infof("Health service listening on %s", lis.Addr())
 	go func() {
-		defer h.wg.Done()
-		klog.Infof("starting healthcheck service at %s", lis.Addr().String())
+		defer close(h.done)
 		if err := h.server.Serve(lis); err != nil {
-			klog.Errorf("failed to serve healthcheck service on %s: %v", addr, err)
+			klog.Errorf("Health service on %s ended: %v", lis.Addr(), err)
 		}
 	}()
 	return h, nil
 }
 
-func (h *healthcheck) Stop() {
-	if h == nil {
-		return
-	}
-	klog.Info("Stopping healthcheck service")
-	h.server.GracefulStop()
-	h.wg.Wait()
+func (h *healthcheck) closeConns() {
 	for _, c := range h.conns {
 		c.Close()
 	}
 }
 
-// Check implements grpc_health_v1.HealthServer.
+// Stop ends the service once the calls in flight are answered.
+func (h *healthcheck) Stop() {
+	if h == nil {
+		return
+	}
+	klog.Info("Health service stopping")
+	h.server.GracefulStop()
+	<-h.done
+	h.closeConns()
+}
+
+// Check answers a probe: SERVING when both sockets answer, else NOT_SERVING (an answer, not
+// an error, so the probe fails as unhealthy rather than as unreachable).
 func (h *healthcheck) Check(ctx context.Context, req *grpc_health_v1.HealthCheckRequest) (*grpc_health_v1.HealthCheckResponse, error) {
 	if s := req.GetService(); s != "" && s != "liveness" {
-		return nil, status.Error(codes.NotFound, "unknown service")
+		return nil, status.Errorf(codes.NotFound, "no health service %q here (only \"liveness\")", s)
 	}
-	resp := &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_NOT_SERVING}
-	if _, err := h.regClient.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
-		klog.ErrorS(err, "failed to call GetInfo")
-		return resp, nil
+	if err := h.socketsAnswer(ctx); err != nil {
+		klog.Errorf("Health check failed: %v", err)
+		return &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_NOT_SERVING}, nil
 	}
-	if _, err := h.draClient.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{}); err != nil {
-		klog.ErrorS(err, "failed to call NodePrepareResources")
-		return resp, nil
+	klog.V(6).Infof("Health check passed; kubelet registration: %s", h.helper.RegistrationStatus())
+	return &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_SERVING}, nil
+}
+
+func (h *healthcheck) socketsAnswer(ctx context.Context) error {
+	if _, err := h.reg.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		return fmt.Errorf("registration socket, GetInfo: %w", err)
 	}
-	klog.V(6).Infof("Current kubelet plugin registration status: %s", h.kphelper.RegistrationStatus())
-	resp.Status = grpc_health_v1.HealthCheckResponse_SERVING
-	return resp, nil
+	if _, err := h.dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{}); err != nil {
+		return fmt.Errorf("DRA socket, empty NodePrepareResources: %w", err)
+	}
+	return nil
 }
