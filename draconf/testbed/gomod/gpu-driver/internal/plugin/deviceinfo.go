@@ -21,9 +21,9 @@ import (
 	"draconf.local/testbed/gpu-driver/internal/nvmlsim"
 )
 
-// GpuInfo is one full, physical GPU, as upstream's GpuInfo
-// (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1 cmd/gpu-kubelet-plugin/deviceinfo.go),
-// filled from the simulated NVML data the way upstream's getGpuInfo (nvlib.go) fills it.
+// GpuInfo is one full, physical GPU: what the real plugin learns of it from NVML and publishes
+// (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1 cmd/gpu-kubelet-plugin deviceinfo.go, nvlib.go),
+// here read from the simulated NVML data.
 type GpuInfo struct {
 	UUID                  string  `json:"uuid"`
 	Minor                 int     `json:"minor"`
@@ -43,19 +43,19 @@ type GpuInfo struct {
 	pcieRootAttr *deviceattribute.DeviceAttribute
 }
 
-// CanonicalName is the device name in the ResourceSlice: gpu-<minor> (upstream
-// deviceinfo.go GpuInfo.CanonicalName).
+// CanonicalName is the device name in the ResourceSlice, gpu-<minor>, as the real plugin
+// names a full GPU.
 func (d *GpuInfo) CanonicalName() string {
-	return fmt.Sprintf("gpu-%d", d.Minor)
+	return "gpu-" + strconv.Itoa(d.Minor)
 }
 
-// String gives the minor for recognisability and the UUID for precision (upstream).
+// String names the GPU in logs: its device name and UUID.
 func (d *GpuInfo) String() string {
-	return fmt.Sprintf("%s-%s", d.CanonicalName(), d.UUID)
+	return d.CanonicalName() + " (" + d.UUID + ")"
 }
 
-// Attributes is upstream's GpuInfo.Attributes() (v0.4.1 deviceinfo.go): strings for type,
-// uuid, productName, brand, architecture; versions (strict semver) for
+// Attributes are the attributes the real plugin publishes for a full GPU (v0.4.1): strings
+// for type, uuid, productName, brand, architecture; versions (strict semver) for
 // cudaComputeCapability, driverVersion, cudaDriverVersion; the standard
 // resource.kubernetes.io/pciBusID and resource.kubernetes.io/pcieRoot strings; and
 // addressingMode only where the platform supports one.
@@ -82,7 +82,8 @@ func (d *GpuInfo) Attributes() map[resourceapi.QualifiedName]resourceapi.DeviceA
 	return attrs
 }
 
-// fullGpuCapacity is upstream's partitions.go fullGpuCapacity: just `memory`, in bytes.
+// fullGpuCapacity is a full GPU's one capacity, `memory`, in bytes (as the real plugin
+// publishes it without DynamicMIG).
 func (d *GpuInfo) fullGpuCapacity() map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
 	if d.MemoryBytes == nil {
 		return nil
@@ -92,7 +93,7 @@ func (d *GpuInfo) fullGpuCapacity() map[resourceapi.QualifiedName]resourceapi.De
 	}
 }
 
-// GetDevice is the ResourceSlice entry of this GPU (upstream GpuInfo.GetDevice).
+// GetDevice is the ResourceSlice entry of this GPU.
 func (d *GpuInfo) GetDevice() resourceapi.Device {
 	return resourceapi.Device{
 		Name:       d.CanonicalName(),
@@ -131,8 +132,8 @@ func healthTaints(h *nvmlsim.Health, seen time.Time) []resourceapi.DeviceTaint {
 	return taints
 }
 
-// DeviceLib is the simulated counterpart of upstream's deviceLib (nvlib.go): the GPUs NVML
-// reports on this node, in NVML (PCI bus id) order.
+// DeviceLib is the GPUs NVML reports on this node, in NVML (PCI bus id) order: what the real
+// plugin's device library (nvlib.go) enumerates.
 type DeviceLib struct {
 	containerDriverRoot string
 	nvidiaSMIPath       string
@@ -143,27 +144,26 @@ type DeviceLib struct {
 	migs       map[string]*migCapable
 }
 
-// NewDeviceLib locates the driver in the container driver root and enumerates the GPUs, as
-// upstream's newDeviceLib + enumerateAllPossibleDevices (DynamicMIG and passthrough off, the
-// chart defaults).  With the no-devices fault NVML initialises (INIT_FLAG_NO_GPUS, as
-// upstream does) and finds no GPU.
+// NewDeviceLib finds the driver in the container driver root (its NVML library and
+// nvidia-smi, which the real plugin looks for there too) and enumerates the GPUs, as the real
+// plugin does with DynamicMIG and passthrough off (the chart's defaults).  Under the
+// no-devices fault NVML starts and reports no GPU, as the real one started to allow zero GPUs.
 func NewDeviceLib(containerDriverRoot string, faults Faults) (*DeviceLib, error) {
-	// Upstream root.go getDriverLibraryPath looks for libnvidia-ml.so.1; the simulated NVML
-	// library is nvml.json.
+	// The real library is libnvidia-ml.so.1; the simulated one is nvml.json.
 	if _, err := os.Stat(nvmlsim.Path(containerDriverRoot)); err != nil {
-		return nil, fmt.Errorf("failed to locate driver libraries: error locating %q: %w",
-			nvmlsim.RelPath, err)
+		return nil, fmt.Errorf("no NVIDIA driver in driver root %s: its NVML library %s is missing: %w",
+			containerDriverRoot, nvmlsim.RelPath, err)
 	}
 	smi, err := findFile(containerDriverRoot, "nvidia-smi", "/opt/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
 	if err != nil {
-		return nil, fmt.Errorf("failed to locate nvidia-smi: %w", err)
+		return nil, fmt.Errorf("no nvidia-smi in driver root %s: %w", containerDriverRoot, err)
 	}
 	l := &DeviceLib{containerDriverRoot: containerDriverRoot, nvidiaSMIPath: smi}
 
-	klog.Infof("Traverse GPU devices")
+	klog.Infof("Enumerating the GPUs NVML reports (driver root %s)", containerDriverRoot)
 	data, err := nvmlsim.Load(containerDriverRoot)
 	if err != nil {
-		return nil, fmt.Errorf("error enumerating all possible devices: error enumerating allocatable devices: ensureNVML failed: %w", err)
+		return nil, fmt.Errorf("NVML did not start: %w", err)
 	}
 	if faults.Has(FaultNoDevices) {
 		klog.Warningf("simulated fault %s: NVML reports no GPU on this node", FaultNoDevices)
@@ -173,7 +173,7 @@ func NewDeviceLib(containerDriverRoot string, faults Faults) (*DeviceLib, error)
 	for i, g := range data.GPUs {
 		info, err := gpuInfo(i, g, data)
 		if err != nil {
-			return nil, fmt.Errorf("error enumerating all possible devices: error enumerating allocatable devices: error getting info for GPU %d: %w", i, err)
+			return nil, fmt.Errorf("NVML's GPU %d: %w", i, err)
 		}
 		if info.taints = healthTaints(g.Health, seen); info.taints != nil {
 			klog.Warningf("GPU %s is unhealthy: tainting it %v", info, info.taints)
@@ -184,25 +184,22 @@ func NewDeviceLib(containerDriverRoot string, faults Faults) (*DeviceLib, error)
 	return l, nil
 }
 
-// gpuInfo mirrors upstream nvlib.go getGpuInfo for one simulated GPU.
+// gpuInfo is what the real plugin reads of one GPU from NVML, read from the simulated data.
 func gpuInfo(index int, g nvmlsim.GPU, data *nvmlsim.Data) (*GpuInfo, error) {
-	cc, err := normalizeVersion(g.CudaComputeCapability)
-	if err != nil {
-		return nil, fmt.Errorf("error getting CUDA compute capability for device %d: %w", index, err)
+	versions := map[string]string{"cudaComputeCapability": g.CudaComputeCapability,
+		"driverVersion": data.DriverVersion, "cudaDriverVersion": data.CudaMajorMinor()}
+	for name, v := range versions {
+		strict, err := normalizeVersion(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s of GPU %d: %w", name, index, err)
+		}
+		versions[name] = strict
 	}
-	driver, err := normalizeVersion(data.DriverVersion)
-	if err != nil {
-		return nil, fmt.Errorf("error getting driver version: %w", err)
-	}
-	cuda, err := normalizeVersion(data.CudaMajorMinor())
-	if err != nil {
-		return nil, fmt.Errorf("error getting CUDA driver version: %w", err)
-	}
-	// go-nvlib's GetPCIBusID returns the 4-digit-domain, lower-case form.
+	// NVML gives the bus ID with a 4-digit domain; the attribute wants it in lower case.
 	busID := strings.ToLower(g.PCIBusID)
 	busAttr, err := deviceattribute.GetPCIBusIDAttribute(busID)
 	if err != nil {
-		return nil, fmt.Errorf("error getting PCI bus ID for device %d: %w", index, err)
+		return nil, fmt.Errorf("PCI bus ID of GPU %d: %w", index, err)
 	}
 	info := &GpuInfo{
 		UUID:                  g.UUID,
@@ -210,9 +207,9 @@ func gpuInfo(index int, g nvmlsim.GPU, data *nvmlsim.Data) (*GpuInfo, error) {
 		ProductName:           g.ProductName,
 		Brand:                 g.Brand,
 		Architecture:          g.Architecture,
-		CudaComputeCapability: cc,
-		DriverVersion:         driver,
-		CudaDriverVersion:     cuda,
+		CudaComputeCapability: versions["cudaComputeCapability"],
+		DriverVersion:         versions["driverVersion"],
+		CudaDriverVersion:     versions["cudaDriverVersion"],
 		PCIBusID:              busID,
 		pciBusIDAttr:          &busAttr,
 	}
@@ -222,13 +219,13 @@ func gpuInfo(index int, g nvmlsim.GPU, data *nvmlsim.Data) (*GpuInfo, error) {
 	if g.AddressingMode != "" {
 		info.AddressingMode = ptr.To(g.AddressingMode)
 	}
-	// Upstream resolves the root complex from sysfs with this very call; here sysfs is the
-	// simulated one built from nvml.json.
+	// The root complex comes from sysfs, as for the real plugin (the same deviceattribute
+	// call); here sysfs is a simulated one built from nvml.json.
 	if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID,
 		deviceattribute.WithFS(simSysfs{pcieRoot: g.PCIeRoot})); err == nil {
 		info.pcieRootAttr = &attr
 	} else {
-		klog.Warningf("error getting PCIe root for device %d, continuing without attribute: %v", index, err)
+		klog.Warningf("GPU %d: published without pcieRoot, sysfs does not resolve it: %v", index, err)
 	}
 	return info, nil
 }
@@ -243,10 +240,9 @@ func (l *DeviceLib) ByName(name string) *GpuInfo {
 	return nil
 }
 
-// DriverResources is what upstream's publishResources publishes without DynamicMIG: one pool
-// named after the node with one slice holding every device (upstream iterates a map; here
-// the order is NVML's, which makes the slice reproducible).  With zero GPUs the pool still
-// has its one, empty, slice.
+// DriverResources is what the real plugin publishes without DynamicMIG: one pool named after
+// the node, with one slice holding every device (in NVML's order here, so the slice is the
+// same every time).  With zero GPUs the pool still has its one, empty, slice.
 func (l *DeviceLib) DriverResources(nodeName string, faults Faults) resourceslice.DriverResources {
 	if l.dynamicMIG {
 		return l.partitionedResources(nodeName, faults)
@@ -257,7 +253,7 @@ func (l *DeviceLib) DriverResources(nodeName string, faults Faults) resourceslic
 		if faults.Has(FaultAttributeDrift) {
 			delete(dev.Attributes, "productName")
 		}
-		klog.V(4).Infof("About to announce device %s", dev.Name)
+		klog.V(4).Infof("Publishing device %s", dev.Name)
 		slice.Devices = append(slice.Devices, dev)
 	}
 	return resourceslice.DriverResources{
@@ -265,16 +261,18 @@ func (l *DeviceLib) DriverResources(nodeName string, faults Faults) resourceslic
 	}
 }
 
-// findFile is upstream root.go findFile: the file in the root or one of the given folders,
-// with symlinks resolved.
-func findFile(root, name string, searchIn ...string) (string, error) {
-	for _, d := range append([]string{"/"}, searchIn...) {
-		candidate, err := filepath.EvalSymlinks(filepath.Join(root, d, name))
-		if err == nil {
-			return candidate, nil
+// findFile is the first of root/name and root/<dir>/name (dirs in order) that resolves,
+// symlinks followed.
+func findFile(root, name string, dirs ...string) (string, error) {
+	tried := make([]string, 0, len(dirs)+1)
+	for _, d := range append([]string{""}, dirs...) {
+		p := filepath.Join(root, d, name)
+		if found, err := filepath.EvalSymlinks(p); err == nil {
+			return found, nil
 		}
+		tried = append(tried, p)
 	}
-	return "", fmt.Errorf("error locating %q", name)
+	return "", fmt.Errorf("%s is none of %v", name, tried)
 }
 
 // simSysfs is a one-entry sysfs for deviceattribute.GetPCIeRootAttributeByPCIBusID:
