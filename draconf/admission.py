@@ -91,3 +91,44 @@ class AdmissionDenied(pytest.fail.Exception):
 
 
 AdmissionDenied.__module__ = "builtins"  # as NoVerdict: the message, no module path
+
+
+def acts_on_pod_create(rules: list[dict] | None) -> bool:
+    """Whether admission rules (a policy's ``matchConstraints.resourceRules``, a webhook's
+    ``rules``) cover creating pods.
+
+    >>> acts_on_pod_create([{"apiGroups": [""], "resources": ["pods"], "operations": ["CREATE"]}])
+    True
+    >>> acts_on_pod_create([{"apiGroups": ["*"], "resources": ["*"], "operations": ["*"]}])
+    True
+    >>> acts_on_pod_create([{"apiGroups": [""], "resources": ["namespaces"], "operations": ["CREATE"]}])
+    False
+    """
+    for rule in rules or []:
+        if ({"", "*"} & set(rule.get("apiGroups") or [])) and ({"pods", "*"} & set(rule.get("resources") or [])) \
+                and ({"CREATE", "*"} & set(rule.get("operations") or [])):
+            return True
+    return False
+
+
+def pod_mutators(api) -> list[str]:
+    """The mutating admission policies and webhooks of the cluster that act on pod creates:
+    who may have rewritten the suite's pods (read when a pod differs from what was applied;
+    what could not be read is said, not guessed)."""
+    found = []
+    reads = (("MutatingAdmissionPolicy", lambda: api.admission.list_mutating_admission_policy(),
+              lambda obj: [(None, (obj.get("spec") or {}).get("matchConstraints", {}).get("resourceRules"))]),
+             ("MutatingWebhookConfiguration", lambda: api.admission.list_mutating_webhook_configuration(),
+              lambda obj: [(w.get("name"), w.get("rules")) for w in obj.get("webhooks") or []]))
+    for kind, list_them, rules_of in reads:
+        try:
+            items = list_them().items
+        except Exception as err:  # noqa: BLE001 - any failure here only leaves the culprit unnamed
+            found.append(f"{kind}s could not be read ({getattr(err, 'status', None) or type(err).__name__})")
+            continue
+        for item in items:
+            obj = api.api_client.sanitize_for_serialization(item)
+            for webhook, rules in rules_of(obj):
+                if acts_on_pod_create(rules):
+                    found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else ""))
+    return found

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import allocation, manifests, podsecurity, startup, waits
+from draconf import admission, allocation, manifests, podsecurity, startup, waits
 from draconf.admission import AdmissionDenied
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
@@ -251,12 +251,16 @@ class DeployedWorkload(StartVerdicts):
                 continue
             found += applied.differences(spec, pod.spec, pod.name)
             asking = asking or applied.asks_for_devices(pod.spec)
+        if found or (pods and not asking):
+            mutators = admission.pod_mutators(self.api)
+            who = ("; mutating admission acting on pod creates: " + ", ".join(mutators)) if mutators \
+                else "; no mutating admission policy or webhook acting on pod creates was found"
         if found:
-            raise AssertionError(SPEC_ALTERED + "the pods do not ask for what the "
-                                 "suite applied (an admission webhook or policy changed them): " + "; ".join(found))
+            raise AssertionError(SPEC_ALTERED + "the pods do not ask for what the suite applied (an "
+                                 "admission webhook or policy changed them): " + "; ".join(found) + who)
         if pods and not asking:
-            raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a "
-                                 "device (" + ", ".join(p.name for p in pods) + "), so no allocation can be judged")
+            raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a device ("
+                                 + ", ".join(p.name for p in pods) + "), so no allocation can be judged" + who)
 
     def allocation_snapshot(self, published: PublishedDevices) -> allocation.Snapshot:
         """The pods, claims and (live) DeviceClass selectors the allocation is judged on:
