@@ -84,8 +84,8 @@ func (h *CDIHandler) SpecPath(claimUID string) string {
 	return filepath.Join(h.cdiRoot, SpecName(claimUID)+".yaml")
 }
 
-// ClaimDeviceName is the fully qualified CDI device ID of a device of a claim (upstream
-// GetClaimDeviceName), e.g. k8s.gpu.nvidia.com/claim=dab5ab50-...-gpu-0.
+// ClaimDeviceName is the fully qualified CDI device ID of a device of a claim, as the real
+// plugin names it, e.g. k8s.gpu.nvidia.com/claim=dab5ab50-...-gpu-0.
 func ClaimDeviceName(claimUID string, gpu *GpuInfo) string {
 	return cdiparser.QualifiedName(cdiVendor, cdiClaimClass, claimDeviceBaseName(claimUID, gpu))
 }
@@ -108,7 +108,7 @@ func (h *CDIHandler) BuildClaimSpec(claimUID string, allocated, injected []*GpuI
 		real := injected[i]
 		node, err := h.deviceNode(fmt.Sprintf("nvidia%d", real.Minor), nvmlsim.NvidiaMajor, real.Minor, true)
 		if err != nil {
-			return nil, fmt.Errorf("unable to get device spec for %s: %w", claimDeviceBaseName(claimUID, gpu), err)
+			return nil, fmt.Errorf("CDI device %s: %w", claimDeviceBaseName(claimUID, gpu), err)
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           claimDeviceBaseName(claimUID, gpu),
@@ -121,12 +121,12 @@ func (h *CDIHandler) BuildClaimSpec(claimUID string, allocated, injected []*GpuI
 	}
 	common, err := h.commonEdits(uuids)
 	if err != nil {
-		return nil, fmt.Errorf("failed to get common CDI spec edits: %w", err)
+		return nil, fmt.Errorf("edits common to the claim's CDI devices: %w", err)
 	}
 	spec.ContainerEdits = *common
 	version, err := cdiapi.MinimumRequiredVersion(spec)
 	if err != nil {
-		return nil, fmt.Errorf("failed to get minimum required CDI spec version: %w", err)
+		return nil, fmt.Errorf("no CDI spec version fits the claim's spec: %w", err)
 	}
 	spec.Version = version
 	return spec, nil
@@ -135,7 +135,7 @@ func (h *CDIHandler) BuildClaimSpec(claimUID string, allocated, injected []*GpuI
 // WriteClaimSpec writes the spec through the CDI library (validated, atomically replaced).
 func (h *CDIHandler) WriteClaimSpec(claimUID string, spec *cdispec.Spec) error {
 	if err := h.cache.WriteSpec(spec, SpecName(claimUID)); err != nil {
-		return fmt.Errorf("failed to write CDI spec for claim %s: %w", claimUID, err)
+		return fmt.Errorf("writing the CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
 }
@@ -165,7 +165,7 @@ func (h *CDIHandler) commonEdits(uuids []string) (*cdispec.ContainerEdits, error
 		{"/" + nvmlsim.RelPath, "/" + nvmlsim.RelPath},
 	} {
 		if _, err := os.Stat(filepath.Join(h.containerDriverRoot, m.rel)); err != nil {
-			return nil, fmt.Errorf("error discovering %s: %w", m.rel, err)
+			return nil, fmt.Errorf("driver file %s, to mount into containers: %w", m.rel, err)
 		}
 		edits.Mounts = append(edits.Mounts, &cdispec.Mount{
 			HostPath:      filepath.Join(h.hostDriverRoot, m.rel),
@@ -196,7 +196,7 @@ func (h *CDIHandler) deviceNode(name string, major, minor int, needDefault bool)
 	ctrPath := filepath.Join(h.containerDriverRoot, "dev", name)
 	fi, err := os.Stat(ctrPath)
 	if err != nil {
-		return nil, fmt.Errorf("failed to discover device node /dev/%s: %w", name, err)
+		return nil, fmt.Errorf("device node /dev/%s is not in the driver root: %w", name, err)
 	}
 	if fi.Mode()&fs.ModeCharDevice != 0 {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {

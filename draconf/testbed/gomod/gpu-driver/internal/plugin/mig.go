@@ -27,10 +27,11 @@ package plugin
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -45,23 +46,24 @@ import (
 	"draconf.local/testbed/gpu-driver/internal/nvmlsim"
 )
 
-// MigDeviceType is the `type` attribute of a MIG device (upstream types.go).
+// MigDeviceType is the `type` attribute of a MIG device.
 const MigDeviceType = "mig"
 
-// FeatureGateDynamicMIG is upstream's feature gate name (pkg/featuregates).
+// FeatureGateDynamicMIG is the real driver's feature gate for MIG devices made on demand.
 const FeatureGateDynamicMIG = "DynamicMIG"
 
-// MigSpec is one possible MIG device: parent, profile, placement (upstream MigSpec).
+// MigSpec is one possible MIG device: parent, profile, placement.
 type MigSpec struct {
 	Parent *GpuInfo
 	Slot   nvmlsim.MigSlot
 }
 
-// CanonicalName is upstream's MigSpecTuple.ToCanonicalName: gpu-<minor>-mig-<profile without
-// dots>-<profile id>-<placement start>, e.g. gpu-0-mig-1g10gb-19-0.
+// CanonicalName is the device name the real plugin publishes a MIG device under:
+// gpu-<minor>-mig-<profile without dots>-<profile id>-<placement start>, e.g.
+// gpu-0-mig-1g10gb-19-0 (a profile's "+me" becomes "-me").
 func (m *MigSpec) CanonicalName() string {
-	pname := toRFC1123Compliant(strings.ReplaceAll(m.Slot.Profile.Name, ".", ""))
-	return fmt.Sprintf("gpu-%d-mig-%s-%d-%d", m.Parent.Minor, pname, m.Slot.Profile.ID, m.Slot.Start)
+	profile := dnsName(strings.ReplaceAll(m.Slot.Profile.Name, ".", ""))
+	return fmt.Sprintf("%s-mig-%s-%d-%d", m.Parent.CanonicalName(), profile, m.Slot.Profile.ID, m.Slot.Start)
 }
 
 // UUID is the UUID the MIG device has once created.
@@ -78,7 +80,8 @@ func (m *MigSpec) memSlices() []int {
 	return out
 }
 
-// Attributes is upstream CommonAttributesMig.
+// Attributes are the parent GPU's, but for type, with the MIG device's profile and its
+// parent's UUID.
 func (m *MigSpec) Attributes() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	p := m.Parent
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
@@ -104,21 +107,23 @@ func (m *MigSpec) Attributes() map[resourceapi.QualifiedName]resourceapi.DeviceA
 	return attrs
 }
 
-func intcap(i int64) resourceapi.DeviceCapacity {
-	return resourceapi.DeviceCapacity{Value: *resource.NewQuantity(i, resource.BinarySI)}
-}
-
-// profileCapacities is upstream CommonCapacitiesMig (memory in bytes: memorySizeMB is MiB).
+// profileCapacities are the capacities the real plugin publishes for a MIG profile: its
+// engine counts, and its memory in bytes (NVML gives MiB).
 func profileCapacities(p nvmlsim.MigProfile) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
-	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-		"multiprocessors": intcap(int64(p.Multiprocessors)),
-		"copyEngines":     intcap(int64(p.CopyEngines)),
-		"decoders":        intcap(int64(p.Decoders)),
-		"encoders":        intcap(int64(p.Encoders)),
-		"jpegEngines":     intcap(int64(p.JpegEngines)),
-		"ofaEngines":      intcap(int64(p.OfaEngines)),
-		"memory":          intcap(int64(p.MemoryMiB) * 1024 * 1024),
+	counts := map[resourceapi.QualifiedName]int64{
+		"multiprocessors": int64(p.Multiprocessors),
+		"copyEngines":     int64(p.CopyEngines),
+		"decoders":        int64(p.Decoders),
+		"encoders":        int64(p.Encoders),
+		"jpegEngines":     int64(p.JpegEngines),
+		"ofaEngines":      int64(p.OfaEngines),
+		"memory":          int64(p.MemoryMiB) << 20,
 	}
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(counts))
+	for name, n := range counts {
+		out[name] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(n, resource.BinarySI)}
+	}
+	return out
 }
 
 // Capacities are the profile's.
@@ -126,33 +131,34 @@ func (m *MigSpec) Capacities() map[resourceapi.QualifiedName]resourceapi.DeviceC
 	return profileCapacities(m.Slot.Profile)
 }
 
-// GetDevice is upstream MigSpec.PartGetDevice; without counters under the
-// mig-counters-ignored fault.
+// GetDevice is the MIG device's ResourceSlice entry: it consumes its capacities and memory
+// slices from its parent's counter set (nothing under the mig-counters-ignored fault).
 func (m *MigSpec) GetDevice(faults Faults) resourceapi.Device {
 	dev := resourceapi.Device{Name: m.CanonicalName(), Attributes: m.Attributes(), Capacity: m.Capacities()}
 	if !faults.Has(FaultMigCountersIgnored) {
 		dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{
 			CounterSet: counterSetName(m.Parent),
-			Counters:   addMemSliceCounters(capacitiesToCounters(m.Capacities()), m.memSlices()),
+			Counters:   counters(m.Capacities(), m.memSlices()),
 		}}
 	}
 	return dev
 }
 
-// counterSetName is upstream GpuInfo.GetSharedCounterSetName: gpu-<minor>-counter-set.
+// counterSetName names a GPU's counter set as the real plugin does: gpu-<minor>-counter-set.
 func counterSetName(g *GpuInfo) string {
-	return toRFC1123Compliant(g.CanonicalName() + "-counter-set")
+	return g.CanonicalName() + "-counter-set"
 }
 
-// migCapable holds what DynamicMIG discovery learnt about one GPU (upstream enriches GpuInfo:
-// maxCapacities, memSliceCount).
+// migCapable is what DynamicMIG discovery learnt about one GPU: its possible MIG devices,
+// the largest of each capacity over them, and its number of memory slices.
 type migCapable struct {
 	specs         []*MigSpec
 	maxCapacities map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	memSlices     int
 }
 
-// addMig records the possible MIG devices of gpu (upstream inspectMigProfilesAndPlacements).
+// addMig records the possible MIG devices of gpu, every profile at every placement NVML
+// offers (what the real plugin's discovery walks: nvlib.go inspectMigProfilesAndPlacements).
 func (l *DeviceLib) addMig(gpu *GpuInfo, g nvmlsim.GPU) {
 	slots := g.MigSlots()
 	if len(slots) == 0 {
@@ -186,8 +192,8 @@ func (l *DeviceLib) MigByName(name string) *MigSpec {
 	return nil
 }
 
-// partitionedDevice is upstream GpuInfo.PartGetDevice: a MIG-capable GPU's capacity is the
-// largest of every profile's, and it consumes its whole counter set.
+// partitionedDevice is a MIG-capable GPU's own entry: its capacities are the largest of its
+// profiles', and it consumes its whole counter set.
 func (l *DeviceLib) partitionedDevice(g *GpuInfo) resourceapi.Device {
 	dev := g.GetDevice()
 	mc := l.migs[g.CanonicalName()]
@@ -206,7 +212,7 @@ func (l *DeviceLib) fullCounters(g *GpuInfo) map[string]resourceapi.Counter {
 	for i := range all {
 		all[i] = i
 	}
-	return addMemSliceCounters(capacitiesToCounters(mc.maxCapacities), all)
+	return counters(mc.maxCapacities, all)
 }
 
 // mislabelledParent is the wrong parentUUID the mig-parent-mislabelled fault publishes for m:
@@ -242,11 +248,11 @@ func (l *DeviceLib) mislabelledParent(m *MigSpec, faults Faults) string {
 // maxCounterSetsPerSlice is resource.k8s.io/v1's ResourceSliceMaxCounterSets.
 const maxCounterSetsPerSlice = 8
 
-// partitionedResources is upstream generateSplitResourceSlices (see the file comment).
+// partitionedResources is the node's pool under DynamicMIG (see the file comment).
 func (l *DeviceLib) partitionedResources(nodeName string, faults Faults) resourceslice.DriverResources {
 	var counterSets []resourceapi.CounterSet
 	var deviceSlices []resourceslice.Slice
-	for _, g := range l.GPUs { // NVML order: by PCI bus id, as upstream sorts them
+	for _, g := range l.GPUs { // NVML order: by PCI bus id
 		var s resourceslice.Slice
 		s.Devices = append(s.Devices, l.partitionedDevice(g))
 		if mc := l.migs[g.CanonicalName()]; mc != nil {
@@ -275,36 +281,50 @@ func (l *DeviceLib) partitionedResources(nodeName string, faults Faults) resourc
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{nodeName: {Slices: out}}}
 }
 
-// capacitiesToCounters is upstream's: one counter per capacity, named in DNS-label form.
-func capacitiesToCounters(m map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) map[string]resourceapi.Counter {
-	out := make(map[string]resourceapi.Counter, len(m))
-	for name, c := range m {
-		out[camelToDNSName(string(name))] = resourceapi.Counter{Value: c.Value}
+// counters are what a device consumes of, or a counter set holds for, these capacities and
+// memory slices: a counter per capacity, of its value, named as the real plugin names them
+// (the capacity's name split at its capitals: copyEngines is copy-engines), and a counter
+// memory-slice-<i> of 1 per memory slice.
+func counters(caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, memSlices []int) map[string]resourceapi.Counter {
+	out := make(map[string]resourceapi.Counter, len(caps)+len(memSlices))
+	for name, c := range caps {
+		out[dnsName(splitCamel(string(name)))] = resourceapi.Counter{Value: c.Value}
+	}
+	for _, i := range memSlices {
+		out["memory-slice-"+strconv.Itoa(i)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.BinarySI)}
 	}
 	return out
 }
 
-func addMemSliceCounters(counters map[string]resourceapi.Counter, memSlices []int) map[string]resourceapi.Counter {
-	for _, i := range memSlices {
-		counters[fmt.Sprintf("memory-slice-%d", i)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.BinarySI)}
+// splitCamel puts a '-' before each capital that starts a word: one after a small letter or a
+// digit, or the last of a run of capitals when a small letter follows (jpegEngines:
+// jpeg-Engines, HTTPServer: HTTP-Server).
+func splitCamel(s string) string {
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		if i > 0 && unicode.IsUpper(c) {
+			prev := r[i-1]
+			endsRun := unicode.IsUpper(prev) && i+1 < len(r) && unicode.IsLower(r[i+1])
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) || endsRun {
+				b.WriteByte('-')
+			}
+		}
+		b.WriteRune(c)
 	}
-	return counters
+	return b.String()
 }
 
-var (
-	notDNS   = regexp.MustCompile(`[^a-z0-9-.]`)
-	camelOne = regexp.MustCompile("([a-z0-9])([A-Z])")
-	camelTwo = regexp.MustCompile("([A-Z]+)([A-Z][a-z])")
-)
-
-func toRFC1123Compliant(name string) string {
-	name = notDNS.ReplaceAllString(strings.ToLower(name), "-")
-	return strings.TrimSuffix(strings.Trim(name, "-"), ".")
-}
-
-func camelToDNSName(s string) string {
-	s = camelOne.ReplaceAllString(s, "$1-$2")
-	return toRFC1123Compliant(camelTwo.ReplaceAllString(s, "$1-$2"))
+// dnsName makes s fit a DNS name: lower case, any other character than a-z, 0-9, '-' and
+// '.' turned into '-', with no '-' at either end and no '.' at the end.
+func dnsName(s string) string {
+	out := []rune(strings.ToLower(s))
+	for i, c := range out {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			out[i] = '-'
+		}
+	}
+	return strings.TrimSuffix(strings.Trim(string(out), "-"), ".")
 }
 
 // --- preparation --------------------------------------------------------------------------
@@ -321,7 +341,7 @@ func (l *DeviceLib) hasMig(results []resourceapi.DeviceRequestAllocationResult) 
 
 // migConflict is NVML refusing to create the GPU instance: another prepared claim holds the
 // whole parent GPU or a MIG device whose memory slices overlap (or, for a full GPU, any MIG
-// device of it).  The message is upstream's wrapping of NVML_ERROR_INSUFFICIENT_RESOURCES.
+// device of it).  "Insufficient Resources" is NVML's name for that error.
 func (l *DeviceLib) migConflict(cp *Checkpoint, claimUID, device string) error {
 	mine := l.MigByName(device)
 	parent := device
@@ -332,14 +352,14 @@ func (l *DeviceLib) migConflict(cp *Checkpoint, claimUID, device string) error {
 		other := l.MigByName(d.DeviceName)
 		switch {
 		case mine != nil && other == nil && d.DeviceName == parent:
-			return fmt.Errorf("error creating MIG device: error creating GPU instance for '%s': Insufficient Resources "+
-				"(GPU %s is in use as a full GPU by claim %s)", device, parent, uid)
+			return fmt.Errorf("MIG device %s not created: NVML: Insufficient Resources "+
+				"(GPU %s is prepared whole for claim %s)", device, parent, uid)
 		case mine != nil && other != nil && other.Parent == mine.Parent &&
 			overlaps(mine.memSlices(), other.memSlices()) && other.CanonicalName() != device:
-			return fmt.Errorf("error creating MIG device: error creating GPU instance for '%s': Insufficient Resources "+
-				"(memory slices in use by %s of claim %s)", device, other.CanonicalName(), uid)
+			return fmt.Errorf("MIG device %s not created: NVML: Insufficient Resources "+
+				"(its memory slices are %s's, prepared for claim %s)", device, other.CanonicalName(), uid)
 		case mine == nil && other != nil && other.Parent.CanonicalName() == device:
-			return fmt.Errorf("requested device %s is in MIG use: %s is prepared for claim %s", device,
+			return fmt.Errorf("GPU %s is in MIG use: its MIG device %s is prepared for claim %s", device,
 				other.CanonicalName(), uid)
 		}
 		return nil
@@ -362,23 +382,23 @@ func (s *DeviceState) prepareMig(claim *resourceapi.ResourceClaim, cp *Checkpoin
 	claimUID := string(claim.UID)
 	for _, r := range results {
 		if s.lib.ByName(r.Device) == nil && s.lib.MigByName(r.Device) == nil {
-			return nil, fmt.Errorf("prepare devices failed: allocatable not found for device %q", r.Device)
+			return nil, fmt.Errorf("no device %q on this node", r.Device)
 		}
 		if ptr.Deref(r.AdminAccess, false) {
 			continue
 		}
 		if err := s.lib.migConflict(cp, claimUID, r.Device); err != nil {
-			return nil, fmt.Errorf("prepare devices failed: %w", err)
+			return nil, err
 		}
 	}
 	if err := validateNoOverlappingPreparedDevices(cp, claimUID, results); err != nil {
-		return nil, fmt.Errorf("unable to prepare claim %v: %w", claimUID, err)
+		return nil, fmt.Errorf("claim %s: %w", claimUID, err)
 	}
 	if err := s.checkpoint.update(func(cp *Checkpoint) {
 		cp.PreparedClaims[claimUID] = PreparedClaim{CheckpointState: ClaimCheckpointStatePrepareStarted,
 			Namespace: claim.Namespace, Name: claim.Name}
 	}); err != nil {
-		return nil, fmt.Errorf("unable to update checkpoint: %w", err)
+		return nil, fmt.Errorf("claim %s: recording it in the checkpoint: %w", claimUID, err)
 	}
 	var devices []PreparedDevice
 	var names []string
@@ -398,7 +418,7 @@ func (s *DeviceState) prepareMig(claim *resourceapi.ResourceClaim, cp *Checkpoin
 		cp.PreparedClaims[claimUID] = PreparedClaim{CheckpointState: ClaimCheckpointStatePrepareCompleted,
 			Namespace: claim.Namespace, Name: claim.Name, PreparedDevices: devices}
 	}); err != nil {
-		return nil, fmt.Errorf("unable to update checkpoint: %w", err)
+		return nil, fmt.Errorf("claim %s: recording it in the checkpoint: %w", claimUID, err)
 	}
 	return toKubeletDevices(devices), nil
 }
@@ -431,13 +451,13 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 			gi := m.Slot.GI
 			parent, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", m.Parent.Minor), nvmlsim.NvidiaMajor, m.Parent.Minor, true)
 			if err != nil {
-				return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+				return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 			}
 			nodes = append(nodes, parent)
 			for _, minor := range []int{nvmlsim.GIAccessMinor(m.Parent.Minor, gi), nvmlsim.CIAccessMinor(m.Parent.Minor, gi, 0)} {
 				capNode, err := s.cdi.deviceNode(fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), nvmlsim.NvidiaCapsMajor, minor, true)
 				if err != nil {
-					return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+					return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 				}
 				nodes = append(nodes, capNode)
 			}
@@ -445,11 +465,11 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 		} else {
 			g := s.lib.ByName(name)
 			if g == nil {
-				return fmt.Errorf("unable to create CDI spec file for claim: no device %q", name)
+				return fmt.Errorf("CDI spec of claim %s: no device %q", claimUID, name)
 			}
 			node, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", g.Minor), nvmlsim.NvidiaMajor, g.Minor, true)
 			if err != nil {
-				return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+				return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 			}
 			nodes = append(nodes, node)
 		}
@@ -462,16 +482,16 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 	}
 	common, err := s.cdi.commonEdits(uuids)
 	if err != nil {
-		return fmt.Errorf("unable to create CDI spec file for claim: failed to get common CDI spec edits: %w", err)
+		return fmt.Errorf("CDI spec of claim %s, edits common to its devices: %w", claimUID, err)
 	}
 	spec.ContainerEdits = *common
 	version, err := cdiapi.MinimumRequiredVersion(spec)
 	if err != nil {
-		return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+		return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 	}
 	spec.Version = version
 	if err := s.cdi.WriteClaimSpec(claimUID, spec); err != nil {
-		return fmt.Errorf("unable to create CDI spec file for claim: %w", err)
+		return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
 }

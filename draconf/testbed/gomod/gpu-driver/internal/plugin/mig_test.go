@@ -242,3 +242,20 @@ func TestPreparedMigClaimGetsItsSpecBack(t *testing.T) {
 		t.Fatalf("spec not rewritten as before:\n%+v\n%+v", before, after)
 	}
 }
+
+// Counter and device names are DNS names made from capacity and profile names.
+func TestDNSNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"copyEngines": "copy-engines", "multiprocessors": "multiprocessors", "HTTPServer": "http-server",
+		"gpu3Memory": "gpu3-memory",
+	} {
+		if got := dnsName(splitCamel(in)); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{"1g10gb+me": "1g10gb-me", "-x.y.": "x.y", "A_B": "a-b"} {
+		if got := dnsName(in); got != want {
+			t.Errorf("dnsName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -2,46 +2,52 @@ package plugin
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 )
 
-// looseVersion is the non-strict pattern of github.com/Masterminds/semver/v3 (NewVersion),
-// which the NVIDIA plugin uses as semver.MustParse(x).String() to publish driverVersion,
-// cudaDriverVersion and cudaComputeCapability
-// (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1 cmd/gpu-kubelet-plugin/deviceinfo.go).
-// Missing minor/patch parts become 0 and leading zeros are dropped, so "580.95.05" is
-// published as "580.95.5" and "13.0" as "13.0.0".  Masterminds is not a dependency here;
-// this reproduces the part of it the plugin relies on.
-var looseVersion = regexp.MustCompile(`^v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?` +
-	`(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?` +
-	`(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?$`)
-
-// normalizeVersion returns the strict semver 2.0 string Masterminds' Version.String() gives
-// for a loosely written version.
+// normalizeVersion turns a loosely written version into the strict semver 2.0 string the
+// NVIDIA plugin publishes for driverVersion, cudaDriverVersion and cudaComputeCapability
+// (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1 cmd/gpu-kubelet-plugin/deviceinfo.go, which
+// parses them with github.com/Masterminds/semver/v3 and prints them back).  What that does to
+// the versions NVML reports, and this reproduces: a leading "v" goes, missing minor and patch
+// numbers become 0 and leading zeros are dropped ("580.95.05" is published as "580.95.5",
+// "13.0" as "13.0.0"); a pre-release and build part are kept.  Masterminds is not a dependency
+// of the bed's build.
 func normalizeVersion(v string) (string, error) {
-	m := looseVersion.FindStringSubmatch(strings.TrimSpace(v))
-	if m == nil {
-		return "", fmt.Errorf("invalid semantic version %q", v)
+	bad := fmt.Errorf("%q is not a version (MAJOR[.MINOR[.PATCH]][-PRERELEASE][+BUILD])", v)
+	rest := strings.TrimPrefix(strings.TrimSpace(v), "v")
+	rest, build, hasBuild := strings.Cut(rest, "+")
+	core, pre, hasPre := strings.Cut(rest, "-")
+	numbers := strings.Split(core, ".")
+	if len(numbers) > 3 {
+		return "", bad
 	}
-	var parts [3]uint64
-	for i, s := range []string{m[1], strings.TrimPrefix(m[2], "."), strings.TrimPrefix(m[3], ".")} {
-		if s == "" {
+	var mmp [3]uint64
+	for i, n := range numbers {
+		if n == "" || strings.Trim(n, "0123456789") != "" {
+			return "", bad
+		}
+		value, err := strconv.ParseUint(n, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", bad, err)
+		}
+		mmp[i] = value
+	}
+	out := fmt.Sprintf("%d.%d.%d", mmp[0], mmp[1], mmp[2])
+	for _, part := range []struct {
+		sep, text string
+		present   bool
+	}{{"-", pre, hasPre}, {"+", build, hasBuild}} {
+		if !part.present {
 			continue
 		}
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return "", fmt.Errorf("invalid semantic version %q: %w", v, err)
+		for _, id := range strings.Split(part.text, ".") {
+			if id == "" || strings.Trim(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-") != "" {
+				return "", bad
+			}
 		}
-		parts[i] = n
-	}
-	out := fmt.Sprintf("%d.%d.%d", parts[0], parts[1], parts[2])
-	if m[5] != "" {
-		out += "-" + m[5]
-	}
-	if m[8] != "" {
-		out += "+" + m[8]
+		out += part.sep + part.text
 	}
 	return out, nil
 }
