@@ -26,7 +26,7 @@ func main() {
 		}
 	}
 	if os.Getpid() != 1 {
-		fmt.Fprintln(os.Stderr, "Warning: pause should be the first process")
+		fmt.Fprintf(os.Stderr, "pause: running as PID %d, not 1: orphans elsewhere are not reaped here\n", os.Getpid())
 	}
 
 	// Buffered: signals arriving while we reap are kept, not dropped (SIGCHLDs may still
@@ -38,10 +38,11 @@ func main() {
 			reap()
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "Shutting down, got signal: %v\n", sig)
+		fmt.Fprintf(os.Stderr, "pause: %v received, exiting\n", sig)
 		os.Exit(0)
 	}
-	fmt.Fprintln(os.Stderr, "Error: infinite loop terminated")
+	// The signal channel is never closed; exit 42 as pause.c does if its wait loop ever ends.
+	fmt.Fprintln(os.Stderr, "pause: stopped waiting for signals")
 	os.Exit(42)
 }
 

@@ -2,9 +2,9 @@
 // the NVIDIA driver, as the draconf bed's simulated driver root carries it
 // (<driver root>/usr/bin/nvidia-cuda-mps-control, beside the nvidia-smi stand-in).
 //
-// Upstream's kubelet plugin runs it from the Deployment it creates per MPS claim
-// (templates/mps-control-daemon.tmpl.yaml): `nvidia-cuda-mps-control -d` starts the daemon,
-// then each setting is piped into `nvidia-cuda-mps-control` (the client).  What a CUDA
+// The kubelet plugin runs it in the Deployment it creates per MPS config group, as the real
+// plugin runs the driver's own (internal/plugin/mps.go): `nvidia-cuda-mps-control -d` starts
+// the daemon, then each setting is piped into `nvidia-cuda-mps-control` (the client).  What a CUDA
 // process in a container sees of the daemon is its pipe directory: the named pipe `control`
 // there.  So the stand-in, as the daemon:
 //
@@ -17,8 +17,8 @@
 //     the daemon was given can be read back.  Without a daemon's pipe it fails, as the real
 //     client does when no daemon runs.
 //
-// The log lines are the stand-in's ("[time Control pid] ..."), modelled on the real
-// control.log's prefix; their exact wording is not documented and not relied on.
+// The log lines are the stand-in's own, each with a "[time Control pid] " prefix like the
+// real control.log's; what the real daemon writes after it is not documented and not imitated.
 //
 // Simulated fault: NVIDIA_SIM_MPS_DAEMON=fail (set by the plugin under its mps-daemon-fails
 // fault) makes `-d` fail at once, exit 1, as a daemon that cannot start on its GPUs.
@@ -69,16 +69,16 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 			return 1
 		}
 		if err := appendLog(logDir,
-			"Starting control daemon using socket "+control,
-			"CUDA_VISIBLE_DEVICES="+getenv("CUDA_VISIBLE_DEVICES")+" nvidia-cuda-mps-control -d",
-			"To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY="+pipeDir); err != nil {
+			"simulated MPS control daemon up, control pipe "+control,
+			"started as: CUDA_VISIBLE_DEVICES="+getenv("CUDA_VISIBLE_DEVICES")+" nvidia-cuda-mps-control -d",
+			"clients reach it with CUDA_MPS_PIPE_DIRECTORY="+pipeDir); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 		return 0
 	case len(args) == 0:
 		if fi, err := os.Stat(control); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
-			fmt.Fprintln(stderr, "Cannot find MPS control daemon process")
+			fmt.Fprintf(stderr, "no MPS control daemon: %s is not its control pipe\n", control)
 			return 1
 		}
 		var lines []string
