@@ -94,6 +94,23 @@ def ensure_example_built(log=print) -> Path:
     return outdir
 
 
+def ensure_helm_built(log=print) -> Path:
+    """Build only helm (into ``bin/example``, where :func:`ensure_example_built` puts it), for
+    beds that render another chart than dra-example-driver's; return its path."""
+    bindir = ensure_built(log=log)
+    target = next(t for t in pins.EXAMPLE_TARGETS if t.module == "helm")
+    helm = bindir / target.output
+    stamp = helm.with_name(".helm-" + STAMP.lstrip("."))
+    digest = pins.pins_digest([target])
+    if helm.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
+        return helm
+    helm.parent.mkdir(parents=True, exist_ok=True)
+    log(f"[build] helm {pins.HELM_VERSION} -> {helm.parent}")
+    _go_build(pins.GOMOD_DIR / target.module, [target], helm.parent, log, static=True, tags="", ldflags="-s -w")
+    stamp.write_text(digest + "\n")
+    return helm
+
+
 def _go_build(moddir: Path, targets: list[pins.Target], outdir: Path, log, static: bool, tags: str,
               ldflags: str) -> None:
     names = ", ".join(os.path.basename(t.output) for t in targets)

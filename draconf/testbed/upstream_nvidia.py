@@ -1,0 +1,601 @@
+"""NVIDIA's own DRA driver release on the bed's real nodes, over NVIDIA's mock NVML.
+
+``draconf testbed up --driver nvidia-v0.4.0`` (or ``nvidia-v25.12.0``) runs a released NVIDIA
+DRA driver, built here from its source archive, and installed from the release's own Helm
+chart; only the GPUs are simulated, by the mock ``libnvidia-ml.so`` of NVIDIA's k8s-test-infra
+(``pkg/gpu/mocknvml``), which reads its GPUs from a YAML profile.  The driver's own CPU-only CI
+lane pairs the same two (``hack/ci/mock-nvml/setup-mock-gpu.sh`` in the driver's source): a
+driver root holding the library under ``usr/lib64``, its profile at ``config/config.yaml`` (the
+library finds it from its own path, ``engine/config.go`` discoverConfigPath), device nodes
+under ``dev/`` and files under ``proc/driver/nvidia``.  The bed does the same on each real node,
+with a profile per node from the bed's inventory, so nodes differ in model and memory.
+
+Nothing of upstream is in this repository.  The archives are read where a setting says
+(:func:`sources_dir`: ``--upstream-sources``, else ``$DRACONF_UPSTREAM_SOURCES``, else
+``../shared/upstream`` beside the repository), unpacked into the user cache keyed by their
+sha256, and built there; the chart is rendered from the unpacked tree.  What goes into the
+plugin's image follows the release's ``deployments/container/Dockerfile``: the plugin, built
+with cgo as its Makefile builds it; ``nvidia-cdi-hook`` (there taken from the container
+toolkit's image, here built from the toolkit's Go module at the version the driver's go.mod
+pins, as its ``hack/toolkit-container-image.sh`` picks the image); a static bash (Debian's
+bash-static, as that Dockerfile does); glibc and busybox in place of ``distroless/cc:debug``;
+the release's ``hack/kubelet-plugin-prestart.sh`` and ``templates/``.
+
+Which release a ``--driver`` choice names:
+
+>>> RELEASES[DRIVER_CHOICES["nvidia-v0.4.0"]].chart_dir
+'deployments/helm/dra-driver-nvidia-gpu'
+>>> image_ref(RELEASES["v25.12.0"])
+'draconf.local/k8s-dra-driver-gpu:v25.12.0'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from draconf.errors import DraconfError
+
+#: Where the driver root appears on a node (the bed mounts each node's own there), and the
+#: chart value ``nvidiaDriverRoot`` naming it, as with the GPU Operator's containerized driver.
+DRIVER_ROOT = "/run/nvidia/driver"
+#: The environment variable that says where the upstream archives are.
+SOURCES_ENV = "DRACONF_UPSTREAM_SOURCES"
+#: k8s-test-infra's mock NVML (``pkg/gpu/mocknvml``), the simulated GPUs.
+MOCK_NVML_ARCHIVE = "k8s-test-infra-v0.3.0.tar.xz"
+MOCKNVML_DIR = "pkg/gpu/mocknvml"
+#: Character-device majors, as the mock lane's setup-mock-gpu.sh creates them (nvidia<N> and
+#: nvidiactl on 195, the UVM nodes on 510).
+NVIDIA_MAJOR = 195
+UVM_MAJOR = 510
+#: The chart's feature gates the bed turns on: GPU sharing, which the suite's nvidia profile
+#: checks (both Alpha and off by default in pkg/featuregates/featuregates.go of v0.4.0).
+FEATURE_GATES = {"TimeSlicingSettings": True, "MPSSupport": True}
+#: Debian packages whose files make the image's C runtime and shell (bookworm's names).
+DEBIAN_FILES = {
+    "bash-static": ["bin/bash-static"],
+    "libc6": ["lib/x86_64-linux-gnu/libc.so.6", "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+              "lib/x86_64-linux-gnu/libdl.so.2", "lib/x86_64-linux-gnu/libpthread.so.0",
+              "lib/x86_64-linux-gnu/libm.so.6", "lib/x86_64-linux-gnu/libresolv.so.2"],
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    """One released NVIDIA DRA driver, as its archive holds it."""
+    version: str
+    archive: str
+    module: str
+    commit: str
+    #: The chart, relative to the source root, and the image name its values default to.
+    chart_dir: str
+    image_name: str
+    #: Where ``helm install`` would put it (the release's own docs and tests use these).
+    namespace: str
+    release_name: str
+
+    @property
+    def chart_name(self) -> str:
+        return self.chart_dir.rsplit("/", 1)[1]
+
+
+RELEASES = {
+    # sigs.k8s.io/dra-driver-nvidia-gpu: the project after its move to kubernetes-sigs.
+    "v0.4.0": Release("v0.4.0", "dra-driver-nvidia-gpu-v0.4.0.tar.xz", "sigs.k8s.io/dra-driver-nvidia-gpu",
+                      "6910a2bea298933cf64cfb061ddf88b6e17743ff", "deployments/helm/dra-driver-nvidia-gpu",
+                      "dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu"),
+    # github.com/NVIDIA/k8s-dra-driver-gpu: the last release under NVIDIA's name and chart.
+    "v25.12.0": Release("v25.12.0", "k8s-dra-driver-gpu-v25.12.0.tar.xz", "github.com/NVIDIA/k8s-dra-driver-gpu",
+                        "0882da8720c28763137e0987778ec476ec4cf8df", "deployments/helm/nvidia-dra-driver-gpu",
+                        "k8s-dra-driver-gpu", "nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu"),
+}
+#: ``--driver`` choices: the driver's name with the release, one word, so that a bed's state
+#: (and ``testbed status``) says which release runs, and the choices sit beside ``nvidia``
+#: (the simulated driver) and ``example`` without a second flag meaningless for those.
+DRIVER_CHOICES = {f"nvidia-{version}": version for version in RELEASES}
+
+
+def image_ref(release: Release) -> str:
+    return f"draconf.local/{release.image_name}:{release.version}"
+
+
+#: The kubelet-plugin pods' label in both releases' ``kubeletplugin.yaml`` (v0.4.0 sets it beside
+#: its renamed selector label, for the suite's and users' selectors that predate the rename).
+PLUGIN_SELECTOR = "nvidia-dra-driver-gpu-component=kubelet-plugin"
+
+
+# --- where the sources are, and their cache ---------------------------------------------------
+
+def sources_dir(flag: str | Path | None = None) -> Path:
+    """The directory holding the upstream archives: the flag, ``$DRACONF_UPSTREAM_SOURCES``,
+    or ``../shared/upstream`` beside the repository.
+
+    >>> str(sources_dir("/srv/up"))
+    '/srv/up'
+    >>> sources_dir().parts[-2:]
+    ('shared', 'upstream')
+    """
+    if flag:
+        return Path(flag)
+    if os.environ.get(SOURCES_ENV):
+        return Path(os.environ[SOURCES_ENV])
+    return Path(__file__).resolve().parents[2].parent / "shared" / "upstream"
+
+
+def cache_dir() -> Path:
+    from draconf.testbed import pins
+    return pins.cache_root() / "upstream"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def archive_path(sources: Path, name: str) -> Path:
+    path = Path(sources) / name
+    if not path.is_file():
+        raise DraconfError(
+            f"upstream archive {name} is not in {sources}; point --upstream-sources (or "
+            f"${SOURCES_ENV}) at the directory holding it (README: how to make it with git archive)")
+    return path
+
+
+def extract(archive: Path, cache: Path | None = None) -> Path:
+    """Unpack ``archive`` once into ``<cache>/<sha256>/src``; return the tree's top directory.
+
+    An archive of another content gets another directory, so a cache never mixes sources."""
+    digest = sha256_of(archive)
+    base = (cache or cache_dir()) / digest
+    src = base / "src"
+    if not src.is_dir():
+        partial = base / "src.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(partial, filter="data")
+        os.replace(partial, src)
+    tops = [p for p in src.iterdir() if p.is_dir()]
+    if len(tops) != 1:
+        raise DraconfError(f"{archive.name} should hold one top directory (git archive --prefix), "
+                           f"found {[p.name for p in tops]}")
+    return tops[0]
+
+
+# --- building ---------------------------------------------------------------------------------
+
+def _go_env(**extra: str) -> dict[str, str]:
+    """Go's environment for an offline vendored build: no proxy, no toolchain download."""
+    env = dict(os.environ)
+    env.update({"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=vendor -buildvcs=false", "GOPROXY": "off"})
+    env.update(extra)
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, env: dict, what: str, log) -> None:
+    """Run a build step with a progress line every 30 s; its output's tail on failure."""
+    started = time.monotonic()
+    proc = subprocess.Popen(["nice", "-n", "10", *cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+    def progress() -> None:
+        while proc.poll() is None:
+            time.sleep(30)
+            if proc.poll() is None:
+                log(f"[upstream] {what}: {time.monotonic() - started:.0f}s")
+
+    threading.Thread(target=progress, daemon=True).start()
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip()])[-30:]
+    if proc.wait() != 0:
+        raise DraconfError(f"{what} failed ({' '.join(cmd)} in {cwd}, exit {proc.returncode}); "
+                           "last output:\n  " + "\n  ".join(tail))
+    log(f"[upstream] {what}: built in {time.monotonic() - started:.0f}s")
+
+
+def _stamped(out: Path, key: dict, build) -> Path:
+    """``build(out)`` unless ``out/.stamp`` holds ``key`` already; return ``out``."""
+    stamp = out / ".stamp"
+    text = json.dumps(key, sort_keys=True)
+    if stamp.is_file() and stamp.read_text() == text:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    build(out)
+    stamp.write_text(text)
+    return out
+
+
+def go_version() -> str:
+    try:
+        return subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        raise DraconfError("the upstream driver is built from source, but `go` is not on PATH") from None
+
+
+def plugin_ldflags(release: Release) -> str:
+    """As the release's Makefile links its commands (``cmd-%``): stripped, with its version.
+
+    >>> plugin_ldflags(RELEASES["v0.4.0"]).split()[3]
+    'sigs.k8s.io/dra-driver-nvidia-gpu/internal/info.gitCommit=6910a2bea298933cf64cfb061ddf88b6e17743ff'
+    """
+    pkg = f"{release.module}/internal/info"
+    return f"-s -w -X {pkg}.gitCommit={release.commit} -X {pkg}.version={release.version}"
+
+
+def toolkit_version(src: Path) -> str:
+    """The nvidia-container-toolkit version the driver's go.mod requires (whose
+    ``nvidia-cdi-hook`` its image carries).
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "go.mod").write_text("require (\\n\\tgithub.com/NVIDIA/nvidia-container-toolkit v1.19.0\\n)\\n")
+    >>> toolkit_version(d)
+    'v1.19.0'
+    """
+    match = re.search(r"github\.com/NVIDIA/nvidia-container-toolkit\s+(v\S+)", (src / "go.mod").read_text())
+    if not match:
+        raise DraconfError(f"{src / 'go.mod'} requires no github.com/NVIDIA/nvidia-container-toolkit")
+    return match.group(1)
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a bed with an upstream release needs, all in the user cache."""
+    release: Release
+    src: Path
+    plugin: Path
+    cdi_hook: Path
+    mock_nvml: Path
+    mock_nvml_src: Path
+    image: Path
+    #: Our nvidia-smi stand-in over NVML (gomod/nvml-smi).
+    nvidia_smi: Path
+
+    @property
+    def chart(self) -> Path:
+        return self.src / self.release.chart_dir
+
+
+def build_plugin(release: Release, src: Path, log=print) -> Path:
+    """``gpu-kubelet-plugin`` from the archive, with cgo and ``-mod=vendor``, offline."""
+    ldflags = plugin_ldflags(release)
+    key = {"go": go_version(), "ldflags": ldflags, "what": "gpu-kubelet-plugin"}
+    out = src.parent.parent / "build" / "gpu-kubelet-plugin"
+
+    def go_build(outdir: Path) -> None:
+        log(f"[upstream] building gpu-kubelet-plugin {release.version} (about 10 minutes on 2 cores)")
+        # The Makefile's cmd-% rule allows this linker flag for go-nvml's cgo part.
+        env = _go_env(CGO_ENABLED="1", CGO_LDFLAGS_ALLOW="-Wl,--unresolved-symbols=ignore-in-object-files")
+        _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(outdir / "gpu-kubelet-plugin"),
+              "./cmd/gpu-kubelet-plugin"], src, env, f"gpu-kubelet-plugin {release.version}", log)
+
+    return _stamped(out, key, go_build) / "gpu-kubelet-plugin"
+
+
+def build_cdi_hook(version: str, log=print) -> Path:
+    """``nvidia-cdi-hook`` of nvidia-container-toolkit ``version``, from its Go module (the Go
+    proxy).  With cgo, as go-nvml needs: runc runs it on the node, whose C library it links, as
+    the OCI hook the driver's CDI specs name (the plugin copies it out of its image)."""
+    out = cache_dir() / "nvidia-container-toolkit" / version
+    key = {"go": go_version(), "what": "nvidia-cdi-hook", "version": version}
+
+    def go_install(outdir: Path) -> None:
+        env = dict(os.environ, GOBIN=str(outdir), CGO_ENABLED="1", GOFLAGS="-buildvcs=false",
+                   GOTOOLCHAIN="local")
+        _run(["go", "install", "-trimpath", "-ldflags", "-s -w",
+              f"github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook@{version}"],
+             outdir, env, f"nvidia-cdi-hook {version}", log)
+
+    return _stamped(out, key, go_install) / "nvidia-cdi-hook"
+
+
+def build_mock_nvml(src: Path, log=print) -> Path:
+    """The mock ``libnvidia-ml.so`` by its own Makefile (``make NO_PADDING=1``), offline."""
+    out = src.parent.parent / "build" / "mocknvml"
+    key = {"go": go_version(), "what": "mocknvml", "make": "NO_PADDING=1"}
+
+    def make(outdir: Path) -> None:
+        moddir = src / MOCKNVML_DIR
+        _run(["make", "NO_PADDING=1"], moddir, _go_env(CGO_ENABLED="1"), "mock libnvidia-ml.so", log)
+        built = sorted(p for p in moddir.glob("libnvidia-ml.so.*.*") if p.is_file() and not p.is_symlink())
+        if not built:
+            raise DraconfError(f"make in {moddir} left no libnvidia-ml.so.<version>")
+        shutil.copyfile(built[0], outdir / "libnvidia-ml.so")
+
+    return _stamped(out, key, make) / "libnvidia-ml.so"
+
+
+#: Our own nvidia-smi stand-in over NVML (Go, go-nvml from the Go proxy).
+NVML_SMI_MODULE = Path(__file__).parent / "gomod" / "nvml-smi"
+
+
+def build_nvidia_smi(log=print) -> Path:
+    """The bed's nvidia-smi stand-in over NVML (``gomod/nvml-smi``), with cgo as go-nvml needs;
+    rebuilt when its module's files change."""
+    h = hashlib.sha256()
+    for path in sorted(NVML_SMI_MODULE.glob("*")):
+        if path.suffix in {".go", ".mod", ".sum"}:
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    out = cache_dir() / "nvml-smi" / h.hexdigest()[:12]
+    key = {"go": go_version(), "what": "nvml-smi"}
+
+    def go_build(outdir: Path) -> None:
+        env = dict(os.environ, CGO_ENABLED="1", GOTOOLCHAIN="local", GOFLAGS="-buildvcs=false",
+                   CGO_CFLAGS="-O2 -Wno-deprecated-declarations")
+        _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(outdir / "nvidia-smi"), "."],
+             NVML_SMI_MODULE, env, "nvidia-smi stand-in (NVML)", log)
+
+    return _stamped(out, key, go_build) / "nvidia-smi"
+
+
+def ensure_built(version: str, sources: Path, bindir: Path, log=print) -> Built:
+    """Build everything a bed with ``version`` needs, once per archive content."""
+    from draconf.testbed import debs, images
+    release = RELEASES[version]
+    src = extract(archive_path(sources, release.archive))
+    mock_src = extract(archive_path(sources, MOCK_NVML_ARCHIVE))
+    started = time.monotonic()
+    plugin = build_plugin(release, src, log)
+    hook = build_cdi_hook(toolkit_version(src), log)
+    mock = build_mock_nvml(mock_src, log)
+    smi = build_nvidia_smi(log)
+    debdir = cache_dir() / "debs"
+    debs.fetch(DEBIAN_FILES, debdir, log=log)
+    busybox = bindir / "busybox"
+    entries = image_entries(plugin, hook, src, debdir, busybox, images.busybox_applets(busybox))
+    archive = images.build_archive(image_ref(release), entries, images.ImageConfig(),
+                                   src.parent.parent / "image" / images.archive_name(image_ref(release)))
+    log(f"[upstream] {release.module} {release.version}: image {archive.ref} "
+        f"({time.monotonic() - started:.0f}s)")
+    return Built(release, src, plugin, hook, mock, mock_src, archive.path, smi)
+
+
+def image_entries(plugin: Path, hook: Path, src: Path, debdir: Path, busybox: Path,
+                  applets: list[str]) -> list:
+    """The plugin image's filesystem, after the release's Dockerfile: what the chart's
+    commands run (``bash``, ``gpu-kubelet-plugin``, ``kubelet-plugin-prestart.sh``, which needs
+    coreutils) and what the plugin reads (``/usr/bin/nvidia-cdi-hook``, ``/templates``)."""
+    from draconf.testbed import images
+    entries = [images.text("etc/passwd", images.PASSWD), images.text("etc/group", images.GROUP),
+               images.directory("tmp", 0o1777), images.directory("root", 0o700),
+               images.file("bin/bash", debdir / "bash-static"),
+               images.file("bin/busybox", busybox)]
+    for path in applets:
+        name = path.lstrip("/")
+        if name not in ("bin/busybox", "bin/bash"):
+            entries.append(images.symlink(name, "/bin/busybox"))
+    for paths in DEBIAN_FILES.values():
+        for path in paths:
+            if path.startswith("lib/"):
+                entries.append(images.file(path, debdir / Path(path).name))
+    entries.append(images.symlink("lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"))
+    entries += [images.file("usr/bin/gpu-kubelet-plugin", plugin),
+                images.file("usr/bin/nvidia-cdi-hook", hook),
+                images.file("usr/bin/kubelet-plugin-prestart.sh", src / "hack" / "kubelet-plugin-prestart.sh")]
+    for template in sorted((src / "templates").glob("*")):
+        entries.append(images.file(f"templates/{template.name}", template, 0o644))
+    return entries
+
+
+# --- the simulated GPUs: a mock-NVML profile and a driver root per node -----------------------
+
+#: The mock's profiles (``configs/mock-nvml-config-<name>.yaml``) by product-name word, then by
+#: architecture: the profile a node's model starts from; the inventory then says the rest.
+PROFILE_BY_NAME = (("A100", "a100"), ("H100", "h100"), ("H200", "h100"), ("GB200", "gb200"),
+                   ("GB300", "gb300"), ("B200", "b200"), ("L40S", "l40s"), ("T4", "t4"))
+PROFILE_BY_ARCHITECTURE = {"ampere": "a100", "hopper": "h100", "blackwell": "b200", "ada": "l40s",
+                           "ada lovelace": "l40s", "turing": "t4"}
+
+
+def profile_for(product_name: str, architecture: str) -> str:
+    """The mock profile a model starts from.
+
+    >>> profile_for("NVIDIA H200", "Hopper"), profile_for("NVIDIA A100-SXM4-40GB", "Ampere")
+    ('h100', 'a100')
+    >>> profile_for("NVIDIA RTX PRO 6000", "Blackwell")
+    'b200'
+    """
+    for word, profile in PROFILE_BY_NAME:
+        if word in product_name.upper().split() or word in product_name.upper().replace("-", " ").split():
+            return profile
+    try:
+        return PROFILE_BY_ARCHITECTURE[architecture.lower()]
+    except KeyError:
+        raise DraconfError(f"no mock NVML profile fits {product_name} ({architecture}); "
+                           f"known architectures: {', '.join(sorted(PROFILE_BY_ARCHITECTURE))}") from None
+
+
+def profile_path(mock_src: Path, profile: str) -> Path:
+    return mock_src / MOCKNVML_DIR / "configs" / f"mock-nvml-config-{profile}.yaml"
+
+
+def mock_nvml_config(node, base: dict) -> dict:
+    """The mock NVML profile of ``node``: ``base`` (the mock's profile for its model) with the
+    inventory's GPUs: their count, UUIDs, minors, PCI bus ids and roots, and the model's name,
+    memory, architecture and compute capability, and the node's driver and CUDA versions.
+
+    >>> from draconf.testbed.inventory import uniform
+    >>> node = uniform(1, 2, kind="real").nodes[0]
+    >>> base = {"system": {"driver_version": "550.163.01"}, "device_defaults": {"name": "x",
+    ...         "memory": {"total_bytes": 1, "reserved_bytes": 0}}, "devices": [{"index": 0}]}
+    >>> cfg = mock_nvml_config(node, base)
+    >>> cfg["system"]["driver_version"], cfg["system"]["num_devices"], cfg["device_defaults"]["name"]
+    ('580.95.05', 2, 'NVIDIA H100 80GB HBM3')
+    >>> [d["minor_number"] for d in cfg["devices"]], cfg["devices"][1]["pci"]["bus_id"]
+    ([0, 1], '0000:28:00.0')
+    >>> base["devices"]  # the base is left as it was
+    [{'index': 0}]
+    """
+    import copy
+    cfg = copy.deepcopy(base)
+    gpus = node.gpus
+    model = gpus[0].model
+    driver, cuda = gpus[0].driver_version, gpus[0].cuda_driver_version
+    major, minor = (int(p) for p in cuda.split(".")[:2])
+    system = cfg.setdefault("system", {})
+    system.update({"driver_version": driver, "nvml_version": f"{major}.{driver}",
+                   "cuda_version": f"{major}.{minor}", "cuda_version_major": major,
+                   "cuda_version_minor": minor, "num_devices": len(gpus)})
+    defaults = cfg.setdefault("device_defaults", {})
+    cc_major, cc_minor = (int(p) for p in model.cuda_compute_capability.split(".")[:2])
+    defaults.update({"name": model.product_name, "architecture": model.architecture.lower(),
+                     "compute_capability": {"major": cc_major, "minor": cc_minor}})
+    memory = defaults.setdefault("memory", {})
+    reserved = int(memory.get("reserved_bytes", 0))
+    memory.update({"total_bytes": model.memory_bytes, "free_bytes": model.memory_bytes - reserved,
+                   "used_bytes": 0})
+    if isinstance(defaults.get("gsp_firmware"), dict):
+        defaults["gsp_firmware"]["version"] = driver
+    cfg["devices"] = [{"index": i, "uuid": g.uuid, "minor_number": g.minor,
+                       "serial": f"{1560000000000 + int(g.uuid[4:12], 16) % 10**9 * 10 + g.minor}",
+                       "pci": {"bus_id": g.pci_bus_id.upper()}} for i, g in enumerate(gpus)]
+    roots: dict[str, list[str]] = {}
+    for g in gpus:
+        roots.setdefault(g.pcie_root, []).append(g.pci_bus_id.upper())
+    cfg["pcie_topology"] = {"root_complexes": [{"id": root, "numa_node": 0, "devices": devices}
+                                               for root, devices in roots.items()]}
+    return cfg
+
+
+def proc_files(driver_version: str) -> dict[str, str]:
+    """``proc/driver/nvidia`` as the kernel module shows it (what the mock lane writes there):
+    the module's version line and its parameters, ModifyDeviceFiles on.
+
+    >>> proc_files("580.95.05")["proc/driver/nvidia/version"].split()[7]
+    '580.95.05'
+    """
+    return {
+        "proc/driver/nvidia/version":
+            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver_version}  (draconf test bed)\n",
+        "proc/driver/nvidia/params":
+            "".join(f"{k}: {v}\n" for k, v in (
+                ("EnableMSI", 1), ("NVreg_DeviceFileGID", 0), ("NVreg_DeviceFileMode", 438),
+                ("NVreg_DeviceFileUID", 0), ("NVreg_ModifyDeviceFiles", 1))),
+    }
+
+
+def device_nodes(minors: list[int]) -> list[tuple[str, int, int]]:
+    """(path under the driver root, major, minor) of a node's NVIDIA character devices.
+
+    >>> device_nodes([0, 1])[:3]
+    [('dev/nvidia0', 195, 0), ('dev/nvidia1', 195, 1), ('dev/nvidiactl', 195, 255)]
+    """
+    return [*((f"dev/nvidia{m}", NVIDIA_MAJOR, m) for m in minors), ("dev/nvidiactl", NVIDIA_MAJOR, 255),
+            ("dev/nvidia-uvm", UVM_MAJOR, 0), ("dev/nvidia-uvm-tools", UVM_MAJOR, 1)]
+
+
+def install_driver_root(root: Path, node, built: Built) -> None:
+    """Lay out ``node``'s simulated driver under ``root`` (mounted at :data:`DRIVER_ROOT`):
+    the mock library as ``usr/lib64/libnvidia-ml.so.<driver version>`` with its ``.so.1`` and
+    ``.so`` links, the node's profile at ``config/config.yaml``, ``usr/bin/nvidia-smi`` (the
+    stand-in over NVML: the chart's init container runs ``nvidia-smi --version`` with the
+    library preloaded to see a driver is there, and the driver's CDI spec mounts it into
+    containers), the device nodes and the ``proc/driver/nvidia`` files."""
+    driver = node.gpus[0].driver_version
+    lib = root / "usr" / "lib64"
+    lib.mkdir(parents=True, exist_ok=True)
+    real = lib / f"libnvidia-ml.so.{driver}"
+    real.unlink(missing_ok=True)
+    shutil.copyfile(built.mock_nvml, real)
+    for name, target in ((f"libnvidia-ml.so.1", real.name), ("libnvidia-ml.so", "libnvidia-ml.so.1")):
+        (lib / name).unlink(missing_ok=True)
+        (lib / name).symlink_to(target)
+    model = node.gpus[0].model
+    base = yaml.safe_load(profile_path(built.mock_nvml_src, profile_for(model.product_name, model.architecture))
+                          .read_text())
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "config.yaml").write_text(yaml.safe_dump(mock_nvml_config(node, base), sort_keys=False))
+    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    smi = root / "usr" / "bin" / "nvidia-smi"
+    smi.unlink(missing_ok=True)
+    shutil.copyfile(built.nvidia_smi, smi)
+    smi.chmod(0o755)
+    for path, major, minor in device_nodes([g.minor for g in node.gpus]):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        if not (root / path).exists():
+            os.mknod(root / path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    for path, content in proc_files(driver).items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(content)
+
+
+# --- the chart --------------------------------------------------------------------------------
+
+def chart_values(release: Release) -> dict:
+    """The chart values the bed sets, as a user with this cluster would: the image it built (no
+    registry: never pulled), the driver root, no ComputeDomains (no NVLink fabric here: the
+    controller and compute-domain plugin stay out), GPUs on (the chart refuses that default
+    without gpuResourcesEnabledOverride, templates/validation.yaml), and the feature gates
+    for GPU sharing.
+
+    >>> chart_values(RELEASES["v0.4.0"])["image"]["repository"]
+    'draconf.local/dra-driver-nvidia-gpu'
+    """
+    repository, tag = image_ref(release).rsplit(":", 1)
+    return {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "nvidiaDriverRoot": DRIVER_ROOT,
+            "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+            "gpuResourcesEnabledOverride": True,
+            "featureGates": dict(FEATURE_GATES)}
+
+
+def helm_args(release: Release, chart: Path, values_file: Path, kube_version: str,
+              api_versions: list[str]) -> list[str]:
+    """``helm template`` of the release's chart with the bed's values file, CRDs included
+    (``helm install`` installs a chart's ``crds/``), against the bed's API versions.
+
+    >>> helm_args(RELEASES["v0.4.0"], Path("/c"), Path("/v.yaml"), "v1.36.3", ["v1"])[:6]
+    ['template', 'dra-driver-nvidia-gpu', '/c', '--namespace', 'dra-driver-nvidia-gpu', '--include-crds']
+    """
+    args = ["template", release.release_name, str(chart), "--namespace", release.namespace,
+            "--include-crds", "--values", str(values_file), "--kube-version", kube_version]
+    for version in api_versions:
+        args += ["--api-versions", version]
+    return args
+
+
+def render(helm: Path, built: Built, kube_version: str, api_versions: list[str], workdir: Path) -> list[dict]:
+    values = workdir / f"{built.release.release_name}-values.yaml"
+    values.write_text(yaml.safe_dump(chart_values(built.release), sort_keys=False))
+    proc = subprocess.run([str(helm), *helm_args(built.release, built.chart, values, kube_version, api_versions)],
+                          capture_output=True, text=True, env={"HOME": "/nonexistent", "PATH": ""})
+    if proc.returncode != 0:
+        raise DraconfError(f"helm template of {built.chart} failed: {proc.stderr.strip()}")
+    (workdir / f"{built.release.release_name}-rendered.yaml").write_text(proc.stdout)
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def install(api, release: Release, docs: list[dict]) -> None:
+    """Apply the rendered chart, as ``helm install --create-namespace`` would."""
+    from kubernetes import utils
+    from kubernetes.client.exceptions import ApiException
+    try:
+        api.core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": release.namespace}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    for doc in docs:
+        try:
+            utils.create_from_dict(api.api_client, doc, namespace=release.namespace)
+        except utils.FailToCreateError as err:
+            if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
+                raise DraconfError(f"applying {doc['kind']} {doc['metadata']['name']} of the "
+                                   f"{release.chart_name} chart failed: {err}") from err
