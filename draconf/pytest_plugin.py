@@ -183,6 +183,14 @@ def pytest_configure(config):
         os.unlink(path)  # tripping creates it; its absence means closed
         os.environ[BREAKER_FILE_ENV] = path
         config.add_cleanup(lambda: (Path(path).unlink(missing_ok=True), os.environ.pop(BREAKER_FILE_ENV, None)))
+        # ... one preflight reading (read_preflight_once), written by the first worker ...
+        handle, reading = tempfile.mkstemp(prefix="draconf-preflight-", suffix=".json")
+        os.close(handle)
+        os.unlink(reading)
+        os.environ[PREFLIGHT_FILE_ENV] = reading
+        config.add_cleanup(lambda: (Path(reading).unlink(missing_ok=True),
+                                    Path(reading + ".lock").unlink(missing_ok=True),
+                                    os.environ.pop(PREFLIGHT_FILE_ENV, None)))
         # ... and one capacity lock (draconf.parallel): tests needing the free GPUs to themselves
         # run while no other worker holds objects.
         from draconf.parallel import LOCK_FILE_ENV
@@ -597,11 +605,35 @@ def expected_features(pytestconfig, cluster) -> expectations.Expectations:
                                         pytestconfig.getoption("--waive-feature"))
 
 
+#: The file the preflight reading of a pytest-xdist run is kept in (made by the controller):
+#: the first worker to need it reads the cluster, the others take that reading.
+PREFLIGHT_FILE_ENV = "DRACONF_PREFLIGHT_FILE"
+
+
+def read_preflight_once(read) -> list:
+    """``read()`` (the preflight checks), once per run: under pytest-xdist every worker shares
+    the first worker's reading, so the gate, the preflight rows and every worker judge the same
+    cluster state (and the cluster is read once, not once per worker)."""
+    from draconf.preflight.result import CheckResult
+    shared = os.environ.get(PREFLIGHT_FILE_ENV)
+    if not shared:
+        return read()
+    import fcntl
+    with open(shared + ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = Path(shared)
+        if path.is_file():
+            return [CheckResult.from_dict(r) for r in json.loads(path.read_text(encoding="utf-8"))]
+        results = read()
+        path.write_text(json.dumps([r.as_dict() for r in results]), encoding="utf-8")
+        return results
+
+
 @pytest.fixture(scope="session")
 def preflight(pytestconfig, cluster, profile):
-    """The read-only preflight results, run once per session and shown on the terminal."""
+    """The read-only preflight results, read once per run and shown on the terminal."""
     from draconf.preflight.runner import describe, run_all
-    results = run_all(cluster, profile)
+    results = read_preflight_once(lambda: run_all(cluster, profile))
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line("")

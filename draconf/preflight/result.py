@@ -37,6 +37,20 @@ class CheckResult:
     #: lacking attributes); empty: it concerns the whole cluster.  See :mod:`draconf.nodescope`.
     nodes: tuple[str, ...] = ()
 
+    def as_dict(self) -> dict:
+        """Plain data (JSON), for sharing one reading between processes."""
+        return {**self.__dict__, "nodes": list(self.nodes)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CheckResult":
+        """The result :meth:`as_dict` wrote.
+
+        >>> r = CheckResult("kubelet-plugin", False, BLOCKING, "down on n1", "plugin-unhealthy", nodes=("n1",))
+        >>> CheckResult.from_dict(r.as_dict()) == r
+        True
+        """
+        return cls(**{**data, "nodes": tuple(data.get("nodes") or ())})
+
     @property
     def blocking(self) -> bool:
         """A definitive failure of a blocking check: DRA workloads cannot work here."""
