@@ -54,30 +54,36 @@ func (d *GpuInfo) String() string {
 	return d.CanonicalName() + " (" + d.UUID + ")"
 }
 
-// Attributes are the attributes the real plugin publishes for a full GPU (v0.4.1): strings
-// for type, uuid, productName, brand, architecture; versions (strict semver) for
-// cudaComputeCapability, driverVersion, cudaDriverVersion; the standard
-// resource.kubernetes.io/pciBusID and resource.kubernetes.io/pcieRoot strings; and
-// addressingMode only where the platform supports one.
+// Attributes are the attributes the real plugin publishes for a full GPU (v0.4.1): type and
+// uuid, and those its MIG devices share with it (hardwareAttributes).
 func (d *GpuInfo) Attributes() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"type":                  {StringValue: ptr.To(GpuDeviceType)},
-		"uuid":                  {StringValue: ptr.To(d.UUID)},
-		"productName":           {StringValue: ptr.To(d.ProductName)},
-		"brand":                 {StringValue: ptr.To(d.Brand)},
-		"architecture":          {StringValue: ptr.To(d.Architecture)},
-		"cudaComputeCapability": {VersionValue: ptr.To(d.CudaComputeCapability)},
-		"driverVersion":         {VersionValue: ptr.To(d.DriverVersion)},
-		"cudaDriverVersion":     {VersionValue: ptr.To(d.CudaDriverVersion)},
+	attrs := d.hardwareAttributes()
+	attrs["type"] = resourceapi.DeviceAttribute{StringValue: ptr.To(GpuDeviceType)}
+	attrs["uuid"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.UUID)}
+	return attrs
+}
+
+// hardwareAttributes describe the GPU, and so each MIG device of it: productName, brand and
+// architecture as strings; cudaComputeCapability, driverVersion and cudaDriverVersion as
+// versions (strict semver); the standard resource.kubernetes.io/pciBusID and pcieRoot where
+// known; addressingMode only where the platform has one.
+func (d *GpuInfo) hardwareAttributes() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	for name, v := range map[resourceapi.QualifiedName]string{
+		"productName": d.ProductName, "brand": d.Brand, "architecture": d.Architecture} {
+		attrs[name] = resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
 	}
-	if d.pciBusIDAttr != nil {
-		attrs[d.pciBusIDAttr.Name] = d.pciBusIDAttr.Value
+	for name, v := range map[resourceapi.QualifiedName]string{"cudaComputeCapability": d.CudaComputeCapability,
+		"driverVersion": d.DriverVersion, "cudaDriverVersion": d.CudaDriverVersion} {
+		attrs[name] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}
-	if d.pcieRootAttr != nil {
-		attrs[d.pcieRootAttr.Name] = d.pcieRootAttr.Value
+	for _, standard := range []*deviceattribute.DeviceAttribute{d.pciBusIDAttr, d.pcieRootAttr} {
+		if standard != nil {
+			attrs[standard.Name] = standard.Value
+		}
 	}
 	if d.AddressingMode != nil {
-		attrs["addressingMode"] = resourceapi.DeviceAttribute{StringValue: d.AddressingMode}
+		attrs["addressingMode"] = resourceapi.DeviceAttribute{StringValue: ptr.To(*d.AddressingMode)}
 	}
 	return attrs
 }

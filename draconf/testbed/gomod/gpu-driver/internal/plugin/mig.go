@@ -80,30 +80,13 @@ func (m *MigSpec) memSlices() []int {
 	return out
 }
 
-// Attributes are the parent GPU's, but for type, with the MIG device's profile and its
-// parent's UUID.
+// Attributes are the parent GPU's hardware attributes, with type mig, the MIG device's
+// profile and its parent's UUID (no uuid of its own: it has none before it is created).
 func (m *MigSpec) Attributes() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	p := m.Parent
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"type":                  {StringValue: ptr.To(MigDeviceType)},
-		"parentUUID":            {StringValue: ptr.To(p.UUID)},
-		"profile":               {StringValue: ptr.To(m.Slot.Profile.Name)},
-		"productName":           {StringValue: ptr.To(p.ProductName)},
-		"brand":                 {StringValue: ptr.To(p.Brand)},
-		"architecture":          {StringValue: ptr.To(p.Architecture)},
-		"cudaComputeCapability": {VersionValue: ptr.To(p.CudaComputeCapability)},
-		"driverVersion":         {VersionValue: ptr.To(p.DriverVersion)},
-		"cudaDriverVersion":     {VersionValue: ptr.To(p.CudaDriverVersion)},
-	}
-	if p.AddressingMode != nil {
-		attrs["addressingMode"] = resourceapi.DeviceAttribute{StringValue: p.AddressingMode}
-	}
-	if p.pciBusIDAttr != nil {
-		attrs[p.pciBusIDAttr.Name] = p.pciBusIDAttr.Value
-	}
-	if p.pcieRootAttr != nil {
-		attrs[p.pcieRootAttr.Name] = p.pcieRootAttr.Value
-	}
+	attrs := m.Parent.hardwareAttributes()
+	attrs["type"] = resourceapi.DeviceAttribute{StringValue: ptr.To(MigDeviceType)}
+	attrs["parentUUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.Parent.UUID)}
+	attrs["profile"] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.Slot.Profile.Name)}
 	return attrs
 }
 
