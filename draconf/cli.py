@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from draconf import baseline, gate_report
+from draconf import baseline, expectations, gate_report
 from draconf.errors import DraconfError, TargetUnusable
 from draconf.reporting.run_verdict import EXIT_INCONCLUSIVE
 
@@ -174,17 +174,13 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         # The checkout's tox.ini adds --doctest-modules for the project's own tests: a
         # conformance run collects the checks only, never the suite modules' doctests.
         "-o", "addopts=--import-mode=importlib",
-        f"--target={args.target}", f"--profile={args.profile}", f"--testbed-name={args.testbed_name}",
+        *_plugin_args(args),
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",
         f"--draconf-reports={reports}",
         "-o", "log_cli=true", "--log-cli-level=INFO", "-o", "log_cli_format=%(asctime)s %(message)s",
         "-rfEs",
     ]
-    if args.kube_context:
-        argv.append(f"--kube-context={args.kube_context}")
-    if args.keep_on_failure:
-        argv.append("--keep-on-failure")
     if args.reruns:
         argv.append(f"--reruns={args.reruns}")
     if args.allow_inconclusive:
@@ -192,6 +188,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args):
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
+    expectations.Expectations.of(None, args.expect_feature, args.waive_feature)  # so does a bad name
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
     if code == FLAKY_FAILS_THE_RUN:
@@ -232,6 +229,29 @@ def _last_word(code: int, verdict: dict | None) -> str:
     if code == EXIT_INCONCLUSIVE or (code == 0 and verdict and verdict["status"] == "INCONCLUSIVE"):
         return verdict["line"] if verdict else "INCONCLUSIVE"
     return "PASS" if code == 0 else "FAIL"
+
+
+def _plugin_args(args) -> list[str]:
+    """The run's own options as the pytest plugin names them (``--draconf-*``: no other plugin's
+    option, pytest-kind's ``--kubeconfig`` say, can take them).
+
+    >>> import argparse
+    >>> _plugin_args(argparse.Namespace(target="kubeconfig", profile="nvidia", testbed_name="default",
+    ...     kubeconfig="kc", context="staging", image=None, keep_on_failure=False, all_models=False,
+    ...     no_preflight_gate=False, expect_feature=["mig"], waive_feature=[]))
+    ['--draconf-target=kubeconfig', '--draconf-profile=nvidia', '--draconf-testbed-name=default', '--draconf-kubeconfig=kc', '--draconf-context=staging', '--draconf-expect-feature=mig']
+    """
+    out = [f"--draconf-target={args.target}", f"--draconf-profile={args.profile}",
+           f"--draconf-testbed-name={args.testbed_name}"]
+    for name in ("kubeconfig", "context", "image"):
+        if getattr(args, name, None):
+            out.append(f"--draconf-{name}={getattr(args, name)}")
+    for name in ("keep_on_failure", "all_models", "no_preflight_gate"):
+        if getattr(args, name, False):
+            out.append("--draconf-" + name.replace("_", "-"))
+    for name in ("expect_feature", "waive_feature"):
+        out += [f"--draconf-{name.replace('_', '-')}={v}" for v in getattr(args, name, None) or []]
+    return out
 
 
 def _snapshot(args, tests=()) -> dict:
@@ -283,7 +303,7 @@ def _prepare_target(args) -> None:
     the run's metadata to every pytest process through the environment."""
     from draconf import namespaces, runinfo
     from draconf.profile import for_target, resolve
-    profile = for_target(resolve(args.profile), args.target)
+    profile = for_target(resolve(args.profile), args.target, getattr(args, "image", None))
     run_id = namespaces.RunId.for_this_run().value
     os.environ.setdefault("DRACONF_RUN_ID", run_id)
     try:
@@ -297,6 +317,10 @@ def _prepare_target(args) -> None:
             api = connect(bed.kubeconfig)
         else:
             api = _target_api(args)
+        # Before anything is created: which cluster, as whom (a kubeconfig's current context
+        # may not be the cluster the user has in mind).
+        where = f"embedded test bed {args.testbed_name!r}, " if args.target == "testbed" else ""
+        print(f"draconf: target: {where}{api.describe()}", flush=True)
         from draconf.preflight.runner import probe
         unusable = probe(api)
         if unusable:
@@ -341,7 +365,7 @@ def _target_api(args):
             raise DraconfError(f"test bed {bed.name!r} is not up; start it or use --target kubeconfig")
         return connect(bed.kubeconfig)
     from draconf.kube import connect_target
-    return connect_target(args.target, args.kube_context)
+    return connect_target(args.target, args.context, args.kubeconfig)
 
 
 def cmd_sweep(args) -> int:
@@ -407,16 +431,64 @@ exit codes:
 options draconf does not know go to pytest (-k, -m, -n N, -x ...)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand's parser: no abbreviated options (see build_parser)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("draconf")
+    except metadata.PackageNotFoundError:
+        from draconf import __version__
+        return __version__
+
+
+def resolve_target(args) -> None:
+    """``--target`` from what was given: a kubeconfig or context alone means that kubeconfig's
+    cluster; naming one with another target is a contradiction, said before anything starts.
+
+    >>> import argparse
+    >>> a = argparse.Namespace(target=None, kubeconfig="kc", context=None); resolve_target(a); a.target
+    'kubeconfig'
+    >>> a = argparse.Namespace(target=None, kubeconfig=None, context=None); resolve_target(a); a.target
+    'testbed'
+    >>> resolve_target(argparse.Namespace(target="testbed", kubeconfig="kc", context=None))
+    Traceback (most recent call last):
+    ...
+    draconf.errors.DraconfError: --kubeconfig names a cluster of its own; --target testbed is the embedded test bed: give one or the other
+    """
+    named = "--kubeconfig" if args.kubeconfig else "--context" if args.context else None
+    if args.target is None:
+        args.target = "kubeconfig" if named else "testbed"
+    elif named and args.target in ("testbed", "kind"):
+        what = "the embedded test bed" if args.target == "testbed" else "a kind cluster made for the run"
+        raise DraconfError(f"{named} names a cluster of its own; --target {args.target} is {what}: "
+                           "give one or the other")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    # No abbreviations: `--comp x` must not silently mean --compare, and an option pytest knows
+    # (--co) must reach pytest rather than be called ambiguous.
+    parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"draconf {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def with_target(p, name_flag="--testbed-name", extra=()):
-        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster", *extra], default="testbed",
-                       help="the embedded test bed (default), the cluster of $KUBECONFIG, or the "
-                            "cluster of the pod draconf runs in (its ServiceAccount)"
+        p.add_argument("--target", choices=["testbed", "kubeconfig", "in-cluster", *extra], default=None,
+                       help="the embedded test bed (the default), a kubeconfig's cluster (the default "
+                            "when --kubeconfig or --context is given), or the cluster of the pod draconf "
+                            "runs in (its ServiceAccount)"
                             + ("; kind: a kind cluster made for the run (needs kind and Docker)" if extra else ""))
-        p.add_argument("--kube-context", help="kubeconfig context (with --target kubeconfig)")
+        p.add_argument("--kubeconfig", metavar="FILE",
+                       help="the kubeconfig of the cluster under test (default: $KUBECONFIG, else ~/.kube/config)")
+        p.add_argument("--context", metavar="NAME",
+                       help="the kubeconfig context to use (default: its current context)")
+        p.add_argument("--kube-context", dest="context", help=argparse.SUPPRESS)  # the old spelling
         p.add_argument(name_flag, dest="testbed_name" if name_flag != "--name" else "name",
                        default="default", help="which embedded test bed (default: %(default)s)")
         return p
@@ -442,6 +514,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind-name", default="draconf", help="--target kind: the cluster's name (default: %(default)s)")
     p.add_argument("--kind-image", default=None,
                    help="--target kind: the node image (default: the example driver's, kindest/node:v1.34.0)")
+    p.add_argument("--image", metavar="IMAGE",
+                   help="the image the workloads run (a mirror an air-gapped cluster can pull; default: "
+                        "the profile's, ubuntu:24.04 for nvidia)")
+    p.add_argument("--expect-feature", action="append", default=[], metavar="FEATURE",
+                   help="fail, not skip, when this feature is missing (repeatable; features GA in the "
+                        "server's Kubernetes version are expected anyway): "
+                        + ", ".join(expectations.FEATURES))
+    p.add_argument("--waive-feature", action="append", default=[], metavar="FEATURE",
+                   help="accept this feature missing (a skip), even if GA (repeatable)")
+    p.add_argument("--all-models", action="store_true",
+                   help="also run model-selected and memory-selected once per published product name "
+                        "and memory size")
+    p.add_argument("--no-preflight-gate", action="store_true",
+                   help="run the workloads even when a blocking preflight check fails")
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")
@@ -552,6 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     if rest and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if hasattr(args, "kubeconfig"):
+            resolve_target(args)
         if getattr(args, "passthrough", False):
             return args.func(args, rest)
         return args.func(args)

@@ -32,6 +32,20 @@ class Api:
 
     api_client: client.ApiClient
     source: str = ""
+    #: the kubeconfig context and user the connection was made with (empty when not from one)
+    context: str = ""
+    user: str = ""
+
+    def describe(self) -> str:
+        """Server, context and user: what a run prints first, so that nobody creates objects
+        in a cluster they did not mean.
+
+        >>> Api(client.ApiClient(client.Configuration(host="https://10.0.0.1:6443")), "kc",
+        ...     context="staging", user="ci").describe()
+        'server https://10.0.0.1:6443, context staging, user ci (kubeconfig kc)'
+        """
+        parts = [f"server {self.host}"] + [f"{k} {v}" for k, v in (("context", self.context), ("user", self.user)) if v]
+        return ", ".join(parts) + (f" ({'kubeconfig ' if self.context else ''}{self.source})" if self.source else "")
 
     @cached_property
     def core(self) -> client.CoreV1Api:
@@ -107,7 +121,20 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
                            f"{' context ' + context if context else ''}: {err}") from err
     except (OSError, ValueError, TypeError, AttributeError) as err:
         raise DraconfError(f"kubeconfig {where} is malformed: {err}") from err
-    return Api(api_client, source=where)
+    used, user = _context_and_user(kubeconfig, context)
+    return Api(api_client, source=where, context=used, user=user)
+
+
+def _context_and_user(kubeconfig, context: str | None) -> tuple[str, str]:
+    """The context a connection was made with (``context``, else the kubeconfig's current one)
+    and its user, as the client's own kubeconfig loader reads them."""
+    try:
+        contexts, current = config.list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError):
+        return context or "", ""
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    chosen = chosen or {}
+    return chosen.get("name") or context or "", (chosen.get("context") or {}).get("user") or ""
 
 
 #: Where a pod's ServiceAccount credentials are mounted (the Kubernetes client reads them there).
@@ -125,14 +152,33 @@ def connect_in_cluster() -> Api:
         raise DraconfError(f"--target in-cluster: not running in a pod with a ServiceAccount "
                            f"({err}); run draconf as the Job in manifests/runner/, or use "
                            "--target kubeconfig") from None
-    return Api(client.ApiClient(configuration), source="in-cluster ServiceAccount")
+    return Api(client.ApiClient(configuration), source="in-cluster ServiceAccount",
+               user=_service_account())
 
 
-def connect_target(target: str, context: str | None = None) -> Api:
-    """The cluster under test for a target other than the embedded bed."""
+def _service_account() -> str:
+    """``system:serviceaccount:<namespace>:<name>`` of the pod, as far as its mounted files tell
+    (the name only from the token's claims, which are not verified here: for display only)."""
+    import base64
+    import json
+    try:
+        namespace = Path(SERVICE_ACCOUNT_DIR, "namespace").read_text().strip()
+        payload = Path(SERVICE_ACCOUNT_DIR, "token").read_text().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return claims.get("sub") or f"a ServiceAccount of namespace {namespace}"
+    except (OSError, IndexError, ValueError):
+        return ""
+
+
+def connect_target(target: str, context: str | None = None, kubeconfig: str | Path | None = None) -> Api:
+    """The cluster under test for a target other than the embedded bed: ``kubeconfig`` (default
+    ``$KUBECONFIG`` / ``~/.kube/config``) with ``context`` (default: its current one)."""
     if target == "in-cluster":
+        if kubeconfig or context:
+            raise DraconfError("--kubeconfig and --context name a kubeconfig's cluster; --target in-cluster "
+                               "uses the pod's ServiceAccount instead: give one or the other")
         return connect_in_cluster()
-    return connect(None, context)
+    return connect(kubeconfig, context)
 
 
 def unread(response) -> None:

@@ -215,13 +215,18 @@ class Profile:
 TESTBED_IMAGE = "draconf.local/busybox:1.35.0"
 
 
-def for_target(profile: Profile, target: str) -> Profile:
-    """The profile as a run against ``target`` uses it: on the embedded test bed, workloads run
-    the bed's own image unless the profile names one.
+def for_target(profile: Profile, target: str, image: str | None = None) -> Profile:
+    """The profile as a run against ``target`` uses it: ``image`` if given (``--image``: a mirror
+    an air-gapped cluster can pull), else on the embedded test bed the bed's own image unless
+    the profile names one.
 
     >>> for_target(Profile(), "testbed").image, for_target(Profile(), "kubeconfig").image
     ('draconf.local/busybox:1.35.0', 'ubuntu:24.04')
+    >>> for_target(Profile(), "kubeconfig", "mirror.example.com/ubuntu:24.04").image
+    'mirror.example.com/ubuntu:24.04'
     """
+    if image:
+        return replace(profile, image=image)
     if target == "testbed" and profile.image == Profile.image:
         return replace(profile, image=TESTBED_IMAGE)
     return profile

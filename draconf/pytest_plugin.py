@@ -1,16 +1,20 @@
 """The draconf pytest plugin: target selection, profile, namespaces, cleanup and reports.
 
 Loaded by the repo's ``conftest.py`` and, when draconf is installed, by the ``pytest11`` entry
-point, so ``pytest suites/`` works from anywhere.  Options::
+point, so ``pytest suites/`` works from anywhere.  Options (``draconf run`` takes them without
+the ``draconf-`` prefix, e.g. ``--kubeconfig``, ``--context``)::
 
-    --target testbed|kubeconfig|in-cluster   the embedded test bed (default), $KUBECONFIG, or
-                                  the pod's ServiceAccount (the runner Job, manifests/runner/)
-    --kube-context NAME           context within the kubeconfig (target kubeconfig)
-    --profile NAME|FILE           how to talk to the driver (default: nvidia; also: example)
-    --keep-on-failure             keep a failed test's namespace for inspection
-    --testbed-name NAME           which embedded test bed to start or reuse
-    --all-models                  model-selected and memory-selected once more per published
+    --draconf-target testbed|kubeconfig|in-cluster   the embedded test bed (default), a
+                                  kubeconfig's cluster, or the pod's ServiceAccount (manifests/runner/)
+    --draconf-kubeconfig FILE     the kubeconfig (default $KUBECONFIG; implies target kubeconfig)
+    --draconf-context NAME        context within the kubeconfig (implies target kubeconfig)
+    --draconf-profile NAME|FILE   how to talk to the driver (default: nvidia; also: example)
+    --draconf-image IMAGE         the workloads' image (a mirror an air-gapped cluster can pull)
+    --draconf-keep-on-failure     keep a failed test's namespace for inspection
+    --draconf-testbed-name NAME   which embedded test bed to start or reuse
+    --draconf-all-models          model-selected and memory-selected once more per published
                                   product name and memory size (reads the cluster at collection)
+    --draconf-expect-feature / --draconf-waive-feature FEATURE   see draconf.expectations
 """
 
 from __future__ import annotations
@@ -52,6 +56,14 @@ def cluster_api(config):
 
 #: The driver profile of the run (``--profile`` for ``--target``), resolved at configure time.
 PROFILE = pytest.StashKey["Profile"]()
+
+
+def run_target(config) -> str:
+    """``--draconf-target``; a kubeconfig or context given alone means that kubeconfig's cluster."""
+    target = config.getoption("draconf_target")
+    if target == "testbed" and (config.getoption("draconf_kubeconfig") or config.getoption("draconf_context")):
+        return "kubeconfig"
+    return target
 
 
 def run_profile(config):
@@ -117,28 +129,40 @@ def namespace_controller_stalled(config) -> bool:
 
 
 def pytest_addoption(parser):
+    # Every option is draconf's own by name (--draconf-*): another plugin's option of the same
+    # spelling (pytest-profiling's --profile, pytest-kind's --kubeconfig) can neither clash with
+    # one of them nor silently take its value.  `draconf run` takes the short names.
     group = parser.getgroup("draconf", "draconf: GPU DRA conformance")
-    group.addoption("--target", choices=["testbed", "kubeconfig", "in-cluster"], default="testbed",
-                    help="cluster under test: the embedded test bed (default), $KUBECONFIG, or "
-                         "in-cluster (the ServiceAccount of the pod draconf runs in)")
-    group.addoption("--kube-context", default=None,
-                    help="kubeconfig context to use with --target kubeconfig")
-    group.addoption("--profile", default="nvidia",
+    group.addoption("--draconf-target", dest="draconf_target", choices=["testbed", "kubeconfig", "in-cluster"],
+                    default="testbed",
+                    help="cluster under test: the embedded test bed (default), a kubeconfig's "
+                         "(--draconf-kubeconfig, else $KUBECONFIG), or in-cluster (the ServiceAccount "
+                         "of the pod draconf runs in)")
+    group.addoption("--draconf-kubeconfig", dest="draconf_kubeconfig", default=None, metavar="FILE",
+                    help="kubeconfig file of the cluster under test (implies --draconf-target kubeconfig)")
+    group.addoption("--draconf-context", dest="draconf_context", default=None, metavar="NAME",
+                    help="kubeconfig context to use (implies --draconf-target kubeconfig)")
+    group.addoption("--draconf-profile", dest="draconf_profile", default="nvidia",
                     help="driver profile: a built-in name (nvidia, example) or a YAML file")
-    group.addoption("--keep-on-failure", action="store_true",
+    group.addoption("--draconf-image", dest="draconf_image", default=None, metavar="IMAGE",
+                    help="the image the suite's workloads run (a mirror the nodes can pull; "
+                         "default: the profile's)")
+    group.addoption("--draconf-keep-on-failure", dest="draconf_keep_on_failure", action="store_true",
                     help="keep the namespace of a failed test for inspection")
-    group.addoption("--testbed-name", default="default",
+    group.addoption("--draconf-testbed-name", dest="draconf_testbed_name", default="default",
                     help="name of the embedded test bed to start or reuse (target testbed)")
-    group.addoption("--no-preflight-gate", action="store_true",
+    group.addoption("--draconf-no-preflight-gate", dest="draconf_no_preflight_gate", action="store_true",
                     help="run workload tests even when a blocking preflight check fails")
-    group.addoption("--all-models", action="store_true",
+    group.addoption("--draconf-all-models", dest="draconf_all_models", action="store_true",
                     help="also run model-selected and memory-selected once per published product "
                          "name and memory size (a test id and a report row per class); reads the "
                          "cluster's devices when the session starts")
-    group.addoption("--expect-feature", action="append", default=[], metavar="FEATURE",
+    group.addoption("--draconf-expect-feature", dest="draconf_expect_feature", action="append", default=[],
+                    metavar="FEATURE",
                     help="fail, not skip, when this feature is missing (repeatable; GA features of the "
                          "server's version are expected anyway): " + ", ".join(expectations.FEATURES))
-    group.addoption("--waive-feature", action="append", default=[], metavar="FEATURE",
+    group.addoption("--draconf-waive-feature", dest="draconf_waive_feature", action="append", default=[],
+                    metavar="FEATURE",
                     help="skip, not fail, when this feature is missing, even if GA (repeatable)")
     reporting.pytest_addoption(parser)
 
@@ -164,10 +188,10 @@ def pytest_configure(config):
         # extra) it must still be a known marker.
         config.addinivalue_line("markers", "xdist_group(name): keep these tests on one xdist worker")
     try:
-        config.stash[PROFILE] = for_target(resolve_profile(config.getoption("--profile")),
-                                           config.getoption("--target"))
-        expectations.Expectations.of(None, config.getoption("--expect-feature"),
-                                     config.getoption("--waive-feature"))
+        config.stash[PROFILE] = for_target(resolve_profile(config.getoption("draconf_profile")),
+                                           run_target(config), config.getoption("draconf_image"))
+        expectations.Expectations.of(None, config.getoption("draconf_expect_feature"),
+                                     config.getoption("draconf_waive_feature"))
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")
@@ -242,14 +266,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def target_api(config, start=None, down_hint: str = ""):
-    """An API connection to the run's target (``--target``, ``--testbed-name``,
-    ``--kube-context``).  A test bed that is down is started by ``start(bed)``; without
-    ``start`` it is a :class:`DraconfError` naming it (``down_hint`` adds a way out)."""
-    target = config.getoption("--target")
+    """An API connection to the run's target (:func:`run_target`, ``--draconf-kubeconfig``,
+    ``--draconf-context``, ``--draconf-testbed-name``).  A test bed that is down is started by
+    ``start(bed)``; without ``start`` it is a :class:`DraconfError` naming it (``down_hint`` adds
+    a way out)."""
+    target = run_target(config)
     if target != "testbed":
-        return connect_target(target, config.getoption("--kube-context"))
+        return connect_target(target, config.getoption("draconf_context"), config.getoption("draconf_kubeconfig"))
     from draconf.testbed.cluster import Testbed
-    bed = Testbed.named(config.getoption("--testbed-name"))
+    bed = Testbed.named(config.getoption("draconf_testbed_name"))
     if not bed.is_up:
         if start is None:
             raise DraconfError(f"test bed {bed.name!r} is not up (start it with `draconf testbed up`"
@@ -333,12 +358,12 @@ def pytest_sessionstart(session):
     """An unusable ``--target kubeconfig`` ends the run before any test, in one line
     (``ERROR: draconf: ...``, exit status 4, pytest's usage error), with nothing created."""
     config = session.config
-    if config.getoption("--all-models"):
+    if config.getoption("draconf_all_models"):
         _read_devices_for_collection(config)
-    if config.option.collectonly or config.getoption("--target") == "testbed":
+    if config.option.collectonly or run_target(config) == "testbed":
         return
     try:
-        api = connect_target(config.getoption("--target"), config.getoption("--kube-context"))
+        api = target_api(config)
         from draconf.preflight.runner import probe
         unusable = probe(api)
     except DraconfError as err:
@@ -510,7 +535,7 @@ def run_id():
 @pytest.fixture(scope="session")
 def cluster(pytestconfig):
     """An API connection to the cluster under test; starts the embedded test bed if needed."""
-    target = pytestconfig.getoption("--target")
+    target = run_target(pytestconfig)
 
     def start(bed):
         from draconf.testbed import inventory
@@ -570,7 +595,7 @@ def make_namespace(request, api, run_id, label: str) -> str:
 
     def finish():
         failed = request.node.stash.get(FAILED, False)
-        if failed and request.config.getoption("--keep-on-failure"):
+        if failed and request.config.getoption("draconf_keep_on_failure"):
             namespaces.REGISTRY.discard(name)
             log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
             return
@@ -601,8 +626,8 @@ def expected_features(pytestconfig, cluster) -> expectations.Expectations:
     """The features this cluster must have: GA in its server version, and those the user named
     (``--expect-feature``); ``--waive-feature`` lets one be missing."""
     return expectations.Expectations.of(cluster.version.get_code().git_version,
-                                        pytestconfig.getoption("--expect-feature"),
-                                        pytestconfig.getoption("--waive-feature"))
+                                        pytestconfig.getoption("draconf_expect_feature"),
+                                        pytestconfig.getoption("draconf_waive_feature"))
 
 
 #: The file the preflight reading of a pytest-xdist run is kept in (made by the controller):
@@ -651,7 +676,7 @@ def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_p
     nodes out: the value is the run's :class:`~draconf.nodescope.NodeScope`, which steers the
     workloads to the nodes left; it is shown on the terminal and kept in the run info."""
     from draconf.nodescope import NodeScope, scope_of
-    if pytestconfig.getoption("--no-preflight-gate"):
+    if pytestconfig.getoption("draconf_no_preflight_gate"):
         return NodeScope()
     from draconf.devices import PublishedDevices
     from draconf.errors import NoVerdict

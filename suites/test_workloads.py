@@ -106,7 +106,7 @@ def all_workloads(published, profile) -> list[str]:
 def pytest_generate_tests(metafunc):
     """``--all-models``: TestWorkload's workloads are :func:`all_workloads` of the devices read
     when the session started (the params of ``started`` otherwise)."""
-    if metafunc.cls is not TestWorkload or not metafunc.config.getoption("--all-models", False):
+    if metafunc.cls is not TestWorkload or not metafunc.config.getoption("draconf_all_models", False):
         return
     from draconf.pytest_plugin import collected_devices, run_profile
     names = all_workloads(collected_devices(metafunc.config), run_profile(metafunc.config))

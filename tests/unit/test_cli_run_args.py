@@ -18,8 +18,25 @@ def test_an_existing_path_is_kept_as_given(tmp_path, monkeypatch):
     assert cli.selects_tests("test_mine.py") and cli._from_checkout("test_mine.py") == "test_mine.py"
 
 
-def test_all_models_goes_to_pytest():
-    """`draconf run --all-models` is pytest's option (draconf/pytest_plugin.py), passed through."""
+def test_all_models_goes_to_pytest_under_draconfs_own_name():
+    """`draconf run --all-models` is draconf's option, handed to the plugin as --draconf-all-models."""
     args, rest = cli.build_parser().parse_known_args(["run", "--all-models", "-x"])
-    assert args.passthrough and rest == ["--all-models", "-x"]
-    assert not cli.selects_tests("--all-models")
+    cli.resolve_target(args)
+    assert args.passthrough and rest == ["-x"]
+    assert "--draconf-all-models" in cli._plugin_args(args)
+
+
+def test_kubeconfig_and_context_are_draconfs_and_imply_the_kubeconfig_target():
+    """pytest-kind registers --kubeconfig in every pytest run: draconf's never reaches pytest."""
+    args, rest = cli.build_parser().parse_known_args(["run", "--kubeconfig", "/k/config", "--context", "staging",
+                                                      "-k", "single-gpu"])
+    cli.resolve_target(args)
+    assert rest == ["-k", "single-gpu"] and args.target == "kubeconfig"
+    assert {"--draconf-kubeconfig=/k/config", "--draconf-context=staging",
+            "--draconf-target=kubeconfig"} <= set(cli._plugin_args(args))
+
+
+def test_no_abbreviations():
+    """`--comp x` is not --compare: unknown to draconf, it goes to pytest (which refuses it)."""
+    args, rest = cli.build_parser().parse_known_args(["run", "--comp", "x"])
+    assert args.compare is None and rest == ["--comp", "x"]

@@ -147,7 +147,7 @@ def test_collection_without_the_flag_needs_no_cluster(tmp_path):
 
 
 def test_the_flag_without_a_cluster_is_one_line(tmp_path):
-    done = _collect("--all-models", state_dir=tmp_path)
+    done = _collect("--draconf-all-models", state_dir=tmp_path)
     assert done.returncode == 4
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert lines == ["ERROR: draconf: --all-models reads the published devices to collect the model and "
