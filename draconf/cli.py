@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from draconf import baseline, expectations, gate_report
+from draconf import baseline, bundle, expectations, gate_report
 from draconf.errors import DraconfError, TargetUnusable
 from draconf.reporting.run_verdict import EXIT_INCONCLUSIVE
 
@@ -86,7 +86,8 @@ def cmd_testbed_env(args) -> int:
     return 0
 
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+#: The installed package's suites, or the checkout's (draconf.bundle); its parent is the rootdir.
+SUITES_DIR = bundle.SUITES
 
 
 #: pytest-rerunfailures' exit status when --fail-on-flaky finds a flaky test; draconf's is 1.
@@ -160,8 +161,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     """Run the suite in-process with the reports switched on."""
     import pytest
     if not SUITES_DIR.is_dir():
-        raise DraconfError(f"the suites directory {SUITES_DIR} is missing; run draconf from a "
-                           "checkout installed with `pip install -e .`")
+        raise DraconfError(f"the suites directory {SUITES_DIR} is missing: this draconf was built "
+                           "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
     # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
@@ -169,12 +170,14 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     # Test files or node ids select those tests, as with pytest; otherwise the whole suite.
     pytest_args = [_from_checkout(a) if selects_tests(a) else a for a in pytest_args]
     chosen = [a for a in pytest_args if selects_tests(a)]
-    argv = [
+    selection = [
         *([] if chosen else [str(SUITES_DIR)]), f"--rootdir={SUITES_DIR.parent}", "-p", "no:cacheprovider",
         # The checkout's tox.ini adds --doctest-modules for the project's own tests: a
         # conformance run collects the checks only, never the suite modules' doctests.
         "-o", "addopts=--import-mode=importlib",
-        *_plugin_args(args),
+        *_plugin_args(args)]
+    argv = [
+        *selection,
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",
         f"--draconf-reports={reports}",
@@ -189,6 +192,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
     expectations.Expectations.of(None, args.expect_feature, args.waive_feature)  # so does a bad name
+    # --all-models reads the cluster to collect: its selection is checked by the run itself.
+    _check_selection([a for a in selection if a != "--draconf-all-models"], pytest_args)
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
     if code == FLAKY_FAILS_THE_RUN:
@@ -229,6 +234,26 @@ def _last_word(code: int, verdict: dict | None) -> str:
     if code == EXIT_INCONCLUSIVE or (code == 0 and verdict and verdict["status"] == "INCONCLUSIVE"):
         return verdict["line"] if verdict else "INCONCLUSIVE"
     return "PASS" if code == 0 else "FAIL"
+
+
+def _check_selection(base: list[str], pytest_args: list[str]) -> None:
+    """What pytest makes of the arguments, before any cluster is touched: an option it does not
+    know (``-n 4`` without pytest-xdist), or a selection that collects nothing, is bad input
+    said in one line, with no bed started and no report written.  A collection in a process of
+    its own (a second session in this one would see this one's imports): about a second."""
+    import subprocess
+    argv = [sys.executable, "-m", "pytest", *base, "--collect-only", "-q", *pytest_args]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
+    if done.returncode == 4:  # pytest's usage error
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines()
+                if line.strip() and not line.startswith(("usage:", "ERROR: usage:", "  "))]
+        raise DraconfError("pytest refuses the arguments: " + " ".join(said[-2:] or ["(no message)"])
+                           + ("; -n needs pytest-xdist: pip install pytest-xdist"
+                              if "-n" in pytest_args or any(a.startswith("--numprocesses") for a in pytest_args) else ""))
+    if done.returncode == 5:
+        nothing = DraconfError("no tests were selected; check the -k/-m arguments and test paths")
+        nothing.exit_code = 1  # as documented: a run that checks nothing fails
+        raise nothing
 
 
 def _plugin_args(args) -> list[str]:

@@ -40,3 +40,20 @@ def test_no_abbreviations():
     """`--comp x` is not --compare: unknown to draconf, it goes to pytest (which refuses it)."""
     args, rest = cli.build_parser().parse_known_args(["run", "--comp", "x"])
     assert args.compare is None and rest == ["--comp", "x"]
+
+
+def test_arguments_pytest_refuses_fail_before_any_bed_starts(tmp_path, monkeypatch, capsys):
+    """Bad input changes nothing: no bed started, no report written, one line, exit 2."""
+    monkeypatch.setenv("DRACONF_STATE_DIR", str(tmp_path / "state"))
+    code = cli.main(["run", "--reports", str(tmp_path / "reports"), "--comp", "x"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("draconf: error: pytest refuses the arguments: ")
+    assert "unrecognized arguments: --comp x" in err
+    assert not (tmp_path / "state").exists() and not (tmp_path / "reports" / "summary.json").exists()
+
+
+def test_a_selection_of_nothing_fails_before_any_bed_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DRACONF_STATE_DIR", str(tmp_path / "state"))
+    code = cli.main(["run", "--reports", str(tmp_path / "reports"), "-k", "no-such-check"])
+    assert code == 1 and "no tests were selected" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
