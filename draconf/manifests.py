@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import copy
 import functools
-from pathlib import Path
 
 import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from draconf import bundle
 from draconf.admission import AdmissionDenied, is_refusal, server_message
 
-MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
+#: ``manifests/`` of the checkout or of the installed package (draconf.bundle).
+MANIFEST_DIR = bundle.MANIFESTS
 
 
 #: libyaml's safe loader where PyYAML was built with it (the wheels are): the pure-Python one

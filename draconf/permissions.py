@@ -31,10 +31,12 @@ from typing import Iterable
 import pytest
 import yaml
 
+from draconf import bundle
 from draconf.errors import DraconfError
 
-#: The ClusterRole users bind: the one definition of what the suite needs.
-CLUSTERROLE_FILE = Path(__file__).resolve().parent.parent / "manifests" / "rbac" / "clusterrole.yaml"
+#: The ClusterRole users bind: the one definition of what the suite needs (in the checkout or
+#: the installed package, draconf.bundle).
+CLUSTERROLE_FILE = bundle.CLUSTERROLE
 #: Verbs that only read; a role missing only these still lets nothing be created by mistake.
 READ_VERBS = frozenset({"get", "list", "watch"})
 #: Seconds each review may take.
