@@ -47,7 +47,8 @@ def cmd_testbed_up(args) -> int:
     if args.node_kind:
         inv = inventory.with_node_kind(inv, args.node_kind)
     bed = _bed(args)
-    bed.up(inv, args.fault, apiserver_port=args.port, timeout=args.timeout, driver=args.driver)
+    bed.up(inv, args.fault, apiserver_port=args.port, timeout=args.timeout, driver=args.driver,
+           upstream_sources=args.upstream_sources)
     print(f"export KUBECONFIG={bed.kubeconfig}")
     return 0
 
@@ -631,9 +632,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-kind", choices=["real", "kwok"],
                    help="make every node of the fleet this kind (default: as the inventory says; "
                         "the default fleet's GPU nodes are real, --nodes fleets are kwok)")
-    p.add_argument("--driver", choices=["nvidia", "example"], default="nvidia",
-                   help="the DRA driver: the simulated NVIDIA driver (default), or dra-example-driver "
-                        "installed from its own Helm chart on the real nodes")
+    from draconf.testbed.upstream_nvidia import DRIVER_CHOICES, SOURCES_ENV
+    p.add_argument("--driver", choices=["nvidia", "example", *DRIVER_CHOICES], default="nvidia",
+                   help="the DRA driver: the simulated NVIDIA driver (default), dra-example-driver "
+                        "installed from its own Helm chart on the real nodes, or NVIDIA's own release "
+                        f"({', '.join(DRIVER_CHOICES)}) built from its source archive and installed from "
+                        "its own chart on the real nodes, over NVIDIA's mock NVML")
+    p.add_argument("--upstream-sources", metavar="DIR",
+                   help=f"where the upstream source archives are, for --driver nvidia-v* (default: "
+                        f"${SOURCES_ENV}, else ../shared/upstream beside the repository)")
     p.add_argument("--port", type=int, help="kube-apiserver port on 127.0.0.1 (default: a free one)")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     p.set_defaults(func=cmd_testbed_up)

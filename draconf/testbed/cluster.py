@@ -39,14 +39,15 @@ import yaml
 
 from draconf.errors import DraconfError
 from draconf.testbed import build, faults as faults_mod, hostsys, images, kwok_config, network, node as node_mod
-from draconf.testbed import node_config, pins, pki as pki_mod, sandbox
+from draconf.testbed import node_config, pins, pki as pki_mod, sandbox, upstream_nvidia
 from draconf.testbed.inventory import Inventory
 
 SERVICE_CIDR = "10.96.0.0/16"
 #: Components that talk to the API server from inside the control plane's namespace.
 IN_CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kwok")
-#: The DRA drivers a bed can run: the simulated NVIDIA driver, or dra-example-driver.
-DRIVERS = ("nvidia", "example")
+#: The DRA drivers a bed can run: the simulated NVIDIA driver, dra-example-driver, or a release
+#: of NVIDIA's own driver over NVIDIA's mock NVML (upstream_nvidia.DRIVER_CHOICES).
+DRIVERS = ("nvidia", "example", *upstream_nvidia.DRIVER_CHOICES)
 #: Roles the bed grants its components that are not in system:masters (kwok's own; the
 #: simulated driver's comes with its install, driver_objects.driver_rbac).
 COMPONENT_RBAC = Path(__file__).parent / "data" / "rbac"
@@ -194,11 +195,14 @@ class Testbed:
 
     # --- up ----------------------------------------------------------------------------------
     def up(self, inventory: Inventory, faults: list[str], log=print,
-           apiserver_port: int | None = None, timeout: float = 120, driver: str = "nvidia") -> Path:
+           apiserver_port: int | None = None, timeout: float = 120, driver: str = "nvidia",
+           upstream_sources: str | Path | None = None) -> Path:
         """Start the bed (or confirm it is already up with the same faults); return the kubeconfig.
 
-        ``driver``: ``nvidia`` (the simulated NVIDIA driver, default) or ``example``
-        (dra-example-driver from its own chart; real GPU nodes only)."""
+        ``driver``: ``nvidia`` (the simulated NVIDIA driver, default), ``example``
+        (dra-example-driver from its own chart; real GPU nodes only) or ``nvidia-<release>``
+        (NVIDIA's released driver built from the archive in ``upstream_sources``, from its own
+        chart over the mock NVML; real GPU nodes only)."""
         faults = faults_mod.validate(faults)
         if any(f in faults_mod.NEED_UNHEALTHY_GPU for f in faults):
             from draconf.testbed.inventory import with_unhealthy_gpu
@@ -208,14 +212,14 @@ class Testbed:
             inventory = with_dynamic_mig(inventory)
         if driver not in DRIVERS:
             raise DraconfError(f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}")
-        if driver == "example":
+        if driver != "nvidia":
             if kwok_gpus := [n.name for n in inventory.gpu_nodes if n.kind == "kwok"]:
                 raise DraconfError(
-                    f"--driver example runs on real nodes only, but {', '.join(kwok_gpus)} "
+                    f"--driver {driver} runs on real nodes only, but {', '.join(kwok_gpus)} "
                     "are KWOK GPU nodes; leave out --node-kind kwok / --nodes")
             if faults:
                 raise DraconfError("the bed's faults act inside the simulated NVIDIA driver; "
-                                   "--driver example takes none")
+                                   f"--driver {driver} takes none")
         state = self.state()
         if state is not None:
             if self.is_up:
@@ -243,6 +247,11 @@ class Testbed:
         bindir = build.ensure_built(log=log)
         if driver == "example":
             build.ensure_example_built(log=log)
+        upstream = None
+        if driver in upstream_nvidia.DRIVER_CHOICES:
+            build.ensure_helm_built(log=log)
+            upstream = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[driver],
+                                                    upstream_nvidia.sources_dir(upstream_sources), bindir, log=log)
         started = time.monotonic()
         if self.dir.exists():
             shutil.rmtree(self.dir)
@@ -251,7 +260,7 @@ class Testbed:
                  "driver": driver, "processes": {}, "ready": False}
         self._save(state)
         try:
-            self._start(state, bindir, inventory, faults, apiserver_port, log, timeout, driver)
+            self._start(state, bindir, inventory, faults, apiserver_port, log, timeout, driver, upstream)
         except BaseException:
             log(f"test bed {self.name!r} failed to start; stopping what was started "
                 f"(logs kept in {self.logs})")
@@ -262,12 +271,13 @@ class Testbed:
         self._save(state)
         log(f"test bed {self.name!r} is up in {time.monotonic() - started:.1f}s: "
             f"{len(inventory.nodes)} nodes ({len(inventory.real_nodes)} real), "
-            + ("dra-example-driver from its chart" if driver == "example" else f"{inventory.gpu_count} GPUs")
+            + ("dra-example-driver from its chart" if driver == "example" else f"{inventory.gpu_count} GPUs"
+               + (f", {upstream.release.module} {upstream.release.version} from its chart" if upstream else ""))
             + (f", faults: {', '.join(faults)}" if faults else ""))
         log(f"kubeconfig: {self.kubeconfig}")
         return self.kubeconfig
 
-    def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout, driver) -> None:
+    def _start(self, state, bindir, inventory, faults, apiserver_port, log, timeout, driver, upstream=None) -> None:
         real = inventory.real_nodes
         layout = network.Layout.plan(self.dir, [n.name for n in real]) if real else None
         pki = pki_mod.create(self.dir / "pki", extra_server_ips=(network.Layout.apiserver_ip,) if layout else (),
@@ -388,10 +398,14 @@ class Testbed:
             log(f"starting {len(real)} real node(s): containerd, kubelet")
             hostsys.record_sysctls()
             for node in real:
-                self._start_real_node(state, bindir, pki, layout, node, faults, driver)
+                self._start_real_node(state, bindir, pki, layout, node, faults, driver, upstream)
         if driver == "example":
             log("installing dra-example-driver from its chart (helm template)")
             self._install_example_driver(bindir)
+        if upstream is not None:
+            log(f"installing {upstream.release.module} {upstream.release.version} from its chart "
+                f"{upstream.release.chart_name} (helm template)")
+            self._install_upstream_driver(bindir, upstream)
         log("waiting for nodes, ResourceSlices and DeviceClasses")
         from draconf.testbed.readiness import wait_ready  # needs the kubernetes client; lazy
         wait_ready(self, inventory, faults, deadline, log, driver)
@@ -404,7 +418,15 @@ class Testbed:
                                      images.EXAMPLE_PLUGIN_REF, *example_driver.cluster_facts(api))
         example_driver.install(api, docs)
 
-    def _start_real_node(self, state, bindir, pki, layout, node, faults, driver) -> None:
+    def _install_upstream_driver(self, bindir: Path, upstream) -> None:
+        from draconf.kube import connect  # needs the kubernetes client; lazy
+        from draconf.testbed import example_driver
+        api = connect(self.kubeconfig)
+        docs = upstream_nvidia.render(bindir / "example" / "helm", upstream,
+                                      *example_driver.cluster_facts(api), workdir=self.dir)
+        upstream_nvidia.install(api, upstream.release, docs)
+
+    def _start_real_node(self, state, bindir, pki, layout, node, faults, driver, upstream=None) -> None:
         """Write one node's configuration and simulated hardware, then start its supervisor."""
         from draconf.testbed import nvidia  # the NVIDIA install's facts; needs no cluster
         net = layout.node(node.name)
@@ -431,9 +453,17 @@ class Testbed:
                                        mig_caps="mig-caps-missing" not in faults,
                                        mps_control=bindir / "nvidia-cuda-mps-control")
             labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
+        archives = [str(path) for path in build.image_archives(driver)]
+        if upstream is not None:
+            if node.has_gpus:
+                upstream_nvidia.install_driver_root(paths.driver_root, node, upstream)
+            # The labels NFD and GPU Feature Discovery give a GPU node, which the chart's
+            # kubelet-plugin affinity selects on.
+            labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
+            archives = archives[:2] + [str(upstream.image)]
         taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
         spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,
-                "images": [str(path) for path in build.image_archives(driver)],
+                "images": archives,
                 "kubelet_args": [
                     f"--config={paths.etc / 'kubelet.yaml'}", f"--kubeconfig={paths.etc / 'kubelet.kubeconfig'}",
                     f"--hostname-override={node.name}", f"--node-ip={net.ip}", "--root-dir=/var/lib/kubelet",

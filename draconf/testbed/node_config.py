@@ -52,6 +52,11 @@ class NodePaths:
                 (self.dir / "run-containerd", "/run/containerd"),
                 (self.dir / "cdi", "/run/cdi"),
                 (self.dir / "cni-state", "/var/lib/cni"),
+                # The driver root's parent is a mount of its own, shared as every mount above:
+                # NVIDIA's chart mounts it into its init container with HostToContainer
+                # propagation, which containerd refuses on a private mount ("path /run/nvidia
+                # is mounted on / but it is not a shared or slave mount").
+                (self.dir / "run-nvidia", str(Path(DRIVER_ROOT).parent)),
                 (self.driver_root, DRIVER_ROOT),
                 (self.resolv_conf, "/etc/resolv.conf")]
 

@@ -14,7 +14,8 @@ from draconf.kube import connect
 
 
 def observe(api, inventory, faults, driver: str = "nvidia") -> dict[str, tuple[bool, str]]:
-    """Check name -> (satisfied, what was seen), for the bed's ``driver`` (nvidia or example)."""
+    """Check name -> (satisfied, what was seen), for the bed's ``driver`` (nvidia, example or
+    an upstream release, nvidia-v<version>)."""
     nodes = api.core.list_node().items
     ready = [n.metadata.name for n in nodes
              if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
@@ -31,6 +32,12 @@ def observe(api, inventory, faults, driver: str = "nvidia") -> dict[str, tuple[b
         from draconf.testbed import example_driver
         want_classes = {example_driver.DEVICE_CLASS}
         plugin_namespace, plugin_selector = example_driver.NAMESPACE, example_driver.PLUGIN_SELECTOR
+    elif driver.startswith("nvidia-"):
+        from draconf.testbed import upstream_nvidia
+        release = upstream_nvidia.RELEASES[upstream_nvidia.DRIVER_CHOICES[driver]]
+        # The classes the release's chart renders with GPUs on (deviceclass-*.yaml).
+        want_classes = {"gpu.nvidia.com", "mig.nvidia.com"}
+        plugin_namespace, plugin_selector = release.namespace, upstream_nvidia.PLUGIN_SELECTOR
     else:
         want_classes = {"mig.nvidia.com", "vfio.gpu.nvidia.com"}
         if "missing-deviceclass" not in faults:

@@ -426,6 +426,18 @@ def profile_path(mock_src: Path, profile: str) -> Path:
     return mock_src / MOCKNVML_DIR / "configs" / f"mock-nvml-config-{profile}.yaml"
 
 
+def nvml_bus_id(bus_id: str) -> str:
+    """A PCI address as NVML's ``nvmlPciInfo_t.busId`` holds it: an eight-digit domain, upper
+    case (go-nvlib's GetPCIBusID drops the first four zeros, and the plugin then insists on
+    ``dddd:bb:dd.f``: "invalid PCI Bus ID format: :18:00.0" with a four-digit one).
+
+    >>> nvml_bus_id("0000:1a:00.0")
+    '00000000:1A:00.0'
+    """
+    domain, rest = bus_id.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
 def mock_nvml_config(node, base: dict) -> dict:
     """The mock NVML profile of ``node``: ``base`` (the mock's profile for its model) with the
     inventory's GPUs: their count, UUIDs, minors, PCI bus ids and roots, and the model's name,
@@ -439,7 +451,7 @@ def mock_nvml_config(node, base: dict) -> dict:
     >>> cfg["system"]["driver_version"], cfg["system"]["num_devices"], cfg["device_defaults"]["name"]
     ('580.95.05', 2, 'NVIDIA H100 80GB HBM3')
     >>> [d["minor_number"] for d in cfg["devices"]], cfg["devices"][1]["pci"]["bus_id"]
-    ([0, 1], '0000:28:00.0')
+    ([0, 1], '00000000:28:00.0')
     >>> base["devices"]  # the base is left as it was
     [{'index': 0}]
     """
@@ -465,10 +477,10 @@ def mock_nvml_config(node, base: dict) -> dict:
         defaults["gsp_firmware"]["version"] = driver
     cfg["devices"] = [{"index": i, "uuid": g.uuid, "minor_number": g.minor,
                        "serial": f"{1560000000000 + int(g.uuid[4:12], 16) % 10**9 * 10 + g.minor}",
-                       "pci": {"bus_id": g.pci_bus_id.upper()}} for i, g in enumerate(gpus)]
+                       "pci": {"bus_id": nvml_bus_id(g.pci_bus_id)}} for i, g in enumerate(gpus)]
     roots: dict[str, list[str]] = {}
     for g in gpus:
-        roots.setdefault(g.pcie_root, []).append(g.pci_bus_id.upper())
+        roots.setdefault(g.pcie_root, []).append(nvml_bus_id(g.pci_bus_id))
     cfg["pcie_topology"] = {"root_complexes": [{"id": root, "numa_node": 0, "devices": devices}
                                                for root, devices in roots.items()]}
     return cfg
