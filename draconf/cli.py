@@ -125,10 +125,12 @@ def selects_tests(arg: str) -> bool:
 
 
 def _from_checkout(arg: str) -> str:
-    """A test path relative to the checkout (``suites/...``) made absolute, so it selects the
-    same tests from any directory."""
+    """A test path relative to the suites' root (``suites/...``) made absolute, so it selects the
+    same tests from any directory.  That root is the installed package's when draconf is not an
+    editable install, even from a checkout (tox): the run's rootdir and node ids are the
+    package's, not the checkout's copy beside it.  Any other path is kept as given."""
     path, _, rest = arg.partition("::")
-    if Path(path).exists():
+    if not (SUITES_DIR.parent / path).exists():
         return arg
     return str(SUITES_DIR.parent / path) + (f"::{rest}" if rest else "")
 
