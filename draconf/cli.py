@@ -185,6 +185,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",
         f"--draconf-reports={reports}",
         "-o", "log_cli=true", "--log-cli-level=INFO", "-o", "log_cli_format=%(asctime)s %(message)s",
+        # What the terminal leaves out (a failure's traceback, the client's errors in full).
+        f"--log-file={reports / 'debug.log'}", "--log-file-level=DEBUG",
         "-rfEs",
     ]
     if args.reruns:

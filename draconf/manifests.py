@@ -17,8 +17,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from draconf import bundle
-from draconf.admission import AdmissionDenied, is_refusal, server_message
+from draconf import bundle, refusals
+from draconf.admission import AdmissionDenied, denial_in_text, is_refusal, server_message
 
 #: ``manifests/`` of the checkout or of the installed package (draconf.bundle).
 MANIFEST_DIR = bundle.MANIFESTS
@@ -54,6 +54,7 @@ def create(api, namespace: str, docs: list[dict], labels: dict[str, str] | None 
     A create the server refuses on validation or admission (a policy, webhook, quota or
     LimitRange) raises :class:`draconf.admission.AdmissionDenied` with the server's message: a
     failure at once, not a wait.  Other API errors (RBAC 403, 409, 5xx) propagate as they are."""
+    refusals.check(docs)  # a policy that refused this kind throughout the run: not tried again
     dynamic = DynamicClient(api.api_client)
     created = []
     for doc in docs:
@@ -67,8 +68,10 @@ def create(api, namespace: str, docs: list[dict], labels: dict[str, str] | None 
             created.append(resource.create(body=body, namespace=namespace).to_dict())
         except ApiException as err:
             if is_refusal(err):
+                message = server_message(err)
+                refusals.book().record(body["kind"], denial_in_text(message), message)
                 raise AdmissionDenied(body["kind"], meta.get("name") or meta.get("generateName", "?"),
-                                      err.status, server_message(err)) from None
+                                      err.status, message) from None
             raise
     return created
 

@@ -207,6 +207,12 @@ def pytest_configure(config):
         os.unlink(path)  # tripping creates it; its absence means closed
         os.environ[BREAKER_FILE_ENV] = path
         config.add_cleanup(lambda: (Path(path).unlink(missing_ok=True), os.environ.pop(BREAKER_FILE_ENV, None)))
+        # ... one record of admission refusals (draconf.refusals), which every worker appends to ...
+        from draconf import refusals
+        handle, refused = tempfile.mkstemp(prefix="draconf-refusals-", suffix=".jsonl")
+        os.close(handle)
+        os.environ[refusals.FILE_ENV] = refused
+        config.add_cleanup(lambda: (Path(refused).unlink(missing_ok=True), os.environ.pop(refusals.FILE_ENV, None)))
         # ... one preflight reading (read_preflight_once), written by the first worker ...
         handle, reading = tempfile.mkstemp(prefix="draconf-preflight-", suffix=".json")
         os.close(handle)

@@ -17,7 +17,7 @@ import time
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import allocation, availability, waits
+from draconf import allocation, availability, refusals, waits
 from draconf.admission import denial_in_text
 from draconf.claims import Claim
 from draconf.devices import class_selectors, devices_from_slices
@@ -122,6 +122,7 @@ class StartVerdicts:
                 # The scheduler could not create the claim it makes for the pod (an extended
                 # resource's): admission refused it.  It retries, so the refusal standing is it.
                 if self._standing((pod.uid, "claim-denied"), now) >= VERDICT_AFTER:
+                    refusals.book().record("ResourceClaim", denial_in_text(message), message)
                     return self._cause(ADMISSION_DENIED, "admission refused the claim the scheduler creates "
                                                          f"for pod {pod.name}: {message}")
             if pod.phase == "Failed":
@@ -148,12 +149,8 @@ class StartVerdicts:
                 if refused:
                     return self._cause(PREPARE_REFUSED, f"the node cannot prepare the claims of pod {pod.name} "
                                                         f"on {pod.node}: {refused}")
-            if pod.phase == "Pending" and not pod.node and not pod.claim_names() \
-                    and pod.spec.get("resourceClaims"):
-                # The claim was never created (e.g. quota): the reason is only in an event.
-                refused = self._standing_event(pod, "FailedResourceClaimCreation", now)
-                if refused:
-                    return self._cause(CLAIM_NOT_CREATED, f"the claim of pod {pod.name} cannot be created: {refused}")
+            if refused := self.claim_not_created(pod, now):
+                return self._cause(CLAIM_NOT_CREATED, refused)
         return self._controller_denied(pods)
 
     #: the kind of the last verdict :meth:`verdict` gave (one of the causes above)
@@ -163,6 +160,18 @@ class StartVerdicts:
         """``message``, the verdict, with its kind kept for :class:`draconf.workload.Start`."""
         self.start_cause = kind
         return message
+
+    def claim_not_created(self, pod: Pod, now: float | None = None) -> str | None:
+        """Why the claim the resourceclaim controller makes for ``pod`` (from its template) is
+        not created, once that has stood VERDICT_AFTER seconds (a quota, an admission policy):
+        the reason is only in a FailedResourceClaimCreation event."""
+        if pod.phase != "Pending" or pod.node or pod.claim_names() or not pod.spec.get("resourceClaims"):
+            return None
+        refused = self._standing_event(pod, "FailedResourceClaimCreation", time.monotonic() if now is None else now)
+        if not refused:
+            return None
+        refusals.book().record("ResourceClaim", denial_in_text(refused), refused)  # it ends a wait: once
+        return f"the claim of pod {pod.name} cannot be created: {refused}"
 
     def _confirmed_now(self, pod: Pod, message: str) -> str | None:
         """:meth:`confirm_unschedulable` for :meth:`verdict`: asked once per pod and message
@@ -245,6 +254,7 @@ class StartVerdicts:
             return None
         for event in reversed(self.events()):
             if " FailedCreate " in event and denial_in_text(event):
+                refusals.book().record("Pod", denial_in_text(event), event)
                 return self._cause(ADMISSION_DENIED, f"admission refused the workload's pods: {event}")
         return None
 

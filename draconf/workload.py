@@ -207,8 +207,17 @@ class DeployedWorkload(StartVerdicts):
             lambda p: p is not None and text in (p.unschedulable_message or ""),
             timeout=timeout or self.profile.timeouts.schedule,
             describe=lambda p: p.summary() if p else "no pod",
-            verdict=lambda p: f"pod {p.name} was scheduled to {p.node}" if p and p.node
-            else self.check_moving([p] if p else []))
+            verdict=lambda p: self._pending_verdict(p))
+
+    def _pending_verdict(self, pod: Pod | None) -> str | None:
+        """What ends a wait for a scheduler message early: the pod placed after all, its claim
+        refused by the cluster (it never reaches the scheduler), or nothing acting on it."""
+        if pod is not None and pod.node:
+            return f"pod {pod.name} was scheduled to {pod.node}"
+        if pod is not None and (refused := self.claim_not_created(pod)):
+            return refused
+        self.check_moving([pod] if pod else [])
+        return None
 
     # --- checks --------------------------------------------------------------------------------
     def check_allocation(self, published: PublishedDevices) -> list[str]:

@@ -93,6 +93,8 @@ def wait_unschedulable(deployed: DeployedWorkload, pod_name: str, text: str,
             return f"pod {pod_name} was scheduled to {pod.node}"
         if pod.phase == "Failed":
             return f"pod {pod_name} failed: {pod.summary()}"
+        if refused := deployed.claim_not_created(pod):
+            return refused  # the pod never reaches the scheduler: no message will come
         message = pod.unschedulable_message or ""
         if message and is_definitive(message):
             first = other_since.setdefault(message, time.monotonic())

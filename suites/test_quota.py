@@ -29,7 +29,7 @@ from typing import NoReturn
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from draconf import manifests, waits
+from draconf import manifests, refusals, waits
 from draconf.admission import AdmissionDenied, denial_in_text, is_refusal
 from draconf.audit import deviceclass_key
 from draconf.claims import Claim
@@ -100,7 +100,9 @@ def claim_documents(profile) -> dict[str, dict]:
 
 
 def create_claim(api, namespace: str, doc: dict, labels) -> None:
-    """Create a claim through the typed client, so a rejection is a plain ApiException."""
+    """Create a claim through the typed client, so a rejection is a plain ApiException (a
+    policy that refused the run's claims throughout: not tried, draconf.refusals)."""
+    refusals.check([doc])
     body = json.loads(json.dumps(doc))
     body.setdefault("metadata", {}).setdefault("labels", {}).update(labels or {})
     api.resource.create_namespaced_resource_claim(namespace, body)
@@ -118,6 +120,7 @@ def raise_if_admission_denied(err: ApiException, doc: dict, own_quota: str) -> N
     admin's quota) is the cluster's admission control: that verdict, at once, not this check's."""
     message = api_message(err)
     if is_refusal(err) and f"exceeded quota: {own_quota}," not in message:
+        refusals.book().record(doc.get("kind", "ResourceClaim"), denial_in_text(message), message)
         raise AdmissionDenied(doc.get("kind", "ResourceClaim"), doc["metadata"]["name"], err.status,
                               message) from None
 

@@ -219,8 +219,11 @@ class TestWorkload:
                 evidence = deployed.check_allocation(published_devices)
             except AssertionError as err:
                 if started.never_started:
-                    # The cluster's reason is the verdict: no traceback of this test's code.
-                    pytest.fail(f"{err} (the workload never started: {started.failure})", pytrace=False)
+                    # The cluster's reason is the verdict, and the headline: nothing that never
+                    # started was "allocated wrong" (no traceback of this test's code either).
+                    found = str(err).removeprefix("allocation is wrong: ")
+                    pytest.fail(f"the workload never started: {started.failure} (allocation check: {found})",
+                                pytrace=False)
                 raise
             attach_evidence("allocation", evidence)
 

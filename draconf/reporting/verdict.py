@@ -16,11 +16,16 @@ terminal, JUnit and Allure's trace show), and Allure's result gets it through
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from draconf.errors import DraconfError
 
 from draconf.reporting.diagnoses import DIAGNOSES, diagnosis_prefix, require_known_code
 
@@ -123,6 +128,29 @@ def with_code(text: str | None, code: str | None, typed: bool = False) -> str | 
 _TYPE_HEAD = re.compile(r"^[\w.]+(?:: |$)")
 
 
+#: Failures whose message is the verdict: the suite's assertions and waits (AssertionError,
+#: draconf.waits.WaitFailed), an API server's answer, an unusable connection, bad input.  Their
+#: traceback is the suite's own code or the client's, which tells an operator nothing; it goes to
+#: the debug log (``draconf run`` writes it to reports/debug.log).  Anything else (a TypeError:
+#: a bug of the suite) keeps its traceback.
+QUIET_FAILURES = (AssertionError, ApiException, urllib3.exceptions.HTTPError, ConnectionError, DraconfError)
+
+_debug = logging.getLogger("draconf.failures")
+
+
+def quiet_failure(item, call, report) -> None:
+    """A failed phase whose exception is one of :data:`QUIET_FAILURES` reports its message
+    only (pytest's ``value`` style, as ``pytest.fail(pytrace=False)``); the full text is logged
+    at DEBUG."""
+    excinfo = call.excinfo
+    if not report.failed or excinfo is None or not excinfo.errisinstance(QUIET_FAILURES):
+        return
+    if excinfo.errisinstance(pytest.fail.Exception):
+        return  # pytest.fail: as its caller asked (pytrace)
+    _debug.debug("%s %s failed:\n%s", item.nodeid, report.when, report.longreprtext)
+    report.longrepr = excinfo.getrepr(style="value")
+
+
 def annotate_report(report: pytest.TestReport, verdict: Verdict) -> None:
     """Make a failed report say its diagnosis: ``[code]`` on its crash line (the terminal's
     short summary, JUnit's failure message) and a :data:`SECTION` section with
@@ -153,6 +181,7 @@ class VerdictSection:
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
+        quiet_failure(item, call, report)
         verdict = item.stash.get(VERDICT_KEY, None)
         if verdict is not None:
             annotate_report(report, verdict)

@@ -105,6 +105,29 @@ def test_a_policy_denying_the_suites_objects_is_admission_denied_in_seconds(
     assert not leftovers(api)
 
 
+def test_a_blanket_denial_ends_the_whole_run_in_under_a_minute(healthy_bed, api, tmp_path):
+    """Every ResourceClaim refused: the first refusals fail, naming the policy; after two, the
+    run stops creating claims (draconf.refusals): the rest give no verdict at once, naming it.
+    Measured on a KWOK bed: 168 s before the breaker (each workload refused in turn, and the
+    failure modes waiting out their 60 s), 31 s after."""
+    policy, objects = deny("resource.k8s.io", "resourceclaims")
+    kubectl.apply(api, objects)
+    try:
+        time.sleep(2)
+        proc, seconds = run(healthy_bed, tmp_path)
+    finally:
+        kubectl.delete(api, objects)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert seconds < 60, f"a run against a blanket denial took {seconds:.0f}s"
+    assert "Traceback" not in out and "WaitTimeout" not in out and "\nE   " not in out, out[-3000:]
+    rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    held = [r for r in rows if (r.get("message") or "").startswith("[admission-denied] not tried: ")]
+    assert len(held) >= 10 and all(policy in r["message"] for r in held), held[:3]
+    assert not [r for r in rows if r.get("diagnosis") == "timeout"], rows
+    assert not leftovers(api)
+
+
 def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api, tmp_path):
     cls = api.resource.read_device_class("gpu.nvidia.com")
     original = copy.deepcopy(api.api_client.sanitize_for_serialization(cls.spec.selectors))
