@@ -444,8 +444,16 @@ class Testbed:
             f"https://{layout.apiserver_ip}:{network.APISERVER_PORT}", paths.pki / "ca.crt", user, pki.token(user))))
         (paths.etc / "kubelet.yaml").write_text(yaml.safe_dump(
             node_config.kubelet_config(paths, net.ip, cgroup_root), sort_keys=False))
+        base_spec = None
+        if upstream is not None and node.has_gpus:
+            # Every container starts from containerd's default spec with the node's mock-NVML
+            # profile mounted (upstream_nvidia.MOCK_CONFIG_MOUNT says why).
+            default = json.loads(subprocess.run([str(bindir / "ctr"), "oci", "spec"], capture_output=True,
+                                                text=True, check=True).stdout)
+            base_spec = paths.etc / "base-runtime-spec.json"
+            base_spec.write_text(json.dumps(upstream_nvidia.base_runtime_spec(default), indent=2))
         (paths.etc / "containerd.toml").write_text(
-            node_config.containerd_toml(paths, bindir, images.PAUSE_REF))
+            node_config.containerd_toml(paths, bindir, images.PAUSE_REF, base_runtime_spec=base_spec))
         (paths.cni_conf_dir / "10-draconf.conflist").write_text(node_config.cni_conflist(net.pod_cidr))
         labels = {}
         if driver == "nvidia":
@@ -460,7 +468,7 @@ class Testbed:
             # The labels NFD and GPU Feature Discovery give a GPU node, which the chart's
             # kubelet-plugin affinity selects on.
             labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)
-            archives = archives[:2] + [str(upstream.image)]
+            archives = archives[:2] + [str(upstream.image), str(upstream.workload_image)]
         taints = [faults_mod.GPU_NODE_TAINT] if node.has_gpus and "gpu-nodes-tainted" in faults else []
         spec = {"name": node.name, "bindir": str(bindir), "cgroup_root": cgroup_root,
                 "images": archives,

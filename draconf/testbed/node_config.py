@@ -67,9 +67,12 @@ class NodePaths:
         self.resolv_conf.write_text("# draconf test bed node: no resolver (air-gapped)\nnameserver 127.0.0.1\n")
 
 
-def containerd_toml(paths: NodePaths, bindir: Path, sandbox_image: str) -> str:
-    """containerd v2 (config version 3) as this machine needs it (see the notes in README)."""
+def containerd_toml(paths: NodePaths, bindir: Path, sandbox_image: str,
+                    base_runtime_spec: Path | None = None) -> str:
+    """containerd v2 (config version 3) as this machine needs it (see the notes in README);
+    ``base_runtime_spec``, an OCI spec every container of the node starts from."""
     cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    base = f'\n      base_runtime_spec = "{base_runtime_spec}"' if base_runtime_spec else ""
     return f"""\
 version = 3
 root = "{paths.containerd_root}"
@@ -94,7 +97,7 @@ state = "/run/containerd"
   [{cri_runtime}.containerd]
     default_runtime_name = "runc"
     [{cri_runtime}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
+      runtime_type = "io.containerd.runc.v2"{base}
       [{cri_runtime}.containerd.runtimes.runc.options]
         BinaryName = "{bindir / 'runc'}"
         SystemdCgroup = false

@@ -267,6 +267,8 @@ class Built:
     image: Path
     #: Our nvidia-smi stand-in over NVML (gomod/nvml-smi).
     nvidia_smi: Path
+    #: The workloads' image with the C library (WORKLOAD_GLIBC_REF).
+    workload_image: Path
 
     @property
     def chart(self) -> Path:
@@ -362,9 +364,12 @@ def ensure_built(version: str, sources: Path, bindir: Path, log=print) -> Built:
     entries = image_entries(plugin, hook, src, debdir, busybox, images.busybox_applets(busybox))
     archive = images.build_archive(image_ref(release), entries, images.ImageConfig(),
                                    src.parent.parent / "image" / images.archive_name(image_ref(release)))
+    workload = images.build_archive(WORKLOAD_GLIBC_REF, workload_entries(busybox, images.busybox_applets(busybox), debdir),
+                                    images.ImageConfig(cmd=["sh"]),
+                                    cache_dir() / "images" / images.archive_name(WORKLOAD_GLIBC_REF))
     log(f"[upstream] {release.module} {release.version}: image {archive.ref} "
         f"({time.monotonic() - started:.0f}s)")
-    return Built(release, src, plugin, hook, mock, mock_src, archive.path, smi)
+    return Built(release, src, plugin, hook, mock, mock_src, archive.path, smi, workload.path)
 
 
 def image_entries(plugin: Path, hook: Path, src: Path, debdir: Path, busybox: Path,
@@ -546,6 +551,47 @@ def install_driver_root(root: Path, node, built: Built) -> None:
     for path, content in proc_files(driver).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(content)
+
+
+#: Where every container of a GPU node sees the node's mock-NVML profile (read-only): where the
+#: mock looks for it when the driver's CDI spec has mounted the library at /usr/lib64
+#: (engine/config.go discoverConfigPath: <root>/config/config.yaml from <root>/usr/lib64/...).
+#: The profile stands for the GPUs' kernel driver, which every container of a real GPU host
+#: shares; which GPUs a container sees stays the CDI spec's doing (its /dev/nvidia<N> nodes).
+MOCK_CONFIG_MOUNT = "/config"
+
+
+def base_runtime_spec(default: dict) -> dict:
+    """containerd's default OCI spec (``ctr oci spec``) with the node's mock profile mounted at
+    :data:`MOCK_CONFIG_MOUNT`; the node's containerd starts every container from it.
+
+    >>> spec = base_runtime_spec({"mounts": [{"destination": "/proc"}, {"destination": "/run"}]})
+    >>> [m["destination"] for m in spec["mounts"]], spec["mounts"][-1]["source"]
+    (['/proc', '/config'], '/run/nvidia/driver/config')
+    """
+    import copy
+    spec = copy.deepcopy(default)
+    # CRI drops the default spec's /run tmpfs from its own default (WithoutRunMount): so here.
+    mounts = [m for m in spec.get("mounts", []) if m.get("destination") != "/run"]
+    mounts.append({"destination": MOCK_CONFIG_MOUNT, "type": "bind", "source": f"{DRIVER_ROOT}/config",
+                   "options": ["rbind", "ro", "nosuid", "nodev"]})
+    spec["mounts"] = mounts
+    return spec
+
+
+#: The image the suite's workloads run on this bed (``draconf run --image``): the bed's busybox
+#: image with the C library, as ubuntu:24.04 has it -- what NVIDIA's nvidia-smi, and our
+#: stand-in over NVML, and the NVML library itself need from a container.
+WORKLOAD_GLIBC_REF = "draconf.local/busybox-glibc:1.35.0"
+
+
+def workload_entries(busybox: Path, applets: list[str], debdir: Path) -> list:
+    from draconf.testbed import images
+    entries = images.workload_entries(busybox, applets)
+    for path in DEBIAN_FILES["libc6"]:
+        entries.append(images.file(path, debdir / Path(path).name))
+    entries.append(images.symlink("lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"))
+    return entries
 
 
 # --- the chart --------------------------------------------------------------------------------

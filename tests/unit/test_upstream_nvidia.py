@@ -109,7 +109,7 @@ def test_the_driver_root_holds_library_profile_nvidia_smi_device_nodes_and_proc(
     monkeypatch.setattr(os, "mknod", lambda path, mode, dev: (made.append(
         (str(Path(path).relative_to(root)), stat.S_ISCHR(mode), os.major(dev), os.minor(dev))),
         Path(path).touch()))
-    built = up.Built(up.RELEASES["v0.4.0"], tmp_path, tmp_path, tmp_path, lib, mock_src, tmp_path, smi)
+    built = up.Built(up.RELEASES["v0.4.0"], tmp_path, tmp_path, tmp_path, lib, mock_src, tmp_path, smi, tmp_path)
     root = tmp_path / "root"
     up.install_driver_root(root, _node("gpu-a100-0"), built)
     libdir = root / "usr" / "lib64"
@@ -170,3 +170,31 @@ def test_the_image_holds_what_the_chart_commands_run(tmp_path):
     assert paths["bin/bash"].kind == "file" and paths["bin/bash"].source == debdir / "bash-static"
     assert paths["bin/sh"].kind == "symlink" and paths["bin/sh"].target == "/bin/busybox"
     assert paths["lib64/ld-linux-x86-64.so.2"].target == "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+
+
+def test_gpu_nodes_start_every_container_with_the_mock_profile_mounted(tmp_path):
+    import tomllib
+    from draconf.testbed import node_config
+    default = {"ociVersion": "1.3.0", "mounts": [{"destination": "/proc", "type": "proc"},
+                                                 {"destination": "/run", "type": "tmpfs"}]}
+    spec = up.base_runtime_spec(default)
+    assert spec["mounts"][-1] == {"destination": "/config", "type": "bind",
+                                  "source": "/run/nvidia/driver/config", "options": ["rbind", "ro", "nosuid", "nodev"]}
+    assert [m["destination"] for m in spec["mounts"]] == ["/proc", "/config"]
+    assert default["mounts"][1]["destination"] == "/run"  # the default is left as it was
+    paths = node_config.NodePaths(tmp_path / "n")
+    runc = lambda text: tomllib.loads(text)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"][
+        "runtimes"]["runc"]
+    assert "base_runtime_spec" not in runc(node_config.containerd_toml(paths, Path("/b"), "p:1"))
+    with_spec = node_config.containerd_toml(paths, Path("/b"), "p:1", base_runtime_spec=Path("/n/spec.json"))
+    assert runc(with_spec)["base_runtime_spec"] == "/n/spec.json"
+
+
+def test_the_workload_image_has_the_c_library_ubuntu_has(tmp_path):
+    debdir = tmp_path / "debs"
+    debdir.mkdir()
+    for path in up.DEBIAN_FILES["libc6"]:
+        (debdir / Path(path).name).write_bytes(b"elf")
+    (tmp_path / "busybox").write_bytes(b"elf")
+    paths = {e.path for e in up.workload_entries(tmp_path / "busybox", ["/bin/sh"], debdir)}
+    assert {"lib/x86_64-linux-gnu/libc.so.6", "lib64/ld-linux-x86-64.so.2", "bin/sh", "usr/bin"} <= paths

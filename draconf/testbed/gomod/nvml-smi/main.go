@@ -21,6 +21,20 @@
 //	                           index, name, uuid, pci.bus_id, memory.total, memory.used,
 //	                           memory.free, driver_version, compute_cap, compute_mode, count
 //	-i, --id=I[,I]             only these GPUs (index or UUID)
+//	-c, --compute-mode=M       set the compute mode (DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED or
+//	                           0, 3, 2), as NVIDIA's DRA plugin does for time-sliced GPUs
+//	compute-policy [-i I] --set-timeslice N | -l
+//	                           set (0 Default, 1 Short, 2 Medium, 3 Long) or list time slices
+//
+// GPU state the mock cannot hold.  The mock answers nvmlDeviceSetComputeMode with
+// NOT_SUPPORTED and models no time slice at all; NVIDIA's driver sets both on every GPU it
+// prepares with TimeSlicingSettings on.  A compute mode the library refuses is written into the
+// mock's own runtime-override file (overrides.yaml beside its config.yaml, read back by the
+// library within a second, engine/config_override_store.go), so NVML reports it from then on;
+// time slices are kept in draconf-timeslices.json beside it.  The config directory is the one
+// the mock itself reads: $MOCK_NVML_CONFIG's, else config/ two levels above the library.  Where
+// it is read-only (a container) setting fails "Insufficient Permissions", exit 4, as an
+// unprivileged nvidia-smi does.
 //
 // NVML failing to load or initialise ends it as nvidia-smi ends: "NVIDIA-SMI has failed because
 // it couldn't communicate with the NVIDIA driver ...", exit 9; no GPU: "No devices were found",
@@ -28,6 +42,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -65,6 +80,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if opts.version {
 		return printVersion(lib, stdout)
 	}
+	if opts.policy && !opts.listPolicy && opts.timeslice < 0 {
+		fmt.Fprintln(stderr, "compute-policy needs --set-timeslice N or -l")
+		return 2
+	}
 	gpus, code := selectGPUs(lib, opts.ids, stderr)
 	if code != 0 {
 		return code
@@ -74,6 +93,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 6
 	}
 	switch {
+	case opts.mode != "":
+		return setComputeMode(gpus, opts.mode, stdout, stderr)
+	case opts.timeslice >= 0:
+		return setTimeslice(gpus, opts.timeslice, stdout, stderr)
+	case opts.listPolicy:
+		return listPolicy(gpus, stdout)
 	case opts.list:
 		for _, g := range gpus {
 			name, _ := g.dev.GetName()
@@ -91,10 +116,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 type options struct {
 	version, list, header, units bool
 	query, ids                   []string
+	mode                         string
+	policy, listPolicy           bool
+	timeslice                    int
 }
 
 func parse(args []string) (options, error) {
-	o := options{header: true, units: true}
+	o := options{header: true, units: true, timeslice: -1}
+	if len(args) > 0 && args[0] == "compute-policy" {
+		o.policy = true
+		args = args[1:]
+	}
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		value := func(name string) (string, error) {
@@ -110,6 +142,27 @@ func parse(args []string) (options, error) {
 		switch {
 		case arg == "--version":
 			o.version = true
+		case o.policy && (arg == "-l" || arg == "--list"):
+			o.listPolicy = true
+		case o.policy && (arg == "--set-timeslice" || strings.HasPrefix(arg, "--set-timeslice=")):
+			v, err := value("--set-timeslice")
+			if err != nil {
+				return o, err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n >= len(timeslices) {
+				return o, fmt.Errorf("invalid timeslice %q: 0 (Default), 1 (Short), 2 (Medium) or 3 (Long)", v)
+			}
+			o.timeslice = n
+		case !o.policy && (arg == "-c" || arg == "--compute-mode" || strings.HasPrefix(arg, "--compute-mode=")):
+			v, err := value("--compute-mode")
+			if err != nil {
+				return o, err
+			}
+			if _, ok := modeNames[strings.ToUpper(v)]; !ok {
+				return o, fmt.Errorf("invalid compute mode %q", v)
+			}
+			o.mode = strings.ToUpper(v)
 		case arg == "-L" || arg == "--list-gpus":
 			o.list = true
 		case arg == "--query-gpu" || strings.HasPrefix(arg, "--query-gpu="):
@@ -333,6 +386,111 @@ func printSummary(lib nvml.Interface, gpus []gpu, w io.Writer) int {
 		name, _ := g.dev.GetName()
 		mem, _ := g.dev.GetMemoryInfo()
 		fmt.Fprintf(w, "GPU %d  %s  %s  %s / %s\n", g.index, name, busID(g.dev), mib(mem.Used, true), mib(mem.Total, true))
+	}
+	return 0
+}
+
+// timeslices are the levels of `compute-policy --set-timeslice N`, by N.
+var timeslices = []string{"Default", "Short", "Medium", "Long"}
+
+// modeNames are -c's arguments; the mock's override file spells a mode in lower case.
+var modeNames = map[string]nvml.ComputeMode{"DEFAULT": nvml.COMPUTEMODE_DEFAULT, "0": nvml.COMPUTEMODE_DEFAULT,
+	"EXCLUSIVE_PROCESS": nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, "3": nvml.COMPUTEMODE_EXCLUSIVE_PROCESS,
+	"PROHIBITED": nvml.COMPUTEMODE_PROHIBITED, "2": nvml.COMPUTEMODE_PROHIBITED}
+
+// configDir is the directory of the mock's config.yaml, as the mock finds it.
+func configDir() string {
+	if p := os.Getenv("MOCK_NVML_CONFIG"); p != "" {
+		return filepath.Dir(p)
+	}
+	return filepath.Join(filepath.Dir(libraryPath()), "..", "..", "config")
+}
+
+// updateJSON rewrites a JSON file (JSON is YAML too, for the mock's override file) through fn.
+func updateJSON(path string, doc any, fn func()) error {
+	if data, err := os.ReadFile(path); err == nil && len(data) > 0 {
+		if err := json.Unmarshal(data, doc); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	fn()
+	data, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func insufficient(stderr io.Writer, what string, g gpu, err error) int {
+	fmt.Fprintf(stderr, "Unable to set the %s for GPU %s: Insufficient Permissions (%v)\n", what, busID(g.dev), err)
+	return 4
+}
+
+func setComputeMode(gpus []gpu, name string, stdout, stderr io.Writer) int {
+	mode := modeNames[name]
+	for _, g := range gpus {
+		ret := g.dev.SetComputeMode(mode)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND {
+			index, _ := g.dev.GetIndex()
+			type override struct {
+				Version int                       `json:"version"`
+				All     map[string]any            `json:"all,omitempty"`
+				Devices map[string]map[string]any `json:"devices,omitempty"`
+			}
+			doc := override{Version: 1}
+			err := updateJSON(filepath.Join(configDir(), "overrides.yaml"), &doc, func() {
+				if doc.Devices == nil {
+					doc.Devices = map[string]map[string]any{}
+				}
+				if doc.Devices[strconv.Itoa(index)] == nil {
+					doc.Devices[strconv.Itoa(index)] = map[string]any{}
+				}
+				doc.Devices[strconv.Itoa(index)]["compute_mode"] = strings.ToLower(computeModes[mode])
+			})
+			if err != nil {
+				return insufficient(stderr, "compute mode", g, err)
+			}
+		} else if ret != nvml.SUCCESS {
+			fmt.Fprintf(stderr, "Unable to set the compute mode for GPU %s: %v\n", busID(g.dev), ret)
+			return 3
+		}
+		fmt.Fprintf(stdout, "Set compute mode to %s for GPU %s.\n", strings.ToUpper(computeModes[mode]), busID(g.dev))
+	}
+	fmt.Fprintln(stdout, "All done.")
+	return 0
+}
+
+func timeslicePath() string { return filepath.Join(configDir(), "draconf-timeslices.json") }
+
+func setTimeslice(gpus []gpu, level int, stdout, stderr io.Writer) int {
+	for _, g := range gpus {
+		uuid, _ := g.dev.GetUUID()
+		doc := map[string]string{}
+		if err := updateJSON(timeslicePath(), &doc, func() { doc[uuid] = timeslices[level] }); err != nil {
+			return insufficient(stderr, "timeslice", g, err)
+		}
+		fmt.Fprintf(stdout, "Set timeslice to %s for GPU %s.\n", timeslices[level], busID(g.dev))
+	}
+	return 0
+}
+
+func listPolicy(gpus []gpu, stdout io.Writer) int {
+	doc := map[string]string{}
+	if data, err := os.ReadFile(timeslicePath()); err == nil {
+		_ = json.Unmarshal(data, &doc)
+	}
+	fmt.Fprintln(stdout, "GPU compute policies:\nGPU  UUID                                      Timeslice")
+	for _, g := range gpus {
+		uuid, _ := g.dev.GetUUID()
+		level := doc[uuid]
+		if level == "" {
+			level = "Default"
+		}
+		fmt.Fprintf(stdout, "%-4d %s  %s\n", g.index, uuid, level)
 	}
 	return 0
 }
