@@ -480,24 +480,56 @@ def test_prepare_failed_event():
     assert code == "plugin-unhealthy" and "FailedPrepareDynamicResources" in reason
 
 
-def test_a_device_still_prepared_for_an_unreleased_claim_is_claim_not_released():
+#: The UID of a claim the node still holds a device for: another claim than the pod's (c1).
+HOLDER = "7c3e9a10-5b2d-4f6e-9a8b-0d1c2e3f4a5b"
+
+#: The kubelet's FailedPrepareDynamicResources message when the driver refuses gpu-0 of the
+#: pod's claim because claim HOLDER holds it: the NVIDIA driver's words (v0.4.1, upstream
+#: device_state.go validateNoOverlappingPreparedDevices) and the bed's simulated driver's
+#: (gomod/gpu-driver/internal/plugin/preparer.go refuseHeld, wrapped by driver.go).
+HELD_BY_ANOTHER_CLAIM = {
+    "nvidia": "NodePrepareResources failed for ResourceClaim gpu-pod-gpu-x: error preparing devices for "
+              f"claim ns/gpu-pod-gpu-x:c1: unable to prepare claim c1: requested device gpu-0 is already "
+              f"allocated to different claim {HOLDER}",
+    "simulated": "NodePrepareResources failed for ResourceClaim gpu-pod-gpu-x: claim ns/gpu-pod-gpu-x:c1 not "
+                 f"prepared: device gpu-0 is held by claim {HOLDER}, prepared on this node and not "
+                 "unprepared since",
+}
+
+
+@pytest.mark.parametrize("driver", sorted(HELD_BY_ANOTHER_CLAIM))
+def test_a_device_still_prepared_for_an_unreleased_claim_is_claim_not_released(driver):
     pod, claim = bound_not_running()
     facts = with_workload(healthy(), pod, claim)
-    facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
-                               "ResourceClaim gpu-pod-gpu-x: unable to prepare claim c2: requested device "
-                               "gpu-0 is already allocated to different claim c1", name="gpu-pod")]
+    facts.events = [EventFacts("FailedPrepareDynamicResources", HELD_BY_ANOTHER_CLAIM[driver], name="gpu-pod")]
     code, reason = classify(facts, "cdi-injection", "injection cannot be checked: the node cannot prepare")
-    assert code == "claim-not-released" and "never unprepared" in reason
+    assert code == "claim-not-released" and "never unprepared" in reason and HOLDER in reason
 
 
-def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported():
+@pytest.mark.parametrize("message", [
+    # another device of the node than the claim's, held by another claim
+    f"NodePrepareResources failed for ResourceClaim gpu-pod-gpu-x: device gpu-1 is held by claim {HOLDER}",
+    # the claim's device, but no other claim named (its own UID only, or a GPU's UUID)
+    "NodePrepareResources failed for ResourceClaim gpu-pod-gpu-x: claim ns/gpu-pod-gpu-x:"
+    "0e1b2c3d-0000-4000-8000-000000000001 not prepared: device gpu-0: NVML: Unknown Error",
+    f"NodePrepareResources failed for ResourceClaim gpu-pod-gpu-x: device gpu-0 (GPU-{HOLDER}) is lost",
+])
+def test_a_refusal_naming_no_other_claim_holding_the_device_is_not_claim_not_released(message):
+    pod, claim = bound_not_running()
+    claim = changed(claim, uid="0e1b2c3d-0000-4000-8000-000000000001")
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("FailedPrepareDynamicResources", message, name="gpu-pod")]
+    code, _ = classify(facts, "cdi-injection", "injection cannot be checked: the node cannot prepare")
+    assert code == "plugin-unhealthy"
+
+
+@pytest.mark.parametrize("driver", sorted(HELD_BY_ANOTHER_CLAIM))
+def test_a_driver_refusing_an_admin_access_device_is_admin_access_unsupported(driver):
     # Recorded on the bed under the admin-access-exclusive fault.
     pod, claim = bound_not_running()
     claim = changed(claim, admin_devices=list(claim.device_keys))
     facts = with_workload(healthy(), pod, claim)
-    facts.events = [EventFacts("FailedPrepareDynamicResources", "NodePrepareResources failed for "
-                               "ResourceClaim gpu-monitor: unable to prepare claim c2: requested device "
-                               "gpu-0 is already allocated to different claim c1", name="gpu-pod")]
+    facts.events = [EventFacts("FailedPrepareDynamicResources", HELD_BY_ANOTHER_CLAIM[driver], name="gpu-pod")]
     code, reason = classify(facts, "cdi-injection", "the container never got its devices")
     assert code == "admin-access-unsupported" and "adminAccess" in reason
 

@@ -22,13 +22,47 @@ def rule_image_pull(facts: Facts, check, error_text):
     return None
 
 
+#: A Kubernetes object's UID standing on its own: not the tail of a GPU or MIG UUID
+#: (``GPU-<uuid>``) nor part of a name made from one (``mps-control-daemon-<uid>-...``).
+_OBJECT_UID = re.compile(r"(?<![\w-])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![\w-])")
+
+
+def held_by_another_claim(message: str, claims) -> bool:
+    """True when a driver's refusal to prepare ``claims`` (a pod's) names one of the devices
+    allocated to them and the UID of a claim that is none of them: the node holds that device
+    for the other claim.
+
+    Keyed on those two facts, which a driver saying so has to give, not on its wording: the
+    NVIDIA driver's "requested device gpu-0 is already allocated to different claim <uid>"
+    (upstream device_state.go validateNoOverlappingPreparedDevices) and the bed's simulated
+    driver's own sentence (gomod/gpu-driver/internal/plugin/preparer.go refuseHeld) carry both.
+
+    >>> from draconf.claims import Claim
+    >>> mine = Claim({"metadata": {"uid": "0e1b2c3d-0000-4000-8000-000000000001"}, "status": {
+    ...     "allocation": {"devices": {"results": [
+    ...         {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-1"}]}}}})
+    >>> other = "5a6b7c8d-1111-4111-8111-111111111111"
+    >>> held_by_another_claim(f"device gpu-1 is held by claim {other}", [mine])
+    True
+    >>> held_by_another_claim(f"device gpu-10 is held by claim {other}", [mine])  # not its device
+    False
+    >>> held_by_another_claim(f"claim {mine.uid}: device gpu-1 is busy", [mine])  # its own UID
+    False
+    """
+    devices = {r.device for c in claims for r in c.results}
+    own = {c.uid for c in claims if c.uid}
+    named = any(re.search(rf"(?<![\w.-]){re.escape(d)}(?![\w-])", message) for d in devices)
+    return named and bool(set(_OBJECT_UID.findall(message)) - own)
+
+
 def rule_admin_access_unsupported(facts: Facts, check, error_text):
     """The driver refuses to prepare a device allocated with adminAccess because another claim
     holds it: it treats admin access as exclusive (KEP-5018 says such devices are shared)."""
     for pod in stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
-        refused = [e for e in failed if "already allocated to different claim" in e.message]
-        admin = [d for c in facts.pod_claims(pod) for d in c.admin_device_keys]
+        claims = facts.pod_claims(pod)
+        refused = [e for e in failed if held_by_another_claim(e.message, claims)]
+        admin = [d for c in claims for d in c.admin_device_keys]
         if refused and admin:
             return ("admin-access-unsupported",
                     f"Pod {pod.name} cannot start on {pod.node}: its claim was allocated {', '.join(admin)} "
@@ -102,7 +136,7 @@ def rule_config_rejected(facts: Facts, check, error_text):
 def rule_plugin_unhealthy(facts: Facts, check, error_text):
     for pod in stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
-        leaked = [e for e in failed if "already allocated to different claim" in e.message]
+        leaked = [e for e in failed if held_by_another_claim(e.message, facts.pod_claims(pod))]
         if leaked:
             # The driver still holds the device for a claim its node never unprepared.
             return ("claim-not-released",
