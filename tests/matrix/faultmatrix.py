@@ -162,7 +162,7 @@ EXPECTED: dict[str, Expectation] = {
         {p: "cdi-wrong-device" for p in _all("cdi-injection") + ("job/completion",) + _features("cdi-injection")},
         dragged=("two-gpu/cdi-injection",) + SHARING_DRAGGED, run_args=CDI_SCOPE),
     # On real nodes the driver keeps the devices of claims it never unprepared and refuses them to
-    # later claims ("already allocated to different claim"): after the first workload, which
+    # later claims ("device gpu-N is held by claim <uid>"): after the first workload, which
     # must catch it, later ones may not start at all (their injection and cleanup then give no
     # verdict).
     "claims-not-released": Expectation(
@@ -176,8 +176,8 @@ EXPECTED: dict[str, Expectation] = {
         _all("cdi-injection"), {p: "plugin-unhealthy" for p in _all("cdi-injection")},
         no_verdict=_all("cleanup"), run_args=("-k", WALKTHROUGH)),
     # Unprepare says done and keeps the device: the claims are released and the freed GPU is
-    # allocated to the cleanup probe, whose pod the node then refuses ("already allocated to
-    # different claim"): only the probe running proves the GPU reusable.
+    # allocated to the cleanup probe, whose pod the node then refuses ("device gpu-N is held by
+    # claim <uid>"): only the probe running proves the GPU reusable.
     "unprepare-keeps-device": Expectation(
         ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
         run_args=("-k", SINGLE_GPU)),

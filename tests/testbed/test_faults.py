@@ -263,7 +263,7 @@ def test_admin_access_exclusive(start_fault_bed):
         PROFILE)
     events = waits.wait_until(
         "the monitor's FailedPrepareDynamicResources event", monitor.events,
-        lambda events: any("FailedPrepareDynamicResources" in e and "already allocated to different claim" in e
+        lambda events: any("FailedPrepareDynamicResources" in e and "is held by claim" in e
                            for e in events), timeout=30)
     assert Claim.read(api, holder.namespace, "gpu-monitor").results[0].admin_access, events
 

@@ -566,8 +566,8 @@ def test_a_driver_refusing_a_claims_sharing_config_is_config_rejected():
 def test_the_simulated_drivers_sharing_refusals_are_config_rejected():
     # The bed's simulated driver in its own words (gomod/gpu-driver/internal/plugin/sharing.go),
     # for the same three configs: each names the config kind, the first in apimachinery's words.
-    prefix = ("Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim bad: error "
-              "preparing devices for claim ns/bad:u1: prepare devices failed: ")
+    prefix = ("Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim bad: claim "
+              "ns/bad:u1 not prepared: ")
     for refusal, shown in [
             ('opaque config #0 for gpu.nvidia.com is not a valid GpuConfig: strict decoding error: unknown '
              'field "sharing.timeSlicingConfig.quantum"', "sharing.timeSlicingConfig.quantum"),
@@ -591,8 +591,8 @@ def test_an_mps_daemon_that_never_gets_ready_is_plugin_unhealthy_not_config_reje
     assert code == "plugin-unhealthy" and "mps-control-daemon-" in reason and "come online" in reason
     # The bed's simulated driver names the daemon, and says what its pod shows.
     _, _, facts = refused_with_config(
-        "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim shared-gpus: error "
-        "preparing devices for claim ns/shared-gpus:u1: prepare devices failed: GpuConfig for requests "
+        "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim shared-gpus: claim "
+        "ns/shared-gpus:u1 not prepared: GpuConfig for requests "
         "[mps-gpu] not applied: MPS control daemon mps-control-daemon-u1-3f2a9 is not ready after 4 checks: "
         "pod mps-control-daemon-u1-3f2a9-7d9c-x: container mps-control-daemon waiting (CrashLoopBackOff)")
     code, reason = classify(facts, "sharing", "the workload never started")

@@ -20,14 +20,14 @@
 //   - prepare-fails: NodePrepareResources fails for every claim with an NVML error (a plugin
 //     that runs, registers and publishes, yet cannot hand out any GPU); nothing is prepared;
 //   - unprepare-keeps-device: NodeUnprepareResources reports success and deletes the claim's
-//     CDI spec, but the claim stays in the checkpoint, so its devices stay held: the next
-//     claim given one of them is refused as overlapping a prepared claim;
+//     CDI spec, but the claim stays in the ledger, so its devices stay held: the next
+//     claim given one of them is refused as held by a prepared claim;
 //   - crash: the process exits 1 at start with an NVML initialisation error (see
 //     SimulatedNVMLInitError; handled by the command);
 //   - admin-access-exclusive: a device allocated with adminAccess is checked for overlap like
 //     any other (a driver without admin-access support), so a monitoring claim on a GPU that
-//     another prepared claim holds fails: "requested device gpu-N is already allocated to
-//     different claim <uid>";
+//     another prepared claim holds fails: "device gpu-N is held by claim <uid>, prepared on
+//     this node and not unprepared since";
 //   - sharing-config-ignored: the plugin reads no opaque claim config (as a driver without
 //     GpuConfig support): a claim's sharing config, valid or not, is neither decoded nor
 //     validated nor applied; its devices are prepared as with the default config;
@@ -45,8 +45,8 @@
 //     under a GPU other than the one its parentUUID names (see mislabelledParent in mig.go);
 //   - mps-daemon-fails: the MPS control daemon's Deployment gets NVIDIA_SIM_MPS_DAEMON=fail,
 //     so the nvidia-cuda-mps-control stand-in's `-d` fails and the container exits at once,
-//     as a daemon that cannot start on its GPUs; preparing an MPS claim then fails with
-//     upstream's "MPS control daemon is not yet ready: ..." (see mps.go).
+//     as a daemon that cannot start on its GPUs; preparing an MPS claim then fails: "MPS
+//     control daemon <name> is not ready after N checks: ..." (see mps.go).
 package plugin
 
 import (
@@ -62,9 +62,10 @@ import (
 const (
 	// DriverName is the DRA driver name (upstream cmd/gpu-kubelet-plugin/main.go).
 	DriverName = "gpu.nvidia.com"
-	// CheckpointFileBasename is the checkpoint file in the plugin data directory
-	// (upstream main.go DriverPluginCheckpointFileBasename).
-	CheckpointFileBasename = "checkpoint.json"
+	// LedgerFileName is the file of the claim ledger (ledger.go) in the plugin data
+	// directory: the name the real driver gives its checkpoint there (upstream main.go
+	// DriverPluginCheckpointFileBasename).
+	LedgerFileName = "checkpoint.json"
 	// GpuDeviceType is the value of the `type` attribute of a full GPU (upstream types.go).
 	GpuDeviceType = "gpu"
 )
@@ -102,7 +103,7 @@ type Config struct {
 	Client kubernetes.Interface
 }
 
-// DriverPluginPath is the plugin's data directory: its DRA socket and checkpoint live here.
+// DriverPluginPath is the plugin's data directory: its DRA socket and ledger live here.
 func (c *Config) DriverPluginPath() string {
 	return filepath.Join(c.KubeletPluginsDirectoryPath, DriverName)
 }

@@ -18,63 +18,60 @@ import (
 	"draconf.local/testbed/gpu-driver/internal/nvmlsim"
 )
 
-// Driver is the DRA kubelet plugin (upstream cmd/gpu-kubelet-plugin/driver.go).
+// Driver is the running kubelet plugin: registered with the kubelet, its pool published, its
+// DRA service answering through the Preparer.
 type Driver struct {
 	cfg    *Config
 	client kubernetes.Interface
 	lib    *DeviceLib
-	state  *DeviceState
+	prep   *Preparer
 	helper *kubeletplugin.Helper
 	health *healthcheck
-	// pulock keeps prepare and unprepare from interleaving (upstream uses a node-global
-	// flock, pu.lock, in the plugin directory; one process per node makes a mutex enough).
-	pulock sync.Mutex
+	// oneAtATime orders every prepare and unprepare of the node.  The real driver takes a
+	// file lock (pu.lock in the plugin directory) for that; one plugin process per node makes
+	// a mutex do.
+	oneAtATime sync.Mutex
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
-// SimulatedNVMLInitError is what the crash fault fails with: NVML cannot initialise, as
-// after a driver upgrade without reboot.  Upstream's error chain for a failed
-// nvmlInitWithFlags (main.go RunPlugin -> NewDriver -> NewDeviceState ->
-// enumerateAllPossibleDevices -> GetPerGpuAllocatableDevices -> ensureNVML).
+// SimulatedNVMLInitError is what the crash fault stops the plugin with: NVML will not
+// initialise, as on a node whose kernel module and user-space driver differ (a driver upgrade
+// without a reboot).  nvidia-smi names that state "Driver/library version mismatch"; the
+// real plugin fails the same way when it first asks NVML for the GPUs.
 func SimulatedNVMLInitError() error {
-	return errors.New("error creating driver: error enumerating all possible devices: " +
-		"error enumerating allocatable devices: ensureNVML failed: Driver/library version mismatch")
+	return errors.New("no GPUs to publish: NVML did not initialise: Driver/library version mismatch")
 }
 
-// Run starts the plugin and serves until ctx is done.
+// Run serves the plugin until ctx is done, then stops it.
 func Run(ctx context.Context, cfg *Config, client kubernetes.Interface) error {
-	if err := os.MkdirAll(cfg.DriverPluginPath(), 0o750); err != nil {
-		return err
-	}
-	info, err := os.Stat(cfg.CDIRoot)
-	switch {
-	case os.IsNotExist(err):
-		if err := os.MkdirAll(cfg.CDIRoot, 0o750); err != nil {
+	for _, dir := range []string{cfg.DriverPluginPath(), cfg.CDIRoot} {
+		if err := ensureDir(dir); err != nil {
 			return err
 		}
-	case err != nil:
-		return err
-	case !info.IsDir():
-		return fmt.Errorf("path for cdi file generation is not a directory: '%v'", cfg.CDIRoot)
 	}
 	d, err := NewDriver(ctx, cfg, client)
 	if err != nil {
-		return fmt.Errorf("error creating driver: %w", err)
+		return fmt.Errorf("starting the plugin: %w", err)
 	}
 	<-ctx.Done()
-	if err := d.Shutdown(); err != nil {
-		klog.Errorf("unable to cleanly shutdown driver: %v", err)
+	return d.Shutdown()
+}
+
+// ensureDir makes dir if it is missing; an existing file of that name is an error.
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("directory %s: %w", dir, err)
 	}
 	return nil
 }
 
-// NewDriver discovers the GPUs, registers with the kubelet and publishes the node's pool.
+// NewDriver reads the node's GPUs, registers with the kubelet and publishes the node's pool.
 func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*Driver, error) {
-	klog.Infof("Using devRoot=%v", cfg.ContainerDriverRoot)
+	klog.Infof("Reading the simulated GPUs under %s", cfg.ContainerDriverRoot)
 	lib, err := NewDeviceLib(cfg.ContainerDriverRoot, cfg.Faults)
 	if err != nil {
-		return nil, fmt.Errorf("failed to create device library: %w", err)
+		return nil, fmt.Errorf("reading the GPUs: %w", err)
 	}
 	// The simulated GPUs' state lives in the driver root (mounted read-write, as the chart's
 	// gpus container mounts it); without it GPU sharing cannot be applied.
@@ -86,20 +83,20 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	}
 	cdi, err := NewCDIHandler(cfg.CDIRoot, cfg.HostDriverRoot, cfg.ContainerDriverRoot, lib.nvidiaSMIPath)
 	if err != nil {
-		return nil, fmt.Errorf("unable to create CDI handler: %w", err)
+		return nil, fmt.Errorf("CDI spec writer for %s: %w", cfg.CDIRoot, err)
 	}
 	cdi.simulate(cfg.Faults)
 	cfg.Client = client // the MPS control daemons' Deployments are created with it
-	state, err := NewDeviceState(cfg, lib, cdi)
+	prep, err := NewPreparer(cfg, lib, cdi)
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, client: client, lib: lib, state: state}
 	for _, g := range lib.GPUs {
 		klog.Infof("Found GPU %s (%s, %s)", g, g.ProductName, g.PCIBusID)
 	}
+	d := &Driver{cfg: cfg, client: client, lib: lib, prep: prep}
 
-	helper, err := kubeletplugin.Start(ctx, d,
+	d.helper, err = kubeletplugin.Start(ctx, d,
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.DriverName(DriverName),
@@ -110,16 +107,11 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	if err != nil {
 		return nil, err
 	}
-	d.helper = helper
-
-	health, err := startHealthcheck(cfg, helper)
-	if err != nil {
-		helper.Stop()
-		return nil, fmt.Errorf("start healthcheck: %w", err)
+	if d.health, err = startHealthcheck(cfg, d.helper); err != nil {
+		d.helper.Stop()
+		return nil, fmt.Errorf("health service: %w", err)
 	}
-	d.health = health
-
-	if err := helper.PublishResources(ctx, lib.DriverResources(cfg.NodeName, cfg.Faults)); err != nil {
+	if err := d.helper.PublishResources(ctx, lib.DriverResources(cfg.NodeName, cfg.Faults)); err != nil {
 		d.Shutdown()
 		return nil, err
 	}
@@ -128,75 +120,73 @@ func NewDriver(ctx context.Context, cfg *Config, client kubernetes.Interface) (*
 	return d, nil
 }
 
-// Shutdown stops the health service and the kubelet plugin helper.
+// Shutdown stops what NewDriver started, the health service (nil-safe) first and then the
+// helper: its gRPC services, its registration and its ResourceSlice controller.
 func (d *Driver) Shutdown() error {
-	if d == nil {
-		return nil
-	}
-	if d.health != nil {
-		d.health.Stop()
-	}
+	d.health.Stop()
 	d.helper.Stop()
 	return nil
 }
 
-// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+// PrepareResourceClaims is the kubelet's NodePrepareResources (kubeletplugin.DRAPlugin): each
+// claim gets its own result.  The health service calls it with no claims.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	if len(claims) == 0 {
-		// That's probably the health check.
-		klog.V(7).Infof("PrepareResourceClaims called with %d claim(s)", len(claims))
+	klog.V(6).Infof("NodePrepareResources: %d claim(s)", len(claims))
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.prepareOne(c)
 	}
-	results := make(map[types.UID]kubeletplugin.PrepareResult)
-	for _, claim := range claims {
-		results[claim.UID] = d.nodePrepareResource(claim)
-	}
-	return results, nil
+	return out, nil
 }
 
-func (d *Driver) nodePrepareResource(claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
-	d.pulock.Lock()
-	defer d.pulock.Unlock()
-	cs := ResourceClaimToString(claim)
-	devs, err := d.state.Prepare(claim)
+func (d *Driver) prepareOne(claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	d.oneAtATime.Lock()
+	defer d.oneAtATime.Unlock()
+	name := describeClaim(claim)
+	devs, err := d.prep.Prepare(claim)
 	if err != nil {
-		klog.Errorf("Prepare failed for claim '%s': %v", cs, err)
-		return kubeletplugin.PrepareResult{Err: fmt.Errorf("error preparing devices for claim %s: %w", cs, err)}
+		err = fmt.Errorf("claim %s not prepared: %w", name, err)
+		klog.Error(err)
+		return kubeletplugin.PrepareResult{Err: err}
 	}
-	klog.Infof("Returning newly prepared devices for claim '%s': %s", cs, d.describeDevices(devs))
+	klog.Infof("Prepared claim %s: %s", name, d.describeDevices(devs))
 	return kubeletplugin.PrepareResult{Devices: devs}
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+// UnprepareResourceClaims is the kubelet's NodeUnprepareResources (kubeletplugin.DRAPlugin).
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, refs []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	results := make(map[types.UID]error)
-	for _, ref := range refs {
-		results[ref.UID] = d.nodeUnprepareResource(ref)
+	klog.V(6).Infof("NodeUnprepareResources: %d claim(s)", len(refs))
+	out := make(map[types.UID]error, len(refs))
+	for _, r := range refs {
+		out[r.UID] = d.unprepareOne(r)
 	}
-	return results, nil
+	return out, nil
 }
 
-func (d *Driver) nodeUnprepareResource(ref kubeletplugin.NamespacedObject) error {
-	d.pulock.Lock()
-	defer d.pulock.Unlock()
-	devs, found, err := d.state.Unprepare(ref)
-	if err != nil {
-		klog.Errorf("Unprepare failed for claim '%s': %v", ref.String(), err)
-		return fmt.Errorf("error unpreparing devices for claim %v: %w", ref.String(), err)
-	}
-	if !found {
-		klog.Infof("Unprepared claim '%s': not prepared on this node, nothing to do", ref.String())
+func (d *Driver) unprepareOne(ref kubeletplugin.NamespacedObject) error {
+	d.oneAtATime.Lock()
+	defer d.oneAtATime.Unlock()
+	held, known, err := d.prep.Unprepare(ref)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("claim %s not unprepared: %w", ref.String(), err)
+		klog.Error(err)
+		return err
+	case !known:
+		klog.Infof("Claim %s was not prepared on this node: nothing to unprepare", ref.String())
 		return nil
 	}
-	names := make([]string, 0, len(devs))
-	for _, dev := range devs {
-		names = append(names, fmt.Sprintf("%s (%s)", dev.DeviceName, dev.UUID))
+	names := make([]string, 0, len(held))
+	for _, h := range held {
+		names = append(names, fmt.Sprintf("%s (%s)", h.DeviceName, h.UUID))
 	}
-	klog.Infof("Unprepared devices for claim '%s': [%s]", ref.String(), strings.Join(names, ", "))
+	klog.Infof("Unprepared claim %s, which held [%s]", ref.String(), strings.Join(names, ", "))
 	return nil
 }
 
-// HandleError implements kubeletplugin.DRAPlugin, following the advice of the DRAPlugin API
-// docs as upstream does.
+// HandleError (kubeletplugin.DRAPlugin) gets the errors met in the background, such as a
+// failed ResourceSlice update: logged through runtime.HandleErrorWithContext, as the
+// interface's documentation recommends; none of them stops the plugin.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	runtime.HandleErrorWithContext(ctx, err, msg)
 }

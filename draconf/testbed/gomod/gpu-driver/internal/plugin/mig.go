@@ -26,7 +26,6 @@ package plugin
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -325,13 +324,13 @@ func (l *DeviceLib) hasMig(results []resourceapi.DeviceRequestAllocationResult) 
 // migConflict is NVML refusing to create the GPU instance: another prepared claim holds the
 // whole parent GPU or a MIG device whose memory slices overlap (or, for a full GPU, any MIG
 // device of it).  "Insufficient Resources" is NVML's name for that error.
-func (l *DeviceLib) migConflict(cp *Checkpoint, claimUID, device string) error {
+func (l *DeviceLib) migConflict(ledger *ledger, claimUID, device string) error {
 	mine := l.MigByName(device)
 	parent := device
 	if mine != nil {
 		parent = mine.Parent.CanonicalName()
 	}
-	return cp.heldByOthers(claimUID, func(uid string, d PreparedDevice) error {
+	return ledger.heldByOthers(claimUID, func(uid string, d heldDevice) error {
 		other := l.MigByName(d.DeviceName)
 		switch {
 		case mine != nil && other == nil && d.DeviceName == parent:
@@ -358,52 +357,44 @@ func overlaps(a, b []int) bool {
 	return false
 }
 
-// prepareMig prepares a claim some of whose devices are MIG devices (full GPUs among them are
-// prepared as usual): one CDI device per allocated device.
-func (s *DeviceState) prepareMig(claim *resourceapi.ResourceClaim, cp *Checkpoint,
+// prepareMig prepares a claim on a DynamicMIG node, where some of its devices may be MIG
+// devices (its full GPUs are prepared there too): one CDI device per allocated device.  A MIG
+// device is created (simulated) when its claim is prepared, so NVML's refusals come first.
+func (p *Preparer) prepareMig(claim *resourceapi.ResourceClaim, l *ledger,
 	results []resourceapi.DeviceRequestAllocationResult) ([]kubeletplugin.Device, error) {
 	claimUID := string(claim.UID)
 	for _, r := range results {
-		if s.lib.ByName(r.Device) == nil && s.lib.MigByName(r.Device) == nil {
-			return nil, fmt.Errorf("no device %q on this node", r.Device)
-		}
 		if ptr.Deref(r.AdminAccess, false) {
 			continue
 		}
-		if err := s.lib.migConflict(cp, claimUID, r.Device); err != nil {
+		if err := p.lib.migConflict(l, claimUID, r.Device); err != nil {
 			return nil, err
 		}
 	}
-	if err := validateNoOverlappingPreparedDevices(cp, claimUID, results); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", claimUID, err)
+	if err := refuseHeld(l, claimUID, results); err != nil {
+		return nil, err
 	}
-	if err := s.checkpoint.update(func(cp *Checkpoint) {
-		cp.PreparedClaims[claimUID] = PreparedClaim{CheckpointState: ClaimCheckpointStatePrepareStarted,
-			Namespace: claim.Namespace, Name: claim.Name}
-	}); err != nil {
-		return nil, fmt.Errorf("claim %s: recording it in the checkpoint: %w", claimUID, err)
+	if err := p.enter(claim, stagePreparing, nil); err != nil {
+		return nil, err
 	}
-	var devices []PreparedDevice
+	var held []heldDevice
 	var names []string
 	for _, r := range results {
-		d := PreparedDevice{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
-			UUID: s.lib.deviceUUID(r.Device), AdminAccess: ptr.Deref(r.AdminAccess, false)}
-		if !s.cfg.Faults.Has(FaultCDINotInjected) {
+		d := heldDevice{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
+			UUID: p.lib.deviceUUID(r.Device), AdminAccess: ptr.Deref(r.AdminAccess, false)}
+		if !p.cfg.Faults.Has(FaultCDINotInjected) {
 			d.CDIDeviceIDs = []string{cdiparser.QualifiedName(cdiVendor, cdiClaimClass, claimUID+"-"+r.Device)}
 			names = append(names, r.Device)
 		}
-		devices = append(devices, d)
+		held = append(held, d)
 	}
-	if err := s.writeMigSpec(claimUID, names); err != nil {
+	if err := p.writeMigSpec(claimUID, names); err != nil {
 		return nil, err
 	}
-	if err := s.checkpoint.update(func(cp *Checkpoint) {
-		cp.PreparedClaims[claimUID] = PreparedClaim{CheckpointState: ClaimCheckpointStatePrepareCompleted,
-			Namespace: claim.Namespace, Name: claim.Name, PreparedDevices: devices}
-	}); err != nil {
-		return nil, fmt.Errorf("claim %s: recording it in the checkpoint: %w", claimUID, err)
+	if err := p.enter(claim, stagePrepared, held); err != nil {
+		return nil, err
 	}
-	return toKubeletDevices(devices), nil
+	return kubeletDevices(held), nil
 }
 
 // deviceUUID is the UUID of a whole GPU or (once created) of a MIG device, by device name.
@@ -420,7 +411,7 @@ func (l *DeviceLib) deviceUUID(name string) string {
 // writeMigSpec writes the claim's CDI spec for these devices (whole GPUs or MIG devices, each
 // once): per device its nodes, common to the claim /dev/nvidiactl, NVIDIA_VISIBLE_DEVICES and
 // the nvidia-smi mounts.  No devices: no spec.
-func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
+func (p *Preparer) writeMigSpec(claimUID string, names []string) error {
 	spec := &cdispec.Spec{Kind: cdiKind}
 	var uuids []string
 	seen := map[string]bool{}
@@ -430,15 +421,15 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 		}
 		seen[name] = true
 		var nodes []*cdispec.DeviceNode
-		if m := s.lib.MigByName(name); m != nil {
+		if m := p.lib.MigByName(name); m != nil {
 			gi := m.Slot.GI
-			parent, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", m.Parent.Minor), nvmlsim.NvidiaMajor, m.Parent.Minor, true)
+			parent, err := p.cdi.deviceNode(fmt.Sprintf("nvidia%d", m.Parent.Minor), nvmlsim.NvidiaMajor, m.Parent.Minor, true)
 			if err != nil {
 				return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 			}
 			nodes = append(nodes, parent)
 			for _, minor := range []int{nvmlsim.GIAccessMinor(m.Parent.Minor, gi), nvmlsim.CIAccessMinor(m.Parent.Minor, gi, 0)} {
-				capNode, err := s.cdi.deviceNode(fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), nvmlsim.NvidiaCapsMajor, minor, true)
+				capNode, err := p.cdi.deviceNode(fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), nvmlsim.NvidiaCapsMajor, minor, true)
 				if err != nil {
 					return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 				}
@@ -446,11 +437,11 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 			}
 			klog.Infof("Created MIG device %s (%s) on %s: GPU instance %d, compute instance 0", name, m.UUID(), m.Parent, gi)
 		} else {
-			g := s.lib.ByName(name)
+			g := p.lib.ByName(name)
 			if g == nil {
 				return fmt.Errorf("CDI spec of claim %s: no device %q", claimUID, name)
 			}
-			node, err := s.cdi.deviceNode(fmt.Sprintf("nvidia%d", g.Minor), nvmlsim.NvidiaMajor, g.Minor, true)
+			node, err := p.cdi.deviceNode(fmt.Sprintf("nvidia%d", g.Minor), nvmlsim.NvidiaMajor, g.Minor, true)
 			if err != nil {
 				return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 			}
@@ -458,12 +449,12 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: claimUID + "-" + name,
 			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: nodes}})
-		uuids = append(uuids, s.lib.deviceUUID(name))
+		uuids = append(uuids, p.lib.deviceUUID(name))
 	}
 	if len(spec.Devices) == 0 {
 		return nil
 	}
-	common, err := s.cdi.commonEdits(uuids)
+	common, err := p.cdi.commonEdits(uuids)
 	if err != nil {
 		return fmt.Errorf("CDI spec of claim %s, edits common to its devices: %w", claimUID, err)
 	}
@@ -473,20 +464,17 @@ func (s *DeviceState) writeMigSpec(claimUID string, names []string) error {
 		return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 	}
 	spec.Version = version
-	if err := s.cdi.WriteClaimSpec(claimUID, spec); err != nil {
+	if err := p.cdi.WriteClaimSpec(claimUID, spec); err != nil {
 		return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
 }
 
-// ensureMigSpec rewrites a prepared claim's CDI spec on a DynamicMIG node if it went missing
-// (the counterpart of ensureSpec for whole GPUs).
-func (s *DeviceState) ensureMigSpec(claimUID string, pc PreparedClaim) error {
-	if _, err := os.Stat(s.cdi.SpecPath(claimUID)); err == nil {
-		return nil
-	}
+// restoreMigSpec writes a prepared claim's lost CDI spec again on a DynamicMIG node (see
+// restoreSpec, whose counterpart it is).
+func (p *Preparer) restoreMigSpec(claimUID string, e claimEntry) error {
 	var names []string
-	for _, d := range pc.PreparedDevices {
+	for _, d := range e.Devices {
 		if len(d.CDIDeviceIDs) > 0 {
 			names = append(names, d.DeviceName)
 		}
@@ -494,5 +482,5 @@ func (s *DeviceState) ensureMigSpec(claimUID string, pc PreparedClaim) error {
 	if len(names) > 0 {
 		klog.Warningf("CDI spec of prepared claim %s is missing: writing it again", claimUID)
 	}
-	return s.writeMigSpec(claimUID, names)
+	return p.writeMigSpec(claimUID, names)
 }

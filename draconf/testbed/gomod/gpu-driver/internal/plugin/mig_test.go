@@ -142,7 +142,7 @@ func TestMigParentMislabelledFault(t *testing.T) {
 			}
 		}
 	}
-	if _, err := b.state.Prepare(claim("m1", "gpu-0-mig-3g40gb-9-4")); err != nil {
+	if _, err := b.prep.Prepare(claim("m1", "gpu-0-mig-3g40gb-9-4")); err != nil {
 		t.Fatal(err)
 	}
 	if n := readSpec(t, b, "m1").Devices[0].ContainerEdits.DeviceNodes[0].Path; n != "/dev/nvidia0" {
@@ -168,7 +168,7 @@ func TestWithoutDynamicMIGNothingChanges(t *testing.T) {
 
 func TestPrepareMigDevice(t *testing.T) {
 	b := newMigBed(t, 2)
-	devs, err := b.state.Prepare(claim("m1", "gpu-1-mig-3g40gb-9-4"))
+	devs, err := b.prep.Prepare(claim("m1", "gpu-1-mig-3g40gb-9-4"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,26 +195,26 @@ func TestPrepareMigDevice(t *testing.T) {
 
 func TestPrepareMigConflicts(t *testing.T) {
 	b := newMigBed(t, 1)
-	if _, err := b.state.Prepare(claim("full", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("full", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.state.Prepare(claim("mig", "gpu-0-mig-1g10gb-19-3"))
+	_, err := b.prep.Prepare(claim("mig", "gpu-0-mig-1g10gb-19-3"))
 	if err == nil || !strings.Contains(err.Error(), "Insufficient Resources") {
 		t.Fatalf("a MIG device on a GPU in full use: %v", err)
 	}
-	if _, _, err := b.state.Unprepare(ref("full")); err != nil {
+	if _, _, err := b.prep.Unprepare(ref("full")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.state.Prepare(claim("mig", "gpu-0-mig-3g40gb-9-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("mig", "gpu-0-mig-3g40gb-9-0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.state.Prepare(claim("mig2", "gpu-0-mig-1g10gb-19-3")); err == nil {
+	if _, err := b.prep.Prepare(claim("mig2", "gpu-0-mig-1g10gb-19-3")); err == nil {
 		t.Fatalf("memory slice 3 is in use by 3g.40gb at 0")
 	}
-	if _, err := b.state.Prepare(claim("mig3", "gpu-0-mig-1g10gb-19-4")); err != nil {
+	if _, err := b.prep.Prepare(claim("mig3", "gpu-0-mig-1g10gb-19-4")); err != nil {
 		t.Fatalf("slice 4 is free: %v", err)
 	}
-	if _, err := b.state.Prepare(claim("full2", "gpu-0")); err == nil || !strings.Contains(err.Error(), "MIG use") {
+	if _, err := b.prep.Prepare(claim("full2", "gpu-0")); err == nil || !strings.Contains(err.Error(), "MIG use") {
 		t.Fatalf("the full GPU while MIG devices exist: %v", err)
 	}
 }
@@ -224,7 +224,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func TestPreparedMigClaimGetsItsSpecBack(t *testing.T) {
 	b := newMigBed(t, 1)
 	c := claim("m1", "gpu-0-mig-3g40gb-9-4", "gpu-0-mig-1g10gb-19-0")
-	first, err := b.state.Prepare(c)
+	first, err := b.prep.Prepare(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestPreparedMigClaimGetsItsSpecBack(t *testing.T) {
 	if err := os.Remove(b.cdi.SpecPath("m1")); err != nil {
 		t.Fatal(err)
 	}
-	again, err := reopen(t, b.cfg).state.Prepare(c) // a restarted plugin, /var/run emptied
+	again, err := reopen(t, b.cfg).prep.Prepare(c) // a restarted plugin, /var/run emptied
 	if err != nil {
 		t.Fatal(err)
 	}

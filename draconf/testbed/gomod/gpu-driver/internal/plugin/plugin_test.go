@@ -74,7 +74,7 @@ func driverRoot(t *testing.T, n int, tweak func(*nvmlsim.Data)) string {
 type bed struct {
 	cfg    *Config
 	lib    *DeviceLib
-	state  *DeviceState
+	prep   *Preparer
 	cdi    *CDIHandler
 	client *fake.Clientset // the API server of sharing beds (MPS daemons)
 }
@@ -111,11 +111,11 @@ func reopen(t *testing.T, cfg *Config) *bed {
 		t.Fatal(err)
 	}
 	cdi.simulate(cfg.Faults)
-	state, err := NewDeviceState(cfg, lib, cdi)
+	prep, err := NewPreparer(cfg, lib, cdi)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bed{cfg: cfg, lib: lib, state: state, cdi: cdi}
+	return &bed{cfg: cfg, lib: lib, prep: prep, cdi: cdi}
 }
 
 func claim(uid string, devices ...string) *resourceapi.ResourceClaim {
@@ -252,8 +252,8 @@ func TestFaultNoDevices(t *testing.T) {
 	if len(pool.Slices) != 1 || len(pool.Slices[0].Devices) != 0 {
 		t.Fatalf("want the pool's one empty slice: %+v", pool)
 	}
-	_, err := b.state.Prepare(claim("c1", "gpu-0"))
-	if err == nil || !strings.Contains(err.Error(), `allocatable not found for device "gpu-0"`) {
+	_, err := b.prep.Prepare(claim("c1", "gpu-0"))
+	if err == nil || !strings.Contains(err.Error(), `no device "gpu-0" on this node`) {
 		t.Errorf("prepare of an unknown device: %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestDriverRootRequired(t *testing.T) {
 
 func TestPrepareWritesClaimSpec(t *testing.T) {
 	b := newBed(t, 4)
-	devs, err := b.state.Prepare(claim("uid-1", "gpu-1", "gpu-2"))
+	devs, err := b.prep.Prepare(claim("uid-1", "gpu-1", "gpu-2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,34 +328,34 @@ func TestPrepareWritesClaimSpec(t *testing.T) {
 func TestPrepareIdempotentAndRestart(t *testing.T) {
 	b := newBed(t, 2)
 	c := claim("uid-1", "gpu-0")
-	first, err := b.state.Prepare(c)
+	first, err := b.prep.Prepare(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := b.state.Prepare(c)
+	second, err := b.prep.Prepare(c)
 	if err != nil || !reflect.DeepEqual(first, second) {
 		t.Fatalf("second prepare: %+v, %v", second, err)
 	}
 	// A missing spec of a prepared claim is written again.
 	specPath := b.cdi.SpecPath("uid-1")
 	os.Remove(specPath)
-	if _, err := b.state.Prepare(c); err != nil {
+	if _, err := b.prep.Prepare(c); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(specPath); err != nil {
 		t.Fatalf("spec not rewritten: %v", err)
 	}
-	// The checkpoint records the claim.
+	// The ledger records the claim.
 	raw, _ := os.ReadFile(filepath.Join(b.cfg.DriverPluginPath(), "checkpoint.json"))
-	var cp Checkpoint
-	if err := json.Unmarshal(raw, &cp); err != nil || cp.PreparedClaims["uid-1"].CheckpointState != ClaimCheckpointStatePrepareCompleted ||
-		cp.PreparedClaims["uid-1"].Name != "claim-uid-1" {
-		t.Fatalf("checkpoint: %s (%v)", raw, err)
+	var l ledger
+	if err := json.Unmarshal(raw, &l); err != nil || l.Claims["uid-1"].Stage != stagePrepared ||
+		l.Claims["uid-1"].Name != "claim-uid-1" {
+		t.Fatalf("ledger: %s (%v)", raw, err)
 	}
 
 	// A restarted plugin unprepares it.
 	restarted := reopen(t, b.cfg)
-	devs, found, err := restarted.state.Unprepare(ref("uid-1"))
+	devs, found, err := restarted.prep.Unprepare(ref("uid-1"))
 	if err != nil || !found || len(devs) != 1 || devs[0].UUID != testUUIDs[0] {
 		t.Fatalf("unprepare after restart: %+v %v %v", devs, found, err)
 	}
@@ -364,10 +364,10 @@ func TestPrepareIdempotentAndRestart(t *testing.T) {
 	}
 	raw, _ = os.ReadFile(filepath.Join(b.cfg.DriverPluginPath(), "checkpoint.json"))
 	if strings.Contains(string(raw), "uid-1") {
-		t.Errorf("checkpoint still has the claim: %s", raw)
+		t.Errorf("the ledger still has the claim: %s", raw)
 	}
 	// Unprepare is idempotent.
-	if _, found, err := restarted.state.Unprepare(ref("uid-1")); err != nil || found {
+	if _, found, err := restarted.prep.Unprepare(ref("uid-1")); err != nil || found {
 		t.Errorf("second unprepare: %v %v", found, err)
 	}
 }
@@ -378,29 +378,29 @@ func ref(uid string) kubeletplugin.NamespacedObject {
 
 func TestPrepareRejectsOverlap(t *testing.T) {
 	b := newBed(t, 2)
-	if _, err := b.state.Prepare(claim("a", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("a", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.state.Prepare(claim("b", "gpu-0"))
-	if err == nil || !strings.Contains(err.Error(), "requested device gpu-0 is already allocated to different claim a") {
+	_, err := b.prep.Prepare(claim("b", "gpu-0"))
+	if err == nil || !strings.Contains(err.Error(), "device gpu-0 is held by claim a,") {
 		t.Fatalf("overlap: %v", err)
 	}
 	admin := claim("c", "gpu-0")
 	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
-	if _, err := b.state.Prepare(admin); err != nil {
+	if _, err := b.prep.Prepare(admin); err != nil {
 		t.Fatalf("admin access: %v", err)
 	}
 }
 
 func TestAdminAccessExclusiveFault(t *testing.T) {
 	b := newBed(t, 2, FaultAdminAccessExclusive)
-	if _, err := b.state.Prepare(claim("a", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("a", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
 	admin := claim("c", "gpu-0")
 	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
-	_, err := b.state.Prepare(admin)
-	if err == nil || !strings.Contains(err.Error(), "requested device gpu-0 is already allocated to different claim a") {
+	_, err := b.prep.Prepare(admin)
+	if err == nil || !strings.Contains(err.Error(), "device gpu-0 is held by claim a,") {
 		t.Fatalf("admin access under the fault: %v", err)
 	}
 }
@@ -411,18 +411,18 @@ func TestPrepareIgnoresOtherDriversAndPools(t *testing.T) {
 	c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 		resourceapi.DeviceRequestAllocationResult{Request: "nic", Driver: "nic.example.com", Pool: testNode, Device: "eth0"},
 		resourceapi.DeviceRequestAllocationResult{Request: "x", Driver: DriverName, Pool: "other-node", Device: "gpu-0"})
-	devs, err := b.state.Prepare(c)
+	devs, err := b.prep.Prepare(c)
 	if err != nil || len(devs) != 1 || devs[0].DeviceName != "gpu-0" {
 		t.Fatalf("devs %+v err %v", devs, err)
 	}
-	if _, err := b.state.Prepare(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{UID: "u"}}); err == nil {
+	if _, err := b.prep.Prepare(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{UID: "u"}}); err == nil {
 		t.Error("unallocated claim prepared")
 	}
 }
 
 func TestFaultCDINotInjected(t *testing.T) {
 	b := newBed(t, 2, FaultCDINotInjected)
-	devs, err := b.state.Prepare(claim("uid-1", "gpu-0"))
+	devs, err := b.prep.Prepare(claim("uid-1", "gpu-0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,14 +432,14 @@ func TestFaultCDINotInjected(t *testing.T) {
 	if entries, _ := os.ReadDir(b.cfg.CDIRoot); len(entries) != 0 {
 		t.Errorf("CDI specs written: %v", entries)
 	}
-	if _, _, err := b.state.Unprepare(ref("uid-1")); err != nil {
+	if _, _, err := b.prep.Unprepare(ref("uid-1")); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestFaultNVMLFlaky(t *testing.T) {
 	b := newBed(t, 2, FaultNVMLFlaky)
-	if _, err := b.state.Prepare(claim("uid-1", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("uid-1", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
 	env := readSpec(t, b, "uid-1").ContainerEdits.Env
@@ -450,7 +450,7 @@ func TestFaultNVMLFlaky(t *testing.T) {
 
 func TestFaultCDIWrongDevice(t *testing.T) {
 	b := newBed(t, 4, FaultCDIWrongDevice)
-	devs, err := b.state.Prepare(claim("uid-1", "gpu-1", "gpu-2"))
+	devs, err := b.prep.Prepare(claim("uid-1", "gpu-1", "gpu-2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestFaultCDIWrongDevice(t *testing.T) {
 
 	// A claim holding every GPU gets the right ones: nothing wrong exists.
 	b2 := newBed(t, 2, FaultCDIWrongDevice)
-	if _, err := b2.state.Prepare(claim("all", "gpu-0", "gpu-1")); err != nil {
+	if _, err := b2.prep.Prepare(claim("all", "gpu-0", "gpu-1")); err != nil {
 		t.Fatal(err)
 	}
 	spec = readSpec(t, b2, "all")
@@ -510,10 +510,10 @@ func TestWrongDevices(t *testing.T) {
 
 func TestFaultUnprepareFails(t *testing.T) {
 	b := newBed(t, 1, FaultUnprepareFails)
-	if _, err := b.state.Prepare(claim("uid-1", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("uid-1", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := b.state.Unprepare(ref("uid-1"))
+	_, _, err := b.prep.Unprepare(ref("uid-1"))
 	if err == nil || err.Error() != "simulated: failed to unprepare devices of claim ns/claim-uid-1:uid-1: device busy" {
 		t.Fatalf("unprepare: %v", err)
 	}
@@ -524,7 +524,7 @@ func TestFaultUnprepareFails(t *testing.T) {
 
 func TestFaultPrepareFails(t *testing.T) {
 	b := newBed(t, 1, FaultPrepareFails)
-	_, err := b.state.Prepare(claim("uid-1", "gpu-0"))
+	_, err := b.prep.Prepare(claim("uid-1", "gpu-0"))
 	if err == nil || !strings.Contains(err.Error(), "cannot prepare claim ns/claim-uid-1") {
 		t.Fatalf("prepare under prepare-fails: %v", err)
 	}
@@ -535,41 +535,41 @@ func TestFaultPrepareFails(t *testing.T) {
 
 func TestFaultUnprepareKeepsDevice(t *testing.T) {
 	b := newBed(t, 1, FaultUnprepareKeepsDevice)
-	if _, err := b.state.Prepare(claim("uid-1", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("uid-1", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, found, err := b.state.Unprepare(ref("uid-1")); err != nil || !found {
+	if _, found, err := b.prep.Unprepare(ref("uid-1")); err != nil || !found {
 		t.Fatalf("unprepare must report success: found=%v err=%v", found, err)
 	}
 	if _, err := os.Stat(b.cdi.SpecPath("uid-1")); err == nil {
 		t.Error("the CDI spec must go: the fault keeps the device, not the spec")
 	}
 	// The next claim for the same GPU meets the claim that was never really released.
-	_, err := b.state.Prepare(claim("uid-2", "gpu-0"))
+	_, err := b.prep.Prepare(claim("uid-2", "gpu-0"))
 	if err == nil || !strings.Contains(err.Error(), "uid-1") {
 		t.Fatalf("the kept device must refuse the next claim, naming the old one: %v", err)
 	}
 }
 
-func TestCheckpointFromOtherBootIsDiscarded(t *testing.T) {
+func TestLedgerFromOtherBootIsDiscarded(t *testing.T) {
 	dir := t.TempDir()
 	bootIDPath = filepath.Join(dir, "boot_id")
 	t.Cleanup(func() { bootIDPath = "/proc/sys/kernel/random/boot_id" })
 	os.WriteFile(bootIDPath, []byte("boot-1\n"), 0o644)
 	b := newBed(t, 1)
-	if _, err := b.state.Prepare(claim("uid-1", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("uid-1", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, found, _ := reopen(t, b.cfg).state.Unprepare(ref("uid-1")); !found {
+	if _, found, _ := reopen(t, b.cfg).prep.Unprepare(ref("uid-1")); !found {
 		// reopen on the same boot keeps it; prepare it again for the next step
-		t.Fatal("same boot lost the checkpoint")
+		t.Fatal("same boot lost the ledger")
 	}
-	if _, err := b.state.Prepare(claim("uid-2", "gpu-0")); err != nil {
+	if _, err := b.prep.Prepare(claim("uid-2", "gpu-0")); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(bootIDPath, []byte("boot-2\n"), 0o644)
-	if _, found, _ := reopen(t, b.cfg).state.Unprepare(ref("uid-2")); found {
-		t.Error("checkpoint of an earlier boot kept")
+	if _, found, _ := reopen(t, b.cfg).prep.Unprepare(ref("uid-2")); found {
+		t.Error("ledger of an earlier boot kept")
 	}
 }
 

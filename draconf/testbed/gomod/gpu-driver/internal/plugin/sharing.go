@@ -276,7 +276,7 @@ func (c *MpsConfig) pinnedLimits(uuids []string) (map[string]string, error) {
 	return out, nil
 }
 
-// SharingState is what a config did to one prepared device, kept in the checkpoint so that
+// SharingState is what a config did to one prepared device, kept in the ledger so that
 // unprepare can undo it.
 type SharingState struct {
 	TimeSliceApplied   bool   `json:"timeSliceApplied,omitempty"`
@@ -582,7 +582,7 @@ func (m *sharingManager) prepareSharing(claim *resourceapi.ResourceClaim, result
 // unprepareSharing undoes what prepareSharing did to these devices: it stops their MPS
 // daemons and sets the time slice of the GPUs a TimeSlicing config changed back to Default
 // (each only while its gate is on, as the real driver does).
-func (m *sharingManager) unprepareSharing(devices []PreparedDevice) error {
+func (m *sharingManager) unprepareSharing(devices []heldDevice) error {
 	var daemons, sliced []string
 	for _, d := range devices {
 		if d.Sharing == nil {

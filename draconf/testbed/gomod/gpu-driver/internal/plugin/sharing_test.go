@@ -40,9 +40,9 @@ func sharingBed(t *testing.T, gates string, faults ...Fault) *bed {
 	b.cfg.Namespace, b.cfg.ImageName = "nvidia-dra-driver-gpu", "draconf.local/busybox:1.35.0"
 	b.client = daemonClient(t)
 	b.cfg.Client = b.client
-	b.state.sharing = newSharingManager(b.cfg, b.lib)
-	b.state.sharing.readyBackoff = wait.Backoff{Duration: time.Millisecond, Steps: 3}
-	b.state.sharing.smi = func(args ...string) ([]byte, error) {
+	b.prep.sharing = newSharingManager(b.cfg, b.lib)
+	b.prep.sharing.readyBackoff = wait.Backoff{Duration: time.Millisecond, Steps: 3}
+	b.prep.sharing.smi = func(args ...string) ([]byte, error) {
 		var out bytes.Buffer
 		if code := smi.Run(args, &out, &out, smiEnv(b)); code != smi.ExitOK {
 			return out.Bytes(), fmt.Errorf("exit status %d", code)
@@ -154,7 +154,7 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 	c := claim("uid-ts", "gpu-0", "gpu-1")
 	withConfig(c, tsLong, "gpu0")
 	withConfig(c, mps50, "gpu1")
-	if _, err := b.state.Prepare(c); err != nil {
+	if _, err := b.prep.Prepare(c); err != nil {
 		t.Fatal(err)
 	}
 	if s := gpuState(t, b, testUUIDs[0]); s.Mode() != nvmlsim.ComputeModeDefault || s.TimeSliceName() != "Long" {
@@ -222,7 +222,7 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 		t.Fatalf("GPU state not mounted: %+v", spec.ContainerEdits.Mounts)
 	}
 
-	if _, _, err := b.state.Unprepare(ref("uid-ts")); err != nil {
+	if _, _, err := b.prep.Unprepare(ref("uid-ts")); err != nil {
 		t.Fatal(err)
 	}
 	if s := gpuState(t, b, testUUIDs[0]); s.TimeSliceName() != "Default" {
@@ -240,14 +240,14 @@ func TestTimeSlicingAndMpsAreApplied(t *testing.T) {
 // named, is not ready, and what its pod shows.
 func TestFaultMpsDaemonFails(t *testing.T) {
 	b := sharingBed(t, gates, FaultMpsDaemonFails)
-	_, err := b.state.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50))
+	_, err := b.prep.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50))
 	want := "GpuConfig for requests [gpu0] not applied: MPS control daemon mps-control-daemon-" +
 		mpsDaemonID("uid-m", []string{testUUIDs[0]}) + " is not ready after 3 checks: pod "
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "(CrashLoopBackOff)") {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 	// A retried prepare finds the Deployment and waits again, without creating another.
-	if _, err := b.state.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50)); err == nil {
+	if _, err := b.prep.Prepare(withConfig(claim("uid-m", "gpu-0"), mps50)); err == nil {
 		t.Fatal("still not ready")
 	}
 	list, _ := b.client.AppsV1().Deployments("nvidia-dra-driver-gpu").List(context.Background(), metav1.ListOptions{})
@@ -260,22 +260,22 @@ func TestTimeSlicingWithoutIntervalIsDefault(t *testing.T) {
 	b := sharingBed(t, gates)
 	c := withConfig(claim("uid-d", "gpu-0"),
 		`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)
-	if _, err := b.state.Prepare(c); err != nil {
+	if _, err := b.prep.Prepare(c); err != nil {
 		t.Fatal(err)
 	}
-	if pc := mustCheckpoint(t, b).PreparedClaims["uid-d"]; pc.PreparedDevices[0].Sharing == nil ||
-		!pc.PreparedDevices[0].Sharing.TimeSliceApplied {
-		t.Fatalf("checkpoint: %+v", pc)
+	if e := mustLedger(t, b).Claims["uid-d"]; e.Devices[0].Sharing == nil ||
+		!e.Devices[0].Sharing.TimeSliceApplied {
+		t.Fatalf("ledger entry: %+v", e)
 	}
 }
 
-func mustCheckpoint(t *testing.T, b *bed) *Checkpoint {
+func mustLedger(t *testing.T, b *bed) *ledger {
 	t.Helper()
-	cp, err := b.state.checkpoint.read()
+	l, err := b.prep.ledger.load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cp
+	return l
 }
 
 // Refused configs: what the driver says names the config kind and the field at fault; an
@@ -304,7 +304,7 @@ func TestInvalidConfigsAreRejected(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			b := sharingBed(t, tc.gates)
-			_, err := b.state.Prepare(withConfig(claim("uid-x", "gpu-0"), tc.raw))
+			_, err := b.prep.Prepare(withConfig(claim("uid-x", "gpu-0"), tc.raw))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
@@ -323,7 +323,7 @@ func TestOtherDriversConfigIsIgnored(t *testing.T) {
 		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 			Driver: "gpu.example.com", Parameters: runtime.RawExtension{Raw: []byte(`{"anything": 1}`)}}},
 	}}
-	if _, err := b.state.Prepare(c); err != nil {
+	if _, err := b.prep.Prepare(c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -333,7 +333,7 @@ func TestFaultSharingConfigIgnored(t *testing.T) {
 	c := claim("uid-f", "gpu-0", "gpu-1")
 	withConfig(c, tsLong, "gpu0")
 	withConfig(c, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"Bogus"}}`, "gpu1")
-	if _, err := b.state.Prepare(c); err != nil {
+	if _, err := b.prep.Prepare(c); err != nil {
 		t.Fatalf("the fault prepares without reading configs: %v", err)
 	}
 	if s := gpuState(t, b, testUUIDs[0]); s != (nvmlsim.GPUState{}) {
