@@ -36,8 +36,9 @@
 //   - preparation (device_state.go, cdi.go): one transient CDI spec per claim, kind
 //     k8s.gpu.nvidia.com/claim, file k8s.gpu.nvidia.com-claim_<claimUID>.yaml in the CDI
 //     root, devices <claimUID>-gpu-<minor>, CDI device IDs
-//     k8s.gpu.nvidia.com/claim=<claimUID>-gpu-<minor>; a checkpoint.json in
-//     <kubelet plugins dir>/gpu.nvidia.com; the overlap check against other prepared claims.
+//     k8s.gpu.nvidia.com/claim=<claimUID>-gpu-<minor>; the prepared claims recorded in
+//     <kubelet plugins dir>/gpu.nvidia.com/checkpoint.json (in a format of our own, see
+//     internal/plugin/ledger.go); a device another prepared claim holds is refused.
 //   - the gRPC health service for the chart's probes (health.go).
 //
 // The CDI container edits are those of the simulated driver (nvcdi is not used): per device
@@ -127,23 +128,23 @@ func run(args []string) int {
 	if v := os.Getenv("SIMULATE_FAULTS"); v != "" {
 		faults = append(faults, v)
 	}
-	fs.StringVar(&cfg.NodeName, "node-name", env("", "NODE_NAME"), "The name of the node to be worked on. [$NODE_NAME]")
-	fs.StringVar(&cfg.Namespace, "namespace", env("default", "NAMESPACE"), "The namespace used for the custom resources (the MPS control daemons' Deployments). [$NAMESPACE]")
-	fs.StringVar(&cfg.ImageName, "image-name", env("", "IMAGE_NAME"), "The image name to use for the MPS control daemon. [$IMAGE_NAME]")
-	fs.StringVar(&cfg.CDIRoot, "cdi-root", env("/var/run/cdi", "CDI_ROOT"), "Absolute path to the directory where CDI files will be generated. [$CDI_ROOT]")
-	hostRootUsage := "The root path for the NVIDIA driver installation on the host (typical values are '/' or '/run/nvidia/driver'). [$NVIDIA_DRIVER_ROOT, $HOST_DRIVER_ROOT]"
+	fs.StringVar(&cfg.NodeName, "node-name", env("", "NODE_NAME"), "This node's name: the pool the plugin publishes and the node it prepares claims on (required). [$NODE_NAME]")
+	fs.StringVar(&cfg.Namespace, "namespace", env("default", "NAMESPACE"), "The plugin's own namespace, where it creates the MPS control daemons' Deployments. [$NAMESPACE]")
+	fs.StringVar(&cfg.ImageName, "image-name", env("", "IMAGE_NAME"), "Image of the MPS control daemons' containers. [$IMAGE_NAME]")
+	fs.StringVar(&cfg.CDIRoot, "cdi-root", env("/var/run/cdi", "CDI_ROOT"), "Directory the claims' CDI specs are written to, as an absolute path. [$CDI_ROOT]")
+	hostRootUsage := "Where the node's NVIDIA driver is installed, seen from the host: / for a driver on the host, /run/nvidia/driver for the GPU Operator's driver container. Host paths in the CDI specs start here. [$NVIDIA_DRIVER_ROOT, $HOST_DRIVER_ROOT]"
 	fs.StringVar(&cfg.HostDriverRoot, "nvidia-driver-root", env("/", "NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), hostRootUsage)
-	fs.StringVar(&cfg.HostDriverRoot, "host-driver-root", env("/", "NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), "Alias of --nvidia-driver-root.")
-	fs.StringVar(&cfg.ContainerDriverRoot, "container-driver-root", env("/driver-root", "DRIVER_ROOT_CTR_PATH"), "The path where the NVIDIA driver root is mounted in the container; the simulated NVML data and device nodes are read there. [$DRIVER_ROOT_CTR_PATH]")
-	fs.StringVar(&cfg.KubeletRegistrarDirectoryPath, "kubelet-registrar-directory-path", env(kubeletplugin.KubeletRegistryDir, "KUBELET_REGISTRAR_DIRECTORY_PATH"), "Absolute path to the directory where kubelet stores plugin registrations. [$KUBELET_REGISTRAR_DIRECTORY_PATH]")
-	fs.StringVar(&cfg.KubeletPluginsDirectoryPath, "kubelet-plugins-directory-path", env(kubeletplugin.KubeletPluginsDir, "KUBELET_PLUGINS_DIRECTORY_PATH"), "Absolute path to the directory where kubelet stores plugin data. [$KUBELET_PLUGINS_DIRECTORY_PATH]")
-	fs.IntVar(&cfg.HealthcheckPort, "healthcheck-port", envInt(-1, "HEALTHCHECK_PORT"), "Port of the gRPC healthcheck service; 0 picks a random port, negative disables it. [$HEALTHCHECK_PORT]")
-	fs.StringVar(&kubeconfig, "kubeconfig", env("", "KUBECONFIG"), "Absolute path to the KUBECONFIG file; empty: in-cluster configuration. [$KUBECONFIG]")
-	fs.Float64Var(&qps, "kube-api-qps", envFloat(5, "KUBE_API_QPS"), "QPS to use while communicating with the Kubernetes apiserver. [$KUBE_API_QPS]")
-	fs.IntVar(&burst, "kube-api-burst", envInt(10, "KUBE_API_BURST"), "Burst to use while communicating with the Kubernetes apiserver. [$KUBE_API_BURST]")
+	fs.StringVar(&cfg.HostDriverRoot, "host-driver-root", env("/", "NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"), "Another name of --nvidia-driver-root.")
+	fs.StringVar(&cfg.ContainerDriverRoot, "container-driver-root", env("/driver-root", "DRIVER_ROOT_CTR_PATH"), "The NVIDIA driver root as mounted into this container: the simulated NVML data and device nodes are read there. [$DRIVER_ROOT_CTR_PATH]")
+	fs.StringVar(&cfg.KubeletRegistrarDirectoryPath, "kubelet-registrar-directory-path", env(kubeletplugin.KubeletRegistryDir, "KUBELET_REGISTRAR_DIRECTORY_PATH"), "The kubelet's plugin registration directory (absolute): the registration socket goes there. [$KUBELET_REGISTRAR_DIRECTORY_PATH]")
+	fs.StringVar(&cfg.KubeletPluginsDirectoryPath, "kubelet-plugins-directory-path", env(kubeletplugin.KubeletPluginsDir, "KUBELET_PLUGINS_DIRECTORY_PATH"), "The kubelet's plugins directory (absolute): the DRA socket and the claim ledger go in its gpu.nvidia.com directory. [$KUBELET_PLUGINS_DIRECTORY_PATH]")
+	fs.IntVar(&cfg.HealthcheckPort, "healthcheck-port", envInt(-1, "HEALTHCHECK_PORT"), "TCP port of the gRPC health service: 0 for any free port, below 0 for none. [$HEALTHCHECK_PORT]")
+	fs.StringVar(&kubeconfig, "kubeconfig", env("", "KUBECONFIG"), "A kubeconfig file for the API server; none: the pod's service account. [$KUBECONFIG]")
+	fs.Float64Var(&qps, "kube-api-qps", envFloat(5, "KUBE_API_QPS"), "Requests per second the API client may send on average. [$KUBE_API_QPS]")
+	fs.IntVar(&burst, "kube-api-burst", envInt(10, "KUBE_API_BURST"), "Requests the API client may send at once above that rate. [$KUBE_API_BURST]")
 	gates := env("", "FEATURE_GATES")
-	fs.StringVar(&gates, "feature-gates", gates, "A set of key=value pairs that describe feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true,DynamicMIG=true. [$FEATURE_GATES]")
-	fs.Func("simulate-fault", "Simulate a malfunction (repeatable; also $SIMULATE_FAULTS, comma-separated): "+
+	fs.StringVar(&gates, "feature-gates", gates, "Comma-separated NAME=true|false, as the chart's featureGates: TimeSlicingSettings, MPSSupport, DynamicMIG. [$FEATURE_GATES]")
+	fs.Func("simulate-fault", "A malfunction to simulate, repeatable (or $SIMULATE_FAULTS, comma-separated): "+
 		faultNames()+".", func(v string) error { faults = append(faults, v); return nil })
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -152,7 +153,7 @@ func run(args []string) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "Error: arguments not supported: %v\n", fs.Args())
+		fmt.Fprintf(os.Stderr, "Error: the plugin takes flags only, not %q\n", fs.Args())
 		return 1
 	}
 	defer klog.Flush()
@@ -163,20 +164,19 @@ func run(args []string) int {
 		return 1
 	}
 	if cfg.FeatureGates, err = plugin.ParseFeatureGates(gates); err != nil {
-		fmt.Fprintf(os.Stderr, "Error: invalid argument %q for \"--feature-gates\" flag: %v\n", gates, err)
+		fmt.Fprintf(os.Stderr, "Error: --feature-gates %q: %v\n", gates, err)
 		return 1
 	}
 	cfg.DynamicMIG = cfg.FeatureGates.Enabled(plugin.FeatureGateDynamicMIG)
 	if cfg.NodeName == "" {
-		fmt.Fprintln(os.Stderr, `Error: Required flag "node-name" not set`)
+		fmt.Fprintln(os.Stderr, "Error: no node name: set --node-name or NODE_NAME")
 		return 1
 	}
 	klog.Infof("Starting gpu-kubelet-plugin (simulated NVIDIA GPU DRA driver) on node %q: driver root %s (in container %s), CDI root %s, simulated faults: %s",
 		cfg.NodeName, cfg.HostDriverRoot, cfg.ContainerDriverRoot, cfg.CDIRoot, orNone(cfg.Faults.String()))
 
 	if cfg.Faults.Has(plugin.FaultCrash) {
-		klog.Infof("Traverse GPU devices")
-		klog.Warningf("Failed to initialize NVML: Driver/library version mismatch")
+		klog.Infof("Asking NVML for the GPUs (simulated fault crash: it will not initialise)")
 		klog.Flush()
 		fmt.Fprintf(os.Stderr, "Error: %v\n", plugin.SimulatedNVMLInitError())
 		return 1
@@ -184,14 +184,14 @@ func run(args []string) int {
 
 	restConfig, err := clientConfig(kubeconfig)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "Error: create client: %v\n", err)
+		fmt.Fprintf(os.Stderr, "Error: API client: %v\n", err)
 		return 1
 	}
 	restConfig.QPS = float32(qps)
 	restConfig.Burst = burst
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "Error: create client: %v\n", err)
+		fmt.Fprintf(os.Stderr, "Error: API client: %v\n", err)
 		return 1
 	}
 
@@ -202,21 +202,23 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		return 1
 	}
-	klog.Infof("shutdown")
+	klog.Infof("Stopped")
 	return 0
 }
 
+// clientConfig is how to reach the API server: from the kubeconfig file if one is named,
+// else as the pod's service account.
 func clientConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		c, err := rest.InClusterConfig()
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("create in-cluster client configuration: %w", err)
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 		}
 		return c, nil
 	}
-	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	c, err := rest.InClusterConfig()
 	if err != nil {
-		return nil, fmt.Errorf("create out-of-cluster client configuration: %w", err)
+		return nil, fmt.Errorf("no kubeconfig given and not in a pod: %w", err)
 	}
 	return c, nil
 }
