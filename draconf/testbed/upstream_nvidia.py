@@ -518,13 +518,18 @@ def device_nodes(minors: list[int]) -> list[tuple[str, int, int]]:
             ("dev/nvidia-uvm", UVM_MAJOR, 0), ("dev/nvidia-uvm-tools", UVM_MAJOR, 1)]
 
 
-def install_driver_root(root: Path, node, built: Built) -> None:
+def install_driver_root(root: Path, node, built: Built, mps_control: Path | None = None) -> None:
     """Lay out ``node``'s simulated driver under ``root`` (mounted at :data:`DRIVER_ROOT`):
     the mock library as ``usr/lib64/libnvidia-ml.so.<driver version>`` with its ``.so.1`` and
     ``.so`` links, the node's profile at ``config/config.yaml``, ``usr/bin/nvidia-smi`` (the
     stand-in over NVML: the chart's init container runs ``nvidia-smi --version`` with the
     library preloaded to see a driver is there, and the driver's CDI spec mounts it into
-    containers), the device nodes and the ``proc/driver/nvidia`` files."""
+    containers), the device nodes and the ``proc/driver/nvidia`` files; and ``mps_control``,
+    the bed's MPS control daemon stand-in, as ``usr/bin/nvidia-cuda-mps-control``: the
+    release's templates/mps-control-daemon.tmpl.yaml runs that from the driver root's PATH
+    (NVIDIA's own daemon cannot be had; without one the MPS claim's prepare waits for ever,
+    'MPS control daemon is not yet ready', and the daemon logs 'nvidia-cuda-mps-control: not
+    found')."""
     driver = node.gpus[0].driver_version
     lib = root / "usr" / "lib64"
     lib.mkdir(parents=True, exist_ok=True)
@@ -544,6 +549,11 @@ def install_driver_root(root: Path, node, built: Built) -> None:
     smi.unlink(missing_ok=True)
     shutil.copyfile(built.nvidia_smi, smi)
     smi.chmod(0o755)
+    if mps_control is not None:
+        target = root / "usr" / "bin" / "nvidia-cuda-mps-control"
+        target.unlink(missing_ok=True)
+        shutil.copyfile(mps_control, target)
+        target.chmod(0o755)
     for path, major, minor in device_nodes([g.minor for g in node.gpus]):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         if not (root / path).exists():

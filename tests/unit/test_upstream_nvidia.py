@@ -111,7 +111,10 @@ def test_the_driver_root_holds_library_profile_nvidia_smi_device_nodes_and_proc(
         Path(path).touch()))
     built = up.Built(up.RELEASES["v0.4.0"], tmp_path, tmp_path, tmp_path, lib, mock_src, tmp_path, smi, tmp_path)
     root = tmp_path / "root"
-    up.install_driver_root(root, _node("gpu-a100-0"), built)
+    mps = tmp_path / "mps"
+    mps.write_text("#!/bin/sh\n")
+    up.install_driver_root(root, _node("gpu-a100-0"), built, mps_control=mps)
+    assert os.access(root / "usr" / "bin" / "nvidia-cuda-mps-control", os.X_OK)
     libdir = root / "usr" / "lib64"
     assert (libdir / "libnvidia-ml.so.580.95.05").read_bytes() == b"\x7fELF mock"
     assert os.readlink(libdir / "libnvidia-ml.so.1") == "libnvidia-ml.so.580.95.05"
