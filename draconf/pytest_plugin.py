@@ -687,6 +687,12 @@ def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_p
     from draconf.devices import PublishedDevices
     from draconf.errors import NoVerdict
     from draconf.preflight.runner import blocking_failures
+    from draconf.permissions import gate_reason
+    missing = gate_reason(pytestconfig, cluster)
+    if missing:
+        # Permissions preflight found missing: a test that needs them never starts (its
+        # fixtures' reads would only be refused, one ForbiddenException each).
+        raise NoVerdict(f"[permission-denied] {missing}")
     blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
     gpu_nodes = {n for r in blocking for n in r.nodes}
     if gpu_nodes:

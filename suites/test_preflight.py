@@ -36,6 +36,9 @@ def test_preflight(request, preflight, check_name):
     if result.unreachable:
         pytest.exit(f"draconf: {result.summary}", returncode=3)
     if result.inconclusive:
+        if "403 Forbidden" in result.evidence:
+            # Forbidden, not slow: the row says which permission (permission-denied).
+            record_diagnosis(request.node, "permission-denied", result.evidence)
         raise checks.Inconclusive(f"{check_name} could not be evaluated: {result.summary}",
                                      result.evidence)
     if not result.applicable:

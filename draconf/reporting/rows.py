@@ -10,7 +10,9 @@ from typing import Any, Iterable, Mapping
 import pytest
 
 from draconf.errors import NoVerdict
-from draconf.reporting.verdict import with_code
+from kubernetes.client.exceptions import ApiException
+
+from draconf.reporting.verdict import QUIET_FAILURES, api_answer, with_code
 
 #: Outcomes from best to worst; a matrix cell shows the worst of its tests. ``failed`` is
 #: worst because it is the one definitive "does not conform"; the others mean "no verdict".
@@ -40,9 +42,10 @@ def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | Non
                   code: str | None = None) -> str | None:
     """First line of why the phase did not pass, or None if it passed.
 
-    Assertion failures give their message; other exceptions keep their type, which is what
-    tells a reader why the test broke.  A failure diagnosed ``code`` says ``[code]`` first
-    (after the type), unless its message carries it already.
+    Assertion failures, waits, API answers and bad input (:data:`~draconf.reporting.verdict.
+    QUIET_FAILURES`) give their message; other exceptions (a bug of the suite) keep their type,
+    which is what tells a reader why the test broke.  A failure diagnosed ``code`` says
+    ``[code]`` first (after the type), unless its message carries it already.
     """
     if report.passed:
         return None
@@ -53,7 +56,9 @@ def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | Non
     if report.skipped and isinstance(report.longrepr, tuple):
         return first_line(report.longrepr[2].removeprefix("Skipped: ").removeprefix("NoVerdict: "))
     if excinfo is not None:
-        if excinfo.errisinstance((AssertionError, pytest.fail.Exception)) and first_line(str(excinfo.value)):
+        if excinfo.errisinstance(ApiException):
+            return with_code(api_answer(excinfo.value), code)
+        if excinfo.errisinstance((*QUIET_FAILURES, pytest.fail.Exception)) and first_line(str(excinfo.value)):
             return with_code(first_line(str(excinfo.value)), code)
         return with_code(first_line(excinfo.exconly()), code, typed=True)
     return first_line(report.longreprtext)

@@ -26,6 +26,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from draconf.errors import DraconfError
+from draconf.preflight.reading import Inconclusive
 
 from draconf.reporting.diagnoses import DIAGNOSES, diagnosis_prefix, require_known_code
 
@@ -133,22 +134,51 @@ _TYPE_HEAD = re.compile(r"^[\w.]+(?:: |$)")
 #: traceback is the suite's own code or the client's, which tells an operator nothing; it goes to
 #: the debug log (``draconf run`` writes it to reports/debug.log).  Anything else (a TypeError:
 #: a bug of the suite) keeps its traceback.
-QUIET_FAILURES = (AssertionError, ApiException, urllib3.exceptions.HTTPError, ConnectionError, DraconfError)
+QUIET_FAILURES = (AssertionError, ApiException, urllib3.exceptions.HTTPError, ConnectionError, DraconfError,
+                  Inconclusive)
 
 _debug = logging.getLogger("draconf.failures")
 
 
-def quiet_failure(item, call, report) -> None:
+def quiet_failure(item, call, report) -> bool:
     """A failed phase whose exception is one of :data:`QUIET_FAILURES` reports its message
     only (pytest's ``value`` style, as ``pytest.fail(pytrace=False)``); the full text is logged
-    at DEBUG."""
+    at DEBUG.  True when the failure is such a verdict (``pytest.fail``'s too)."""
     excinfo = call.excinfo
-    if not report.failed or excinfo is None or not excinfo.errisinstance(QUIET_FAILURES):
-        return
+    if not report.failed or excinfo is None or not excinfo.errisinstance((*QUIET_FAILURES, pytest.fail.Exception)):
+        return False
     if excinfo.errisinstance(pytest.fail.Exception):
-        return  # pytest.fail: as its caller asked (pytrace)
+        return True  # its traceback as its caller asked (pytrace)
     _debug.debug("%s %s failed:\n%s", item.nodeid, report.when, report.longreprtext)
     report.longrepr = excinfo.getrepr(style="value")
+    if excinfo.errisinstance(ApiException):
+        report.longrepr.reprcrash.message = api_answer(excinfo.value)
+        report.longrepr.chain[-1][0].reprentries[-1].lines[:] = [api_answer(excinfo.value)]
+    return True
+
+
+def untype_crash_line(excinfo, report) -> None:
+    """The crash line (the short summary, JUnit's failure message) without the exception's
+    type: ``[code] message``, not ``draconf.preflight.reading.Inconclusive: [code] message``."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is None or not isinstance(crash.message, str):
+        return
+    text = excinfo.exconly()
+    head = text[:len(text) - len(str(excinfo.value))] if text.endswith(str(excinfo.value)) else ""
+    if head and crash.message.startswith(head):
+        crash.message = crash.message[len(head):]
+
+
+def api_answer(err: ApiException) -> str:
+    """An API error as one line: status, reason and the server's message (not the client's
+    dump of headers and body).
+
+    >>> api_answer(ApiException(status=403, reason="Forbidden"))
+    'the API server answered 403 Forbidden'
+    """
+    from draconf.admission import server_message
+    said = server_message(err) if err.body else ""
+    return f"the API server answered {err.status} {err.reason}" + (f": {said}" if said else "")
 
 
 def annotate_report(report: pytest.TestReport, verdict: Verdict) -> None:
@@ -181,10 +211,12 @@ class VerdictSection:
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        quiet_failure(item, call, report)
+        quiet = quiet_failure(item, call, report)
         verdict = item.stash.get(VERDICT_KEY, None)
         if verdict is not None:
             annotate_report(report, verdict)
+        if quiet:
+            untype_crash_line(call.excinfo, report)
         return report
 
 
