@@ -34,6 +34,7 @@ from draconf import selectors as sel
 from draconf.kube import label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
+from draconf.injection import Seen, judge as judge_injection
 from draconf.errors import NoVerdict
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
@@ -316,50 +317,29 @@ class DeployedWorkload(StartVerdicts):
             f"found {len(pods)} ({'; '.join(p.summary() for p in pods)})")
         claims = self.claims()
         injection = self.profile.injection
-        shown = injection.describe()
         self.assert_pods_as_applied(pods)
-        problems, evidence, unjudged = [], [], []
-        given_a_gpu = 0  # containers whose expected GPUs were named: a pass needs one
+        readings = []
         for pod in pods:
             for container in pod.containers:
                 expected, unknown = self.expected_identities(pod, container, claims, published)
                 if unknown:
-                    unjudged.append(f"{pod.name}/{container}: {'; '.join(unknown)}")
+                    readings.append(Seen(pod.name, container, expected, unknown))
                     continue
-                given_a_gpu += bool(expected)
                 result = exec_in_container(self.api, self.namespace, pod.name, container,
                                            list(injection.command), timeout=self.profile.timeouts.exec)
-                seen = sorted(injection.parse(result.stdout))
-                # nvidia-smi -L's output is the identities; other formats (env) bury them.
-                parsed = "" if injection.format == "nvidia-smi-L" else f"; sees {seen or 'no GPU'}"
-                evidence.append(f"{pod.name}/{container}: expected {expected or 'no GPU'}{parsed}; "
-                                f"{shown}: {result.describe()}")
-                if not expected:
-                    # No claim listed: the command must be absent or list nothing.
-                    if seen:
-                        problems.append(f"{pod.name}/{container} lists no claim but sees {seen}")
-                    elif result.exit_code is None:
-                        problems.append(f"{pod.name}/{container}: exec failed ({result.describe()})")
-                    continue
-                if not result.succeeded and not seen:
-                    problems.append(f"{pod.name}/{container} sees no GPU: {shown} {result.describe()}"
-                                    f" (allocated: {', '.join(expected)})")
-                elif seen != expected:
-                    missing = sorted(set(expected) - set(seen))
-                    extra = sorted(set(seen) - set(expected))
-                    problems.append(f"{pod.name}/{container} sees {seen}, allocated {expected}"
-                                    + (f"; missing {missing}" if missing else "")
-                                    + (f"; not allocated to it {extra}" if extra else ""))
-        assert not problems, "CDI injection is wrong: " + "; ".join(problems)
-        if not given_a_gpu and not unjudged:
+                readings.append(Seen(pod.name, container, expected, seen=sorted(injection.parse(result.stdout)),
+                                     result=result))
+        judgement = judge_injection(readings, injection.describe(), injection.format == "nvidia-smi-L")
+        assert not judgement.problems, "CDI injection is wrong: " + "; ".join(judgement.problems)
+        if judgement.nothing_shown:
             # Every container "expects no GPU and sees none": nothing about injection was shown.
             raise AssertionError(SPEC_ALTERED + "no container of the workload was "
-                                 "allocated a GPU, so none could show one: " + "; ".join(evidence))
-        if unjudged:
+                                 "allocated a GPU, so none could show one: " + "; ".join(judgement.evidence))
+        if judgement.unjudged:
             # The allocation check judges the claims; here they leave nothing to compare with.
             raise NoVerdict("which GPUs a container should see is not known, so its injection cannot be "
-                            "judged: " + " | ".join(unjudged))
-        return evidence
+                            "judged: " + " | ".join(judgement.unjudged))
+        return judgement.evidence
 
     def delete_consumers(self) -> None:
         """Delete what consumes the claims (pods, controllers); claims and templates stay."""

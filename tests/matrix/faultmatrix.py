@@ -247,18 +247,21 @@ EXPECTED: dict[str, Expectation] = {
         {"gpu-sharing/sharing": "config-ignored", "gpu-sharing/invalid-config": "config-ignored"},
         run_args=FEATURES_ONLY),
     # The chart's default featureGates: the plugin refuses gpu-test5's TimeSlicing config in the
-    # driver's words; the pod never starts, so injection and cleanup have nothing to judge.  The
-    # invalid configs are refused as on a healthy bed.
+    # driver's words; the pod never starts: its containers never get their GPUs (injection fails
+    # with the same diagnosis), and cleanup has nothing to judge.  The invalid configs are
+    # refused as on a healthy bed.
     "sharing-gates-off": Expectation(
         ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "config-rejected"},
-        no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup"), run_args=FEATURES_ONLY),
+        dragged=("gpu-sharing/cdi-injection",),
+        no_verdict=("gpu-sharing/cleanup",), run_args=FEATURES_ONLY),
     # The MPS control daemon the plugin starts for gpu-test5's MPS request exits at once: the
     # plugin refuses to prepare the claim (the daemon "is not ready"), the pod never
     # starts; the diagnosis points at the daemon, not the config (plugin-unhealthy).  The
     # invalid configs carry no MPS: refused as on a healthy bed.
     "mps-daemon-fails": Expectation(
         ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "plugin-unhealthy"},
-        no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup"), run_args=FEATURES_ONLY),
+        dragged=("gpu-sharing/cdi-injection",),
+        no_verdict=("gpu-sharing/cleanup",), run_args=FEATURES_ONLY),
     # A scheduler without DRADeviceTaints has DRADeviceTaintRules off too (the gate needs it),
     # so it ignores a rule's taint as well: the claim asking for the GPU a rule tainted is
     # allocated it.
