@@ -135,7 +135,10 @@ def record_failure_diagnosis(item, exc: BaseException) -> Diagnosis | None:
             return None
         own = _CODE_PREFIX.match(str(exc))
         if own and own.group(1) in DIAGNOSES and own.group(1) != result.code:
-            result = Diagnosis(own.group(1), result.reason, result.evidence)
+            # The check named the cause itself: its own words are the reason, not the words
+            # of whatever rule matched the facts (a reason must go with its code).
+            said = str(exc)[own.end():].strip().split("\n", 1)[0]
+            result = Diagnosis(own.group(1), said[:600] or result.reason, result.evidence)
         record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
         return result
     except Exception:  # noqa: BLE001

@@ -1458,3 +1458,25 @@ def test_a_diagnosis_that_crashes_is_diagnosis_error_and_never_rerun(monkeypatch
     result = diagnosis.diagnose(None, resolve("nvidia"), "ns", "allocation", "sees no GPU")
     assert result.code == "diagnosis-error" and "diagnosis itself failed" in result.reason
     assert result.code not in RERUN_CODES
+
+
+def test_a_code_the_check_named_itself_keeps_the_checks_own_words(pytester, monkeypatch):
+    """``[spec-altered] ...`` from the check, while the rules found something else (a pod left
+    Running): the recorded reason is the check's sentence, not the other rule's."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(HOOK_CONFTEST.replace(
+        '"cdi-wrong-device", "container sees GPU-b, allocated GPU-a", {"state": "pod running"}',
+        '"timeout", "No definitive signal from the cluster; last observed: pod p Running", {}'))
+    pytester.makepyfile(test_stripped="""
+import pytest
+
+@pytest.mark.draconf(workload="single-gpu", check="allocation")
+def test_allocation():
+    raise AssertionError("[spec-altered] no pod of the workload asks for a device (p); mutating "
+                         "admission acting on pod creates: MutatingAdmissionPolicy 'strip'")
+""")
+    pytester.runpytest("-p", "no:cacheprovider", "--draconf-reports=reports")
+    import json
+    (row,) = json.loads((pytester.path / "reports" / "summary.json").read_text())["tests"]
+    assert row["diagnosis"] == "spec-altered", row
+    assert row["reason"].startswith("no pod of the workload asks for a device") and "'strip'" in row["reason"], row
