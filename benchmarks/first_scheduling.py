@@ -1,5 +1,5 @@
 """How long the control plane takes to act on a new pod: the measurement behind
-``draconf.workload.stall_after`` (README, "A stalled control plane").
+``draconf.workload.stall_after`` (docs/hostile-clusters.md, "A stalled control plane").
 
     python benchmarks/first_scheduling.py KUBECONFIG [SECONDS]    # while `draconf run` runs
 

@@ -1,5 +1,5 @@
 """The whole suite serial against ``-n N`` (pytest-xdist) on one bed, and whether their verdicts agree
-(README, "Parallel runs"); with ``--all``, every figure of issue 13 in one run.
+(docs/parallel.md); with ``--all``, every figure of issue 13 in one run.
 
     python benchmarks/suite_speed.py [--testbed-name default] [-n 4] [--times 3] [--serial-times K]
                                      [--all] [-- extra draconf run arguments]

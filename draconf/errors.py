@@ -8,7 +8,7 @@ traceback: it must say what went wrong and what to do about it.
 class DraconfError(Exception):
     """A failure the user can act on; ``str(err)`` is the whole message."""
 
-    #: The command's exit status for this failure (README, "Exit codes").
+    #: The command's exit status for this failure (docs/reports.md, "Exit codes").
     exit_code = 2
 
 

@@ -85,7 +85,7 @@ def changes(written: list[str], applied: list[dict], limit: int = 160) -> list[s
     applying ``applied``: one line per field whose value differs (``file: Kind/name path:
     written -> applied``), per object left out, per object added.  Empty: applied as written.
 
-    README, "Templated fields", says which fields the suite sets and why; this is the list a
+    docs/checks.md, "Templated fields", says which fields the suite sets and why; this is the list a
     run's report shows (the value, not just the field).
 
     >>> docs = load("01-single-gpu.yaml")

@@ -380,7 +380,7 @@ def delete_pods(api, namespace: str, name: str | None = None, selector: str | No
                 grace_period_seconds: int = DELETE_GRACE_SECONDS) -> None:
     """Delete one pod (``name``) or all matching ``selector`` (all if neither), with the suite's
     stated grace period unless told otherwise; pods already gone are fine."""
-    # One by one rather than deletecollection: the RBAC the README gives grants delete, not that.
+    # One by one rather than deletecollection: the RBAC the docs give grants delete, not that.
     names = [name] if name else [p.metadata.name for p in
                                  api.core.list_namespaced_pod(namespace, label_selector=selector).items]
     for pod in names:

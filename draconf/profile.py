@@ -10,7 +10,7 @@ by ``extends`` (``nvidia`` when absent)::
     image: registry.internal/ubuntu:24.04
     timeouts: {running: 300}
 
-The keys, and what the suite does with each, are documented in README.md ("Driver profiles").
+The keys, and what the suite does with each, are documented in docs/profiles.md.
 
 >>> p = builtin("nvidia")
 >>> p.device_class, p.attributes["model"]

@@ -64,7 +64,7 @@ TIMEOUT = "timeout"
 #: workload that no scheduler (or no claim controller) has acted on is a control-plane verdict,
 #: and the floor in seconds.  Measured on the 2-core bed under a full run: the first scheduler
 #: action (binding or PodScheduled condition) comes within 1 s of a pod's creation, the
-#: generated claims within 1 s (README, "A stalled control plane"); the default schedule
+#: generated claims within 1 s (docs/hostile-clusters.md, "A stalled control plane"); the default schedule
 #: timeout of 60 s gives 15 s, more than ten times that.
 STALL_FRACTION = 0.25
 STALL_FLOOR = 10.0

@@ -304,8 +304,8 @@ def test_extended_resource_quota_and_dra_claims(request, cluster, namespace, pro
     (``extendedResourceName: nvidia.com/gpu``, as recent NVIDIA charts render it; Kubernetes
     1.36 with DRAExtendedResource), the quota charges the class's claims too and must stop the
     claim (measured on v1.36.3: ``403 exceeded quota: ..., requested: requests.nvidia.com/gpu=1``
-    for a claim, ``FailedResourceClaimCreation`` for a templated pod; README, "Features beyond
-    the walkthrough").  Otherwise the quota counts only ``resources.requests`` and a claim-based pod gets its
+    for a claim, ``FailedResourceClaimCreation`` for a templated pod; docs/features/index.md,
+    "Extended resources and ResourceQuota").  Otherwise the quota counts only ``resources.requests`` and a claim-based pod gets its
     GPU: the migration trap, reported as the Kubernetes property it is, with the fix.
     """
     api = cluster

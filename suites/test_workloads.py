@@ -211,7 +211,7 @@ class TestWorkload:
         deployed = started.deployed
         if deployed is None:  # nothing to deploy: what it would select on is not published
             raise AssertionError(started.failure)
-        # What the suite set in the files (README, "Templated fields"), with the values.
+        # What the suite set in the files (docs/checks.md, "Templated fields"), with the values.
         show_templated(request.node, manifests.changes(deployed.workload.manifests, deployed.documents))
         attach_state(deployed)
         with allure.step("claims are allocated to published devices that satisfy the request"):

@@ -100,7 +100,7 @@ def note(item: pytest.Item, text: str) -> None:
 
 
 def show_templated(item: pytest.Item, lines: list[str]) -> None:
-    """The fields the suite set in its manifests before applying them (README, "Templated
+    """The fields the suite set in its manifests before applying them (docs/checks.md, "Templated
     fields"), with their values: in the log, as a ``draconf-templated`` JUnit property and an
     Allure attachment.  Nothing to show (applied as written) says so too."""
     text = "\n".join(lines) if lines else "applied as written"

@@ -9,7 +9,7 @@ and ``install``), but with the chart's own image, which kind's nodes pull from r
 The suite then runs with ``--profile example`` against the cluster's kubeconfig, and the
 cluster is deleted afterwards unless ``--keep-cluster``.
 
-On GPU hosts NVIDIA's chart is installed instead, by hand (README, "On a kind cluster").  A missing ``kind`` or ``docker``
+On GPU hosts NVIDIA's chart is installed instead, by hand (docs/real-cluster.md, "On a kind cluster").  A missing ``kind`` or ``docker``
 binary, or a Docker daemon that does not answer, is one line and exit 3 (the target cannot
 be used), before anything is created.
 

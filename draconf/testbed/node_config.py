@@ -69,7 +69,7 @@ class NodePaths:
 
 def containerd_toml(paths: NodePaths, bindir: Path, sandbox_image: str,
                     base_runtime_spec: Path | None = None) -> str:
-    """containerd v2 (config version 3) as this machine needs it (see the notes in README);
+    """containerd v2 (config version 3) as this machine needs it (see docs/testbed.md);
     ``base_runtime_spec``, an OCI spec every container of the node starts from."""
     cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
     base = f'\n      base_runtime_spec = "{base_runtime_spec}"' if base_runtime_spec else ""

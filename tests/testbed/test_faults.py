@@ -21,7 +21,7 @@ from draconf.testbed import agent, driver_objects, faults, inventory, nvidia
 from draconf.workload import DeployedWorkload, Workload
 
 #: CI's choice (.ci/run): every fault's matrix row starts a bed with that fault in the same run;
-#: the symptom tests' own beds (25, about 5 minutes) are for local runs (README, "the fault matrix").
+#: the symptom tests' own beds (25, about 5 minutes) are for local runs (docs/fault-matrix.md).
 SKIP_SYMPTOMS = os.environ.get("DRACONF_SKIP_FAULT_SYMPTOMS") == "1"
 
 

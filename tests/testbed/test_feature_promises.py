@@ -35,7 +35,7 @@ FEATURES = suite_module("test_features")
 
 def claim_from(manifest: str, name: str, uuid: str | None = None) -> dict:
     """The claim of a feature manifest, with its UUID selector aimed at ``uuid`` (the suite
-    templates that field the same way: README, "Templated fields")."""
+    templates that field the same way: docs/checks.md, "Templated fields")."""
     doc = manifests.find(manifests.load(manifest), "ResourceClaim", name)
     if uuid:
         exactly = doc["spec"]["devices"]["requests"][0]["exactly"]

@@ -4,7 +4,7 @@ The kind config, the tool checks (this machine has a docker client whose daemon 
 answer, and no kind), the command lines pytest-kind-ng's own KindCluster gives ``kind``
 (recorded by a stand-in ``kind`` script: no cluster is made), and the chart rendered for kind by
 the real helm.  Creating the cluster, pulling images and the run on it are not exercised here
-(README, "kind").
+(docs/real-cluster.md, "On a kind cluster").
 """
 
 from __future__ import annotations

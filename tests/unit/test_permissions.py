@@ -1,4 +1,4 @@
-"""The suite's RBAC: one ClusterRole file, the code's API calls within it, the README showing it,
+"""The suite's RBAC: one ClusterRole file, the code's API calls within it, the docs showing it,
 and the preflight row and diagnosis that name what is missing."""
 
 from __future__ import annotations
