@@ -197,8 +197,10 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
     expectations.Expectations.of(None, args.expect_feature, args.waive_feature)  # so does a bad name
-    # --all-models reads the cluster to collect: its selection is checked by the run itself.
-    _check_selection([a for a in selection if a != "--draconf-all-models"], pytest_args)
+    # --all-models and --every-node read the cluster to collect: the run itself checks those.
+    reads_cluster = ("--draconf-all-models", "--draconf-every-node")
+    _check_selection([a for a in selection if a not in reads_cluster], pytest_args,
+                     judge_selection=not set(reads_cluster) & set(selection))
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
     if code == FLAKY_FAILS_THE_RUN:
@@ -241,7 +243,7 @@ def _last_word(code: int, verdict: dict | None) -> str:
     return "PASS" if code == 0 else "FAIL"
 
 
-def _check_selection(base: list[str], pytest_args: list[str]) -> None:
+def _check_selection(base: list[str], pytest_args: list[str], judge_selection: bool = True) -> None:
     """What pytest makes of the arguments, before any cluster is touched: an option it does not
     know (``-n 4`` without pytest-xdist), or a selection that collects nothing, is bad input
     said in one line, with no bed started and no report written.  A collection in a process of
@@ -255,7 +257,7 @@ def _check_selection(base: list[str], pytest_args: list[str]) -> None:
         raise DraconfError("pytest refuses the arguments: " + " ".join(said[-2:] or ["(no message)"])
                            + ("; -n needs pytest-xdist: pip install pytest-xdist"
                               if "-n" in pytest_args or any(a.startswith("--numprocesses") for a in pytest_args) else ""))
-    if done.returncode == 5:
+    if done.returncode == 5 and judge_selection:  # (what --every-node adds is known only then)
         nothing = DraconfError("no tests were selected; check the -k/-m arguments and test paths")
         nothing.exit_code = 1  # as documented: a run that checks nothing fails
         raise nothing
@@ -276,7 +278,7 @@ def _plugin_args(args) -> list[str]:
     for name in ("kubeconfig", "context", "image"):
         if getattr(args, name, None):
             out.append(f"--draconf-{name}={getattr(args, name)}")
-    for name in ("keep_on_failure", "all_models", "no_preflight_gate"):
+    for name in ("keep_on_failure", "all_models", "every_node", "no_preflight_gate"):
         if getattr(args, name, False):
             out.append("--draconf-" + name.replace("_", "-"))
     for name in ("expect_feature", "waive_feature"):
@@ -553,6 +555,10 @@ def build_parser() -> argparse.ArgumentParser:
                         + ", ".join(expectations.FEATURES))
     p.add_argument("--waive-feature", action="append", default=[], metavar="FEATURE",
                    help="accept this feature missing (a skip), even if GA (repeatable)")
+    p.add_argument("--every-node", action="store_true",
+                   help="also prove every GPU node: a claim pinned to each node that publishes GPUs is "
+                        "allocated, its GPU seen by a container and released (one verdict per node; "
+                        "add -m every_node for the sweep alone)")
     p.add_argument("--all-models", action="store_true",
                    help="also run model-selected and memory-selected once per published product name "
                         "and memory size")

@@ -157,6 +157,10 @@ def pytest_addoption(parser):
                     help="also run model-selected and memory-selected once per published product "
                          "name and memory size (a test id and a report row per class); reads the "
                          "cluster's devices when the session starts")
+    group.addoption("--draconf-every-node", dest="draconf_every_node", action="store_true",
+                    help="also prove every GPU node: on each node that publishes GPUs a claim is "
+                         "allocated, its GPU seen by a container and released (one test per node; "
+                         "reads the cluster's devices when the session starts; -m every_node: only that)")
     group.addoption("--draconf-expect-feature", dest="draconf_expect_feature", action="append", default=[],
                     metavar="FEATURE",
                     help="fail, not skip, when this feature is missing (repeatable; GA features of the "
@@ -181,6 +185,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "quota: ResourceQuota behaviour for DRA claims")
     config.addinivalue_line("markers", "failure_modes: the source documents' failure scenarios")
     config.addinivalue_line("markers", "audit: read-only audit of the cluster's quotas")
+    config.addinivalue_line("markers", "every_node: the sweep proving each GPU node (--draconf-every-node)")
     config.addinivalue_line("markers", "exclusive_capacity: under pytest-xdist, runs while no other "
                                        "test of the run holds objects (draconf.parallel)")
     if not config.pluginmanager.hasplugin("xdist"):
@@ -249,6 +254,12 @@ def pytest_collection_modifyitems(config, items):
     """One xdist group per workload (before pytest-xdist reads the groups): its three checks
     share its class-scoped deployment, so they run on one worker, in order."""
     from draconf.parallel import EXCLUSIVE_WORKLOADS, workload_group
+    if not config.getoption("draconf_every_node"):
+        # The sweep runs when asked for (--every-node): a node per test, minutes on a fleet.
+        swept = [item for item in items if item.get_closest_marker("every_node")]
+        if swept:
+            config.hook.pytest_deselected(items=swept)
+            items[:] = [item for item in items if not item.get_closest_marker("every_node")]
     for item in items:
         if is_workload_check(item):
             item.add_marker(pytest.mark.xdist_group(workload_group(item.nodeid)))
@@ -364,7 +375,7 @@ def pytest_sessionstart(session):
     """An unusable ``--target kubeconfig`` ends the run before any test, in one line
     (``ERROR: draconf: ...``, exit status 4, pytest's usage error), with nothing created."""
     config = session.config
-    if config.getoption("draconf_all_models"):
+    if config.getoption("draconf_all_models") or config.getoption("draconf_every_node"):
         _read_devices_for_collection(config)
     if config.option.collectonly or run_target(config) == "testbed":
         return
@@ -389,16 +400,18 @@ def _read_devices_for_collection(config) -> None:
     ``draconf run`` starts it before pytest; plain pytest needs ``draconf testbed up`` first."""
     from draconf.devices import PublishedDevices
     from draconf.preflight.runner import probe
+    flag = "--all-models" if config.getoption("draconf_all_models") else "--every-node"
     try:
-        api = target_api(config, down_hint="or use `draconf run --all-models`")
+        api = target_api(config, down_hint=f"or use `draconf run {flag}`")
         unusable = probe(api)
         if unusable:
             raise DraconfError(unusable)
         config.stash[COLLECTED_DEVICES] = PublishedDevices.read(api, run_profile(config).driver)
     except Exception as err:  # DraconfError, or the API refusing the read
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise pytest.UsageError(f"draconf: --all-models reads the published devices to collect the "
-                                f"model and memory classes, and cannot: {reason}") from None
+        what = "model and memory classes" if flag == "--all-models" else "GPU nodes"
+        raise pytest.UsageError(f"draconf: {flag} reads the published devices to collect the "
+                                f"{what}, and cannot: {reason}") from None
 
 
 def collected_devices(config):
