@@ -31,6 +31,12 @@ FAULTS: dict[str, str] = {
     "unprepare-keeps-device":
         "the kubelet plugin reports every unprepare done but keeps the claim's devices (real nodes "
         "only): claims are released, yet the next pod given such a GPU is refused it by the node",
+    "one-node-refuses-prepare":
+        "the kubelet plugin of one GPU node (gpu-a100-0 of the default fleet) refuses every prepare; "
+        "the other nodes are healthy: only a sweep over every node is sure to find it",
+    "one-node-wrong-device":
+        "the runtime of one GPU node (gpu-a100-0 of the default fleet) gives containers a GPU other "
+        "than the one allocated; the other nodes are healthy",
     "claims-stripped":
         "a MutatingAdmissionPolicy made by an admin removes resourceClaims from every pod created in "
         "the suite's namespaces: the pods run, without any GPU",
@@ -231,4 +237,11 @@ def validate(names: list[str] | tuple[str, ...]) -> list[str]:
     unknown = [n for n in names if n not in FAULTS]
     if unknown:
         raise DraconfError(f"unknown fault {', '.join(unknown)}; choose from: {', '.join(FAULTS)}")
+    from draconf.testbed.nvidia import ONE_NODE_FAULTS, PLUGIN_FAULTS
+    scoped = set(names) & set(ONE_NODE_FAULTS)
+    fleet_wide = {n for n in names if n in PLUGIN_FAULTS} - scoped
+    if scoped and fleet_wide:
+        # The plugin's faults are scoped all together (SIMULATE_FAULTS_ON_NODES).
+        raise DraconfError(f"{', '.join(sorted(scoped))} act on one node; they cannot be combined with "
+                           f"the plugin faults {', '.join(sorted(fleet_wide))}")
     return sorted(set(names))

@@ -184,7 +184,12 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "mig-counters-ignored": "mig-counters-ignored",
                  "mig-parent-mislabelled": "mig-parent-mislabelled",
                  "mps-daemon-fails": "mps-daemon-fails", "prepare-refused": "prepare-fails",
-                 "unprepare-keeps-device": "unprepare-keeps-device"}
+                 "unprepare-keeps-device": "unprepare-keeps-device",
+                 "one-node-refuses-prepare": "prepare-fails", "one-node-wrong-device": "cdi-wrong-device"}
+#: Faults of one node only (SIMULATE_FAULTS_ON_NODES): the default fleet's A100 node breaks, the
+#: others stay healthy, and a sweep over every node must name exactly that one.
+ONE_NODE_FAULTS = ("one-node-refuses-prepare", "one-node-wrong-device")
+ONE_NODE = "gpu-a100-0"
 
 
 def feature_gates_env(gates: dict[str, bool]) -> str:
@@ -284,6 +289,8 @@ def plugin_daemonset(faults: list[str], template_annotations: dict[str, str],
                             {"name": "IMAGE_NAME", "value": MPS_DAEMON_IMAGE},
                             *([{"name": "FEATURE_GATES", "value": gates}] if gates else []),
                             *([{"name": "SIMULATE_FAULTS", "value": simulated}] if simulated else []),
+                            *([{"name": "SIMULATE_FAULTS_ON_NODES", "value": ONE_NODE}]
+                              if set(faults) & set(ONE_NODE_FAULTS) else []),
                         ],
                         "startupProbe": {"grpc": {"port": HEALTHCHECK_PORT, "service": "liveness"},
                                          "periodSeconds": 1, "failureThreshold": 60},

@@ -29,7 +29,7 @@ from pathlib import Path
 from draconf import namespaces, waits
 from draconf.kube import connect
 from draconf.testbed import external_faults, inventory
-from draconf.testbed.nvidia import PLUGIN_FAULTS
+from draconf.testbed.nvidia import ONE_NODE, PLUGIN_FAULTS
 from draconf.testbed.cluster import Testbed
 from tests.suite_modules import suite_module
 
@@ -75,6 +75,8 @@ MIG_ONLY = ("-k", "test_preflight or test_mig")
 #: What CDI injection reaches: every workload whose containers get devices (the walkthrough's,
 #: the job, the feature workloads and GPU sharing), not the quota and failure-mode scenarios.
 CDI_SCOPE = ("-k", WALKTHROUGH + " or test_jobs or TestFeatureWorkload or TestGpuSharing")
+#: The sweep over every GPU node (suites/test_every_node.py), and preflight.
+EVERY_NODE = ("--every-node", "-k", "test_preflight or test_every_node")
 #: The quota scenarios and the extended-resource quota check (suites/test_features.py).
 QUOTA_SCOPE = ("-k", "test_preflight or test_quota or test_extended_resource_pod_is_charged_once_and_capped")
 
@@ -181,6 +183,14 @@ EXPECTED: dict[str, Expectation] = {
     "unprepare-keeps-device": Expectation(
         ("single-gpu/cleanup",), {"single-gpu/cleanup": "claim-not-released"},
         run_args=("-k", SINGLE_GPU)),
+    # One node broken among healthy ones (nvidia.ONE_NODE): the sweep over every node names
+    # exactly it and proves the others; the walkthrough's sample need not land there at all.
+    "one-node-refuses-prepare": Expectation(
+        (f"every-node/{ONE_NODE}",), {f"every-node/{ONE_NODE}": "plugin-unhealthy"},
+        run_args=EVERY_NODE),
+    "one-node-wrong-device": Expectation(
+        (f"every-node/{ONE_NODE}",), {f"every-node/{ONE_NODE}": "cdi-wrong-device"},
+        run_args=EVERY_NODE),
     # An admin's MutatingAdmissionPolicy strips the claims from the suite's pods: they run,
     # without GPUs, and prove nothing.  Both checks compare the live pods with what was applied;
     # with nothing allocated, cleanup has nothing to release.

@@ -52,7 +52,8 @@
 // MIG-capable GPUs (nvml.json "mig") are published as partitionable devices with their
 // possible MIG devices, and MIG devices are prepared (internal/plugin/mig.go).
 //
-// --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b: attribute-drift, no-devices,
+// --simulate-fault NAME (repeatable) or SIMULATE_FAULTS=a,b (on the nodes SIMULATE_FAULTS_ON_NODES
+// names, if set): attribute-drift, no-devices,
 // cdi-not-injected, cdi-wrong-device, unprepare-fails, crash, admin-access-exclusive,
 // nvml-flaky, sharing-config-ignored, mig-counters-ignored, mig-parent-mislabelled,
 // mps-daemon-fails.  See
@@ -72,6 +73,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,6 +164,11 @@ func run(args []string) int {
 	if cfg.Faults, err = plugin.ParseFaults(faults...); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		return 1
+	}
+	// $SIMULATE_FAULTS_ON_NODES: the faults act on these nodes only (one broken node among
+	// healthy ones, which a sweep over every node must single out).
+	if only := os.Getenv("SIMULATE_FAULTS_ON_NODES"); only != "" && !slices.Contains(strings.Split(only, ","), cfg.NodeName) {
+		cfg.Faults = plugin.Faults{}
 	}
 	if cfg.FeatureGates, err = plugin.ParseFeatureGates(gates); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: --feature-gates %q: %v\n", gates, err)
