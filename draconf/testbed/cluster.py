@@ -465,7 +465,8 @@ class Testbed:
         if upstream is not None:
             if node.has_gpus:
                 upstream_nvidia.install_driver_root(paths.driver_root, node, upstream,
-                                                    mps_control=bindir / "nvidia-cuda-mps-control")
+                                                    mps_control=bindir / "nvidia-cuda-mps-control",
+                                                    shell=bindir / "busybox")
             # The labels NFD and GPU Feature Discovery give a GPU node, which the chart's
             # kubelet-plugin affinity selects on.
             labels = nvidia.node_labels(node.gpus[0].model.product_name if node.gpus else None)

@@ -56,6 +56,11 @@ SOURCES_ENV = "DRACONF_UPSTREAM_SOURCES"
 #: k8s-test-infra's mock NVML (``pkg/gpu/mocknvml``), the simulated GPUs.
 MOCK_NVML_ARCHIVE = "k8s-test-infra-v0.3.0.tar.xz"
 MOCKNVML_DIR = "pkg/gpu/mocknvml"
+#: Its mock libcuda.so (``pkg/gpu/mockcuda``, docs/cuda-mock.md: a few CUDA entry points, no
+#: real CUDA workload).  The driver root needs a libcuda.so.<driver version>: the container
+#: toolkit v1.18.2 of v25.12.0 finds the driver's library directory by it, and refuses every
+#: claim without it ("failed to locate libcuda.so: pattern libcuda.so.580.95.05 not found").
+MOCKCUDA_DIR = "pkg/gpu/mockcuda"
 #: Character-device majors, as the mock lane's setup-mock-gpu.sh creates them (nvidia<N> and
 #: nvidiactl on 195, the UVM nodes on 510).
 NVIDIA_MAJOR = 195
@@ -269,6 +274,8 @@ class Built:
     nvidia_smi: Path
     #: The workloads' image with the C library (WORKLOAD_GLIBC_REF).
     workload_image: Path
+    #: k8s-test-infra's mock libcuda.so (MOCKCUDA_DIR).
+    mock_cuda: Path | None = None
 
     @property
     def chart(self) -> Path:
@@ -308,20 +315,29 @@ def build_cdi_hook(version: str, log=print) -> Path:
     return _stamped(out, key, go_install) / "nvidia-cdi-hook"
 
 
-def build_mock_nvml(src: Path, log=print) -> Path:
-    """The mock ``libnvidia-ml.so`` by its own Makefile (``make NO_PADDING=1``), offline."""
-    out = src.parent.parent / "build" / "mocknvml"
-    key = {"go": go_version(), "what": "mocknvml", "make": "NO_PADDING=1"}
+def _build_mock_library(src: Path, subdir: str, name: str, make_args: list[str], log) -> Path:
+    out = src.parent.parent / "build" / Path(subdir).name
+    key = {"go": go_version(), "what": subdir, "make": make_args}
 
     def make(outdir: Path) -> None:
-        moddir = src / MOCKNVML_DIR
-        _run(["make", "NO_PADDING=1"], moddir, _go_env(CGO_ENABLED="1"), "mock libnvidia-ml.so", log)
-        built = sorted(p for p in moddir.glob("libnvidia-ml.so.*.*") if p.is_file() and not p.is_symlink())
+        moddir = src / subdir
+        _run(["make", *make_args], moddir, _go_env(CGO_ENABLED="1"), f"mock {name}", log)
+        built = sorted(p for p in moddir.glob(f"{name}.*.*") if p.is_file() and not p.is_symlink())
         if not built:
-            raise DraconfError(f"make in {moddir} left no libnvidia-ml.so.<version>")
-        shutil.copyfile(built[0], outdir / "libnvidia-ml.so")
+            raise DraconfError(f"make in {moddir} left no {name}.<version>")
+        shutil.copyfile(built[0], outdir / name)
 
-    return _stamped(out, key, make) / "libnvidia-ml.so"
+    return _stamped(out, key, make) / name
+
+
+def build_mock_nvml(src: Path, log=print) -> Path:
+    """The mock ``libnvidia-ml.so`` by its own Makefile (``make NO_PADDING=1``), offline."""
+    return _build_mock_library(src, MOCKNVML_DIR, "libnvidia-ml.so", ["NO_PADDING=1"], log)
+
+
+def build_mock_cuda(src: Path, log=print) -> Path:
+    """The mock ``libcuda.so`` by its own Makefile (``make``), offline."""
+    return _build_mock_library(src, MOCKCUDA_DIR, "libcuda.so", [], log)
 
 
 #: Our own nvidia-smi stand-in over NVML (Go, go-nvml from the Go proxy).
@@ -357,6 +373,7 @@ def ensure_built(version: str, sources: Path, bindir: Path, log=print) -> Built:
     plugin = build_plugin(release, src, log)
     hook = build_cdi_hook(toolkit_version(src), log)
     mock = build_mock_nvml(mock_src, log)
+    cuda = build_mock_cuda(mock_src, log)
     smi = build_nvidia_smi(log)
     debdir = cache_dir() / "debs"
     debs.fetch(DEBIAN_FILES, debdir, log=log)
@@ -369,7 +386,7 @@ def ensure_built(version: str, sources: Path, bindir: Path, log=print) -> Built:
                                     cache_dir() / "images" / images.archive_name(WORKLOAD_GLIBC_REF))
     log(f"[upstream] {release.module} {release.version}: image {archive.ref} "
         f"({time.monotonic() - started:.0f}s)")
-    return Built(release, src, plugin, hook, mock, mock_src, archive.path, smi, workload.path)
+    return Built(release, src, plugin, hook, mock, mock_src, archive.path, smi, workload.path, cuda)
 
 
 def image_entries(plugin: Path, hook: Path, src: Path, debdir: Path, busybox: Path,
@@ -518,10 +535,15 @@ def device_nodes(minors: list[int]) -> list[tuple[str, int, int]]:
             ("dev/nvidia-uvm", UVM_MAJOR, 0), ("dev/nvidia-uvm-tools", UVM_MAJOR, 1)]
 
 
-def install_driver_root(root: Path, node, built: Built, mps_control: Path | None = None) -> None:
+#: What the MPS daemon template of v25.12.0 runs inside ``chroot /driver-root``.
+DRIVER_ROOT_TOOLS = ("sh", "rm", "tail", "cat", "echo", "ls", "mkdir")
+
+
+def install_driver_root(root: Path, node, built: Built, mps_control: Path | None = None,
+                        shell: Path | None = None) -> None:
     """Lay out ``node``'s simulated driver under ``root`` (mounted at :data:`DRIVER_ROOT`):
-    the mock library as ``usr/lib64/libnvidia-ml.so.<driver version>`` with its ``.so.1`` and
-    ``.so`` links, the node's profile at ``config/config.yaml``, ``usr/bin/nvidia-smi`` (the
+    the mock libraries as ``usr/lib64/libnvidia-ml.so.<driver version>`` and
+    ``libcuda.so.<driver version>`` with their ``.so.1`` and ``.so`` links, the node's profile at ``config/config.yaml``, ``usr/bin/nvidia-smi`` (the
     stand-in over NVML: the chart's init container runs ``nvidia-smi --version`` with the
     library preloaded to see a driver is there, and the driver's CDI spec mounts it into
     containers), the device nodes and the ``proc/driver/nvidia`` files; and ``mps_control``,
@@ -529,16 +551,23 @@ def install_driver_root(root: Path, node, built: Built, mps_control: Path | None
     release's templates/mps-control-daemon.tmpl.yaml runs that from the driver root's PATH
     (NVIDIA's own daemon cannot be had; without one the MPS claim's prepare waits for ever,
     'MPS control daemon is not yet ready', and the daemon logs 'nvidia-cuda-mps-control: not
-    found')."""
+    found'); and ``shell``, a static busybox as ``bin/busybox`` with :data:`DRIVER_ROOT_TOOLS`
+    linked to it, the shell and tools a containerized driver's root has: v25.12.0's MPS daemon
+    template runs its whole script through ``chroot /driver-root sh -c`` (its daemon logged
+    "chroot: can't execute 'sh': No such file or directory", then "sh: tail: not found");
+    v0.4.0's template falls back to PATH when the root has no shell."""
     driver = node.gpus[0].driver_version
     lib = root / "usr" / "lib64"
     lib.mkdir(parents=True, exist_ok=True)
-    real = lib / f"libnvidia-ml.so.{driver}"
-    real.unlink(missing_ok=True)
-    shutil.copyfile(built.mock_nvml, real)
-    for name, target in ((f"libnvidia-ml.so.1", real.name), ("libnvidia-ml.so", "libnvidia-ml.so.1")):
-        (lib / name).unlink(missing_ok=True)
-        (lib / name).symlink_to(target)
+    for library, built_file in (("libnvidia-ml.so", built.mock_nvml), ("libcuda.so", built.mock_cuda)):
+        if built_file is None:
+            continue
+        real = lib / f"{library}.{driver}"
+        real.unlink(missing_ok=True)
+        shutil.copyfile(built_file, real)
+        for name, target in ((f"{library}.1", real.name), (library, f"{library}.1")):
+            (lib / name).unlink(missing_ok=True)
+            (lib / name).symlink_to(target)
     model = node.gpus[0].model
     base = yaml.safe_load(profile_path(built.mock_nvml_src, profile_for(model.product_name, model.architecture))
                           .read_text())
@@ -549,11 +578,18 @@ def install_driver_root(root: Path, node, built: Built, mps_control: Path | None
     smi.unlink(missing_ok=True)
     shutil.copyfile(built.nvidia_smi, smi)
     smi.chmod(0o755)
-    if mps_control is not None:
-        target = root / "usr" / "bin" / "nvidia-cuda-mps-control"
+    for source, path in ((mps_control, "usr/bin/nvidia-cuda-mps-control"), (shell, "bin/busybox")):
+        if source is None:
+            continue
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
-        shutil.copyfile(mps_control, target)
+        shutil.copyfile(source, target)
         target.chmod(0o755)
+    if shell is not None:
+        for tool in DRIVER_ROOT_TOOLS:
+            (root / "bin" / tool).unlink(missing_ok=True)
+            (root / "bin" / tool).symlink_to("busybox")
     for path, major, minor in device_nodes([g.minor for g in node.gpus]):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         if not (root / path).exists():

@@ -109,16 +109,21 @@ def test_the_driver_root_holds_library_profile_nvidia_smi_device_nodes_and_proc(
     monkeypatch.setattr(os, "mknod", lambda path, mode, dev: (made.append(
         (str(Path(path).relative_to(root)), stat.S_ISCHR(mode), os.major(dev), os.minor(dev))),
         Path(path).touch()))
-    built = up.Built(up.RELEASES["v0.4.0"], tmp_path, tmp_path, tmp_path, lib, mock_src, tmp_path, smi, tmp_path)
+    cuda = tmp_path / "libcuda.so"
+    cuda.write_bytes(b"\x7fELF cuda")
+    built = up.Built(up.RELEASES["v0.4.0"], tmp_path, tmp_path, tmp_path, lib, mock_src, tmp_path, smi, tmp_path, cuda)
     root = tmp_path / "root"
     mps = tmp_path / "mps"
     mps.write_text("#!/bin/sh\n")
-    up.install_driver_root(root, _node("gpu-a100-0"), built, mps_control=mps)
+    up.install_driver_root(root, _node("gpu-a100-0"), built, mps_control=mps, shell=smi)
     assert os.access(root / "usr" / "bin" / "nvidia-cuda-mps-control", os.X_OK)
+    assert os.readlink(root / "bin" / "sh") == "busybox" and os.readlink(root / "bin" / "tail") == "busybox"
     libdir = root / "usr" / "lib64"
     assert (libdir / "libnvidia-ml.so.580.95.05").read_bytes() == b"\x7fELF mock"
     assert os.readlink(libdir / "libnvidia-ml.so.1") == "libnvidia-ml.so.580.95.05"
     assert os.readlink(libdir / "libnvidia-ml.so") == "libnvidia-ml.so.1"
+    assert (libdir / "libcuda.so.580.95.05").read_bytes() == b"\x7fELF cuda"
+    assert os.readlink(libdir / "libcuda.so.1") == "libcuda.so.580.95.05"
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())
     assert cfg["device_defaults"]["name"] == "NVIDIA A100-SXM4-40GB" and len(cfg["devices"]) == 2
     assert os.access(root / "usr" / "bin" / "nvidia-smi", os.X_OK)
