@@ -397,7 +397,12 @@ def _target_api(args):
             raise DraconfError(f"test bed {bed.name!r} is not up; start it or use --target kubeconfig")
         return connect(bed.kubeconfig)
     from draconf.kube import connect_target
-    return connect_target(args.target, args.context, args.kubeconfig)
+    api = connect_target(args.target, args.context, args.kubeconfig)
+    from draconf.preflight.runner import probe
+    unusable = probe(api)  # one line now, not a client traceback at the command's first read
+    if unusable:
+        raise TargetUnusable(unusable)
+    return api
 
 
 def cmd_sweep(args) -> int:
@@ -688,6 +693,17 @@ def main(argv: list[str] | None = None) -> int:
     except DraconfError as err:
         print(f"draconf: error: {err}", file=sys.stderr)
         return err.exit_code
+    except Exception as err:
+        # The API server's or the network's answer in the middle of a command (the target was
+        # usable when it started): one line, not the client's traceback.
+        from kubernetes.client.exceptions import ApiException
+        import urllib3
+        if not isinstance(err, (ApiException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)):
+            raise
+        from draconf.reporting.verdict import api_answer
+        said = api_answer(err) if isinstance(err, ApiException) else f"the API server cannot be reached: {err}"
+        print(f"draconf: error: {said}", file=sys.stderr)
+        return TargetUnusable.exit_code
     except KeyboardInterrupt:
         print("draconf: interrupted", file=sys.stderr)
         return 130

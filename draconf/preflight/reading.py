@@ -61,14 +61,15 @@ def _server_message(err: ApiException) -> str:
     return body.strip() or f"{err.status} {err.reason}"
 
 
-def read(access: Access, call: Callable, *args, not_found_ok: bool = False, **kwargs):
+def read(access: Access, call: Callable, *args, not_found_ok: bool = False,
+         request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT, **kwargs):
     """``call(*args, **kwargs)`` with a request timeout; API trouble becomes :class:`Inconclusive`.
 
     A 404 returns None when ``not_found_ok``; any other 404 and any non-403 error status
     also become Inconclusive (the check could not read what it needs).
     """
     try:
-        return call(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        return call(*args, _request_timeout=request_timeout, **kwargs)
     except ApiException as err:
         if err.status == 404 and not_found_ok:
             return None

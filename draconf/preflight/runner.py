@@ -68,6 +68,12 @@ CHECKS: dict[str, Callable] = {}
 SEVERITY: dict[str, str] = {}
 
 
+#: (connect, read) seconds for the first contact: /version answers in milliseconds; a server
+#: that accepts connections but never answers is unusable, said in seconds (the client tries
+#: up to four times: about 20 s at most, where REQUEST_TIMEOUT took 81 s).
+PROBE_TIMEOUT = (3.0, 5.0)
+
+
 def probe(api) -> str | None:
     """None when the API server answers; otherwise one line saying why it cannot be used
     (unreachable, untrusted certificate, credentials rejected). For a session's first contact::
@@ -77,7 +83,7 @@ def probe(api) -> str | None:
             raise DraconfError(reason)
     """
     try:
-        read(Access("get", "/version"), api.version.get_code)
+        read(Access("get", "/version"), api.version.get_code, request_timeout=PROBE_TIMEOUT)
     except Inconclusive as err:
         return err.summary if err.unreachable else None
     return None

@@ -57,3 +57,18 @@ def test_a_selection_of_nothing_fails_before_any_bed_starts(tmp_path, monkeypatc
     code = cli.main(["run", "--reports", str(tmp_path / "reports"), "-k", "no-such-check"])
     assert code == 1 and "no tests were selected" in capsys.readouterr().err
     assert not (tmp_path / "state").exists()
+
+
+def test_commands_against_an_unreachable_cluster_say_so_in_one_line(tmp_path, capsys):
+    """sweep and audit printed the client's ~95-line traceback, and audit's exit 1 also meant
+    'findings': now one line and exit 3, the target cannot be used."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    for command in ("sweep", "audit"):
+        assert cli.main([command, "--kubeconfig", str(kubeconfig)]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith("draconf: error: cannot reach the API server at https://127.0.0.1:1")
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
