@@ -166,6 +166,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if not SUITES_DIR.is_dir():
         raise DraconfError(f"the suites directory {SUITES_DIR} is missing: this draconf was built "
                            "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
+    if args.target == "testbed" and not getattr(args, "image", None):
+        args.image = _bed_workload_image(args)
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
     # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
@@ -241,6 +243,17 @@ def _last_word(code: int, verdict: dict | None) -> str:
     if code == EXIT_INCONCLUSIVE or (code == 0 and verdict and verdict["status"] == "INCONCLUSIVE"):
         return verdict["line"] if verdict else "INCONCLUSIVE"
     return "PASS" if code == 0 else "FAIL"
+
+
+def _bed_workload_image(args) -> str | None:
+    """The image the workloads need on the embedded bed when not the profile's: NVIDIA's own
+    driver (``--driver nvidia-v*``) injects a glibc nvidia-smi, which the static busybox
+    image cannot run, so those beds have a busybox with glibc (None: the profile's)."""
+    state = _bed(args).state() or {}
+    if str(state.get("driver", "")).startswith("nvidia-v"):
+        from draconf.testbed.upstream_nvidia import WORKLOAD_GLIBC_REF
+        return WORKLOAD_GLIBC_REF
+    return None
 
 
 def _check_selection(base: list[str], pytest_args: list[str], judge_selection: bool = True) -> None:

@@ -157,7 +157,7 @@ def archive_path(sources: Path, name: str) -> Path:
     if not path.is_file():
         raise DraconfError(
             f"upstream archive {name} is not in {sources}; point --upstream-sources (or "
-            f"${SOURCES_ENV}) at the directory holding it (README: how to make it with git archive)")
+            f"${SOURCES_ENV}) at the directory holding it (docs/testbed.md: how to make it with git archive)")
     return path
 
 
