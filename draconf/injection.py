@@ -25,6 +25,16 @@ from dataclasses import dataclass, field
 from draconf.pods import ExecResult
 
 
+class WrongInjection(AssertionError):
+    """The injection check failed; ``allocated`` is what it found allocated to each container
+    (``pod/container`` -> identities), for the diagnosis as data: a finished pod's generated
+    claim is deleted, and with it the cluster's record of its GPU."""
+
+    def __init__(self, message: str, allocated: dict[str, list[str]]):
+        super().__init__(message)
+        self.allocated = dict(allocated)
+
+
 @dataclass(frozen=True)
 class Seen:
     """One container: the identities it should see (``expected``; ``unknown`` says why some

@@ -34,7 +34,7 @@ from draconf import selectors as sel
 from draconf.kube import label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
-from draconf.injection import Seen, judge as judge_injection
+from draconf.injection import Seen, WrongInjection, judge as judge_injection
 from draconf.errors import NoVerdict
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
@@ -330,7 +330,9 @@ class DeployedWorkload(StartVerdicts):
                 readings.append(Seen(pod.name, container, expected, seen=sorted(injection.parse(result.stdout)),
                                      result=result))
         judgement = judge_injection(readings, injection.describe(), injection.format == "nvidia-smi-L")
-        assert not judgement.problems, "CDI injection is wrong: " + "; ".join(judgement.problems)
+        if judgement.problems:
+            raise WrongInjection("CDI injection is wrong: " + "; ".join(judgement.problems),
+                                 {c.who: c.expected for c in readings if not c.unknown})
         if judgement.nothing_shown:
             # Every container "expects no GPU and sees none": nothing about injection was shown.
             raise AssertionError(SPEC_ALTERED + "no container of the workload was "

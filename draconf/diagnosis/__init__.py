@@ -66,12 +66,16 @@ class Diagnosis:
 
 # --- entry points ------------------------------------------------------------------------------
 
-def diagnose(api, profile, namespace: str | None, check: str | None, error_text: str) -> Diagnosis:
-    """Read the cluster and explain why ``check`` failed with ``error_text``.  Never raises."""
+def diagnose(api, profile, namespace: str | None, check: str | None, error_text: str,
+             recorded_allocations: dict[str, list[str]] | None = None) -> Diagnosis:
+    """Read the cluster and explain why ``check`` failed with ``error_text``;
+    ``recorded_allocations``: what the check found allocated to each container, when the
+    cluster may no longer say (draconf.injection.WrongInjection).  Never raises."""
     started = time.monotonic()
     try:
         snap = gather(api, profile, namespace)
         facts = build_facts(snap, profile)
+        facts.recorded_allocations = dict(recorded_allocations or {})
         code, reason = classify(facts, check, error_text or "")
         ev = evidence(snap, facts, code, reason)
     except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
@@ -103,7 +107,7 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     marker = item.get_closest_marker("draconf")
     check = marker.kwargs.get("check") if marker else None
     text = str(exc) if exc is not None else ""
-    return diagnose(api, profile, namespace, check, text)
+    return diagnose(api, profile, namespace, check, text, getattr(exc, "allocated", None))
 
 
 _CODE_PREFIX = re.compile(r"^\s*(?:\w+(?:\.\w+)*: )?\[([a-z-]+)\]")

@@ -167,6 +167,10 @@ class Facts:
     admission_webhooks: dict[str, str] = field(default_factory=dict)
     #: what each container with GPU claims (or in a pod with claims) was given and saw
     containers: list[ContainerGPUs] = field(default_factory=list)
+    #: ``pod/container`` -> the identities the failing check found allocated to it, as the
+    #: check recorded them (draconf.injection.WrongInjection): a finished pod's generated claim
+    #: is deleted, and with it the cluster's only record of which GPU it was given
+    recorded_allocations: dict[str, list[str]] = field(default_factory=dict)
     quotas: list[QuotaFacts] = field(default_factory=list)
     #: claim key (namespace/name) -> its allocation results whose device carries a NoSchedule or
     #: NoExecute taint the request does not tolerate ("request: pool/device (key=value:effect)")

@@ -727,12 +727,14 @@ def test_finished_job_without_nvidia_smi_is_not_injected_even_after_its_claim_is
 
 
 def test_finished_job_whose_claim_is_gone_needs_the_checks_record_for_a_wrong_device():
-    # The one case read from the check: the deleted claim's allocation survives only there.
+    # The deleted claim's allocation survives only in the check's record, handed over as data
+    # (WrongInjection.allocated); the message's wording is never read back.
     pod = fake_pod("gpu-pod", "ns", uid="p1", phase="Succeeded", node="gpu-h100-0", claims={"gpu": "gone"})
     facts = dataclasses.replace(healthy(), pods=[pod], containers=[saw(["GPU-b"], expected=None)])
-    assert classify(facts, "completion", UNRELATED)[0] == "timeout"
     record = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
-    assert classify(facts, "completion", record)[0] == "cdi-wrong-device"
+    assert classify(facts, "completion", record)[0] == "timeout"
+    facts.recorded_allocations = {"gpu-pod/workload": ["GPU-a"]}
+    assert classify(facts, "completion", UNRELATED)[0] == "cdi-wrong-device"
 
 
 def test_generated_claim_outlives_its_pod():

@@ -8,7 +8,6 @@ import re
 from draconf.diagnosis.analysis import stuck_pods
 from draconf.diagnosis.facts import Facts
 
-_SEES = re.compile(r"(\S+) sees (\[[^\]]*\]), allocated (\[[^\]]*\])")
 
 
 def rule_image_pull(facts: Facts, check, error_text):
@@ -188,11 +187,9 @@ def rule_cdi(facts: Facts, check, error_text):
         expected = c.expected
         if expected is None and c.seen:
             # A finished pod's generated claim is deleted by the resourceclaim controller, so
-            # the cluster no longer says which device it was given.  Only here the rule reads
-            # the check's own record of that allocation (its "X sees [...], allocated [...]").
-            # Nothing else in the cluster keeps it; the verdict object of issue 10 will carry it.
-            expected = next((_uuid_list(m.group(3)) for m in _SEES.finditer(error_text)
-                             if m.group(1) == who), None)
+            # the cluster no longer says which device it was given: the check's record of it,
+            # handed over as data (never read back from its message).
+            expected = facts.recorded_allocations.get(who)
         if expected is not None and set(c.seen) - set(expected):
             wrong.append(f"{who} sees {c.seen}, allocated {expected}")
         elif c.seen and expected is not None and set(expected) - set(c.seen):
@@ -210,17 +207,6 @@ def rule_cdi(facts: Facts, check, error_text):
                 "claim's CDI devices; enable CDI in containerd/CRI-O and check the driver's CDI specs "
                 "(e.g. /var/run/cdi).")
     return None
-
-
-def _uuid_list(text: str) -> list[str]:
-    """The identities in a list as the injection check prints it: NVIDIA UUIDs, or whatever
-    the profile compares (``['gpu-3', 'gpu-5']``: device names of dra-example-driver).
-
-    >>> _uuid_list("['GPU-a', 'GPU-b']"), _uuid_list("['gpu-3']"), _uuid_list("[]")
-    (['GPU-a', 'GPU-b'], ['gpu-3'], [])
-    """
-    quoted = re.findall(r"'([^']*)'", text)
-    return quoted if quoted else re.findall(r"(?:GPU|MIG)-[0-9A-Za-z-]+", text)
 
 
 def rule_intermittent(facts: Facts, check, error_text):
