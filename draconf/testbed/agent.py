@@ -461,33 +461,30 @@ class Agent:
         at 800 pods."""
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
-        if "plugin-unhealthy" in self.faults:
+        refusal = self._prepare_refusal(meta["namespace"], next(iter(pod_claims.values()))["metadata"]["name"])
+        if refusal:
+            # As the kubelet reports a plugin it cannot reach, or whose NodePrepareResources
+            # fails (real nodes run the plugin with the fault: nvidia.PLUGIN_FAULTS); once a pod.
             if key not in self.warned:
                 self.warned.add(key)
-                first = next(iter(pod_claims.values()))
                 self._event(pod, "FailedPrepareDynamicResources",
-                            f"Failed to prepare dynamic resources: prepare dynamic resources: "
-                            f"NodePrepareResources failed for ResourceClaim {first['metadata']['name']}: "
-                            f"failed to get gRPC client for driver {DRIVER}: plugin name {DRIVER} "
-                            "not found in the list of registered DRA plugins")
-            return False
-        if "prepare-refused" in self.faults:
-            # As the kubelet reports a plugin whose NodePrepareResources fails (real nodes run
-            # the plugin with the fault: nvidia.PLUGIN_FAULTS).
-            if key not in self.warned:
-                self.warned.add(key)
-                first = next(iter(pod_claims.values()))
-                self._event(pod, "FailedPrepareDynamicResources",
-                            f"Failed to prepare dynamic resources: prepare dynamic resources: "
-                            f"NodePrepareResources failed for ResourceClaim {first['metadata']['name']}: "
-                            f"error from driver {DRIVER}: simulated: cannot prepare claim "
-                            f"{meta['namespace']}/{first['metadata']['name']}: NVML: Unknown Error")
+                            "Failed to prepare dynamic resources: prepare dynamic resources: " + refusal)
             return False
         node = pod["spec"]["nodeName"]
         for claim in pod_claims.values():
             self._prepare_claim(claim, node)
         self.containers.create(pod, pod_claims)
         return True
+
+    def _prepare_refusal(self, namespace: str, claim: str) -> str | None:
+        """What the kubelet says when a fault keeps the claim from being prepared, or None."""
+        if "plugin-unhealthy" in self.faults:
+            return (f"NodePrepareResources failed for ResourceClaim {claim}: failed to get gRPC client "
+                    f"for driver {DRIVER}: plugin name {DRIVER} not found in the list of registered DRA plugins")
+        if "prepare-refused" in self.faults:
+            return (f"NodePrepareResources failed for ResourceClaim {claim}: error from driver {DRIVER}: "
+                    f"simulated: cannot prepare claim {namespace}/{claim}: NVML: Unknown Error")
+        return None
 
     def _prepare_claim(self, claim: dict, node: str) -> None:
         """Record the CDI spec of a claim (raw): one per claim, as the NVIDIA plugin writes it."""
