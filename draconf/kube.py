@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
@@ -24,6 +25,40 @@ from draconf.errors import DraconfError, yaml_problem
 # print three lines of internals before draconf's one-line reason.  Waits and preflight name
 # connection errors themselves.
 logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+class ApiRetry(urllib3.Retry):
+    """The suite's one client policy for transient answers, as client-go's: a request the server
+    turned away (429 Too Many Requests, honouring its Retry-After) is sent again whatever its
+    method, the server never processed it; a 5xx or a dropped connection mid-answer only for
+    methods that change nothing when repeated (never a create or a patch, which could apply
+    twice); a connection never made, always.  With backoff, bounded: a busy API server makes
+    a run slower, not red; one that stays busy is reported as what it is (``api-throttled``).
+
+    >>> r = API_RETRY
+    >>> r.is_retry("POST", 429), r.is_retry("POST", 503), r.is_retry("GET", 503), r.is_retry("GET", 404)
+    (True, False, True, False)
+    """
+
+    #: methods a server may see twice to the same effect
+    IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        if status_code == 429:
+            return True
+        return super().is_retry(method, status_code, has_retry_after)
+
+
+#: About 15 s at most before a transient answer stands (backoff 0.5 s doubling, up to 8 s).
+API_RETRY = ApiRetry(total=6, connect=3, read=2, status=4, backoff_factor=0.5, backoff_max=8,
+                     status_forcelist=(429, 500, 502, 503, 504), allowed_methods=ApiRetry.IDEMPOTENT,
+                     respect_retry_after_header=True, raise_on_status=False)
+
+
+def _client(configuration: client.Configuration) -> client.ApiClient:
+    """An API client with the suite's retry policy (the pool reads it when it is made)."""
+    configuration.retries = API_RETRY
+    return client.ApiClient(configuration)
 
 
 @dataclass
@@ -114,8 +149,10 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
             raise DraconfError(f"kubeconfig {where} is not a kubeconfig: expected a YAML mapping "
                                "with clusters, users and contexts")
     try:
-        api_client = config.new_client_from_config(
-            config_file=str(kubeconfig) if kubeconfig else None, context=context)
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
+                                client_configuration=configuration)
+        api_client = _client(configuration)
     except ConfigException as err:
         raise DraconfError(f"cannot use kubeconfig {where}"
                            f"{' context ' + context if context else ''}: {err}") from err
@@ -152,7 +189,7 @@ def connect_in_cluster() -> Api:
         raise DraconfError(f"--target in-cluster: not running in a pod with a ServiceAccount "
                            f"({err}); run draconf as the Job in manifests/runner/, or use "
                            "--target kubeconfig") from None
-    return Api(client.ApiClient(configuration), source="in-cluster ServiceAccount",
+    return Api(_client(configuration), source="in-cluster ServiceAccount",
                user=_service_account())
 
 

@@ -12,6 +12,11 @@ DIAGNOSES: dict[str, str] = {
         "The API server does not serve resource.k8s.io/v1, so no DRA workload can run: check "
         "the Kubernetes version (1.34 or later) and the API server's --runtime-config and "
         "feature gates (`kubectl api-resources --api-group=resource.k8s.io`).",
+    "api-throttled":
+        "The API server kept answering 429 Too Many Requests (or 5xx) after the suite had "
+        "retried with backoff, honouring Retry-After: it is overloaded or its API Priority and "
+        "Fairness limits the suite's user. Rerun when it is less busy, or give the suite's user "
+        "a FlowSchema with more share; not a DRA failure.",
     "scheduler-unavailable":
         "No scheduler acted on the workload's pods (no binding, no PodScheduled condition, no "
         "scheduling event) while the API server answered: kube-scheduler is stopped, hung or "

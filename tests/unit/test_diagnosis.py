@@ -944,7 +944,7 @@ def test_every_code_is_reachable_and_known():
             "admin-access-unsupported", "admin-access-unrestricted", "feature-disabled",
             "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready",
             "allocation-invalid", "config-rejected", "config-ignored",
-            "partition-overlap", "inventory-mismatch", "spec-altered", "diagnosis-error"} == set(DIAGNOSES)
+            "partition-overlap", "inventory-mismatch", "spec-altered", "diagnosis-error", "api-throttled"} == set(DIAGNOSES)
     with pytest.raises(ValueError):
         Diagnosis("no-such-code", "x")
 
@@ -1482,3 +1482,13 @@ def test_allocation():
     (row,) = json.loads((pytester.path / "reports" / "summary.json").read_text())["tests"]
     assert row["diagnosis"] == "spec-altered", row
     assert row["reason"].startswith("no pod of the workload asks for a device") and "'strip'" in row["reason"], row
+
+
+def test_a_server_still_too_busy_after_the_retries_is_api_throttled_not_timeout():
+    from kubernetes.client.exceptions import ApiException
+    err = ApiException(status=429, reason="Too Many Requests")
+    code, reason = classify(healthy(), "allocation", str(err))
+    assert code == "api-throttled" and "429" in reason
+    code, _ = classify(healthy(), "allocation", "the API server answered 503 Service Unavailable: etcd busy")
+    assert code == "api-throttled"
+    assert classify(healthy(), "allocation", "pod p failed (exit 1)")[0] != "api-throttled"

@@ -409,7 +409,7 @@ def test_diagnosis_vocabulary_is_the_agreed_one():
         "scheduler-unavailable", "controller-manager-unavailable", "timeout", "intermittent",
         "feature-disabled", "admin-access-unsupported", "admin-access-unrestricted",
         "scheduler-without-dra", "device-tainted", "gpu-operator-not-ready", "allocation-invalid",
-        "config-rejected", "config-ignored", "partition-overlap", "inventory-mismatch", "spec-altered", "diagnosis-error"}
+        "config-rejected", "config-ignored", "partition-overlap", "inventory-mismatch", "spec-altered", "diagnosis-error", "api-throttled"}
     assert all(meaning.strip() and "\n" not in meaning for meaning in DIAGNOSES.values())
 
 

@@ -9,6 +9,7 @@ and :func:`classify` runs them.
 
 ===================  ==========================================================================
 api-unavailable      the API server does not answer, or does not serve resource.k8s.io/v1
+api-throttled        the server's answer was still 429 (or 5xx) after the client's retries
 controller-manager-  (checked third) a pending pod's template claims stayed ungenerated for
  unavailable         stall_after seconds with no FailedResourceClaimCreation event, or the
                      namespace stayed that long without its `default` ServiceAccount
@@ -60,7 +61,7 @@ assertion messages), a unit test in tests/unit/test_diagnosis.py.
 from __future__ import annotations
 
 from draconf.diagnosis.facts import Facts
-from draconf.diagnosis.rules.access import (rule_admission_denied, rule_api, rule_control_plane,
+from draconf.diagnosis.rules.access import (rule_admission_denied, rule_api, rule_api_throttled, rule_control_plane,
                                             rule_permission_denied)
 from draconf.diagnosis.rules.fallback import rule_timeout
 from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_device_tainted,
@@ -87,7 +88,7 @@ def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str
     return verdict
 
 
-RULES = [rule_api, rule_permission_denied, rule_admission_denied, rule_control_plane,
+RULES = [rule_api, rule_api_throttled, rule_permission_denied, rule_admission_denied, rule_control_plane,
          # A pod bound with its claims unallocated never happens under a scheduler running DRA,
          # whatever else is wrong with the claim (a missing class keeps a pod Pending there).
          rule_scheduler_without_dra, rule_partition_overlap, rule_allocation_invalid,

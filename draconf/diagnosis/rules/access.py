@@ -20,6 +20,22 @@ def rule_api(facts: Facts, check, error_text):
     return None
 
 
+#: The client's text of a 429 or 5xx answer that stood after the retries (kube.API_RETRY):
+#: ``(429)\nReason: Too Many Requests``, or the one-line ``answered 429 Too Many Requests``.
+_THROTTLED = re.compile(r"\((?:429|50[234])\)\s*Reason:|answered (?:429|50[234]) ")
+
+
+def rule_api_throttled(facts: Facts, check, error_text):
+    """The server's answer to one of the suite's requests was still "too many requests" (or a
+    5xx) after the client's retries: a busy server, not a cluster failure."""
+    m = _THROTTLED.search(error_text)
+    if not m:
+        return None
+    return ("api-throttled", "The API server kept turning the suite's requests away ("
+            + " ".join(error_text[m.start():].split())[:200] + ") after retries with backoff: it is "
+            "overloaded or API Priority and Fairness limits this user; rerun when it is less busy.")
+
+
 #: The API server's 403 text (its answer, quoted in the exception, not the suite's own words) (apiserver endpoints/handlers/responsewriters: forbiddenMessage),
 #: also as it appears JSON-escaped in an ApiException's body.
 _FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
