@@ -223,11 +223,24 @@ def _run_suite(args, pytest_args: list[str]) -> int:
             if _print_changes(changes, args.compare):
                 code = code or 1
                 gate_report.record(reports, [c for c in changes if c.regression], args.compare)
+    if getattr(args, "html", False) and (reports / "allure-results").is_dir():
+        _build_html(reports)
     if summary:
         # The last line of the output: what a CronJob's log or a CI step shows first.
         counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
         print(f"draconf: {_last_word(code, summary.get('verdict'))} ({counts or 'no tests'}); exit {code}")
     return code
+
+
+def _build_html(reports: Path) -> None:
+    """``run --html``: the HTML report beside the others. One that cannot be built is said in
+    one line and leaves the run's verdict and exit code as they are."""
+    from draconf.htmlreport import build_html_report
+    try:
+        build_html_report(reports / "allure-results", reports / "html",
+                          log=lambda line: print(f"[draconf] {line}", flush=True))
+    except DraconfError as err:
+        print(f"draconf: the HTML report was not built: {str(err).splitlines()[0]}", file=sys.stderr)
 
 
 def _last_word(code: int, verdict: dict | None) -> str:
@@ -583,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-preflight-gate", action="store_true",
                    help="run the workloads even when a blocking preflight check fails")
     p.add_argument("--reports", default="reports", help="where reports go (default: %(default)s)")
+    p.add_argument("--html", action="store_true",
+                   help="also build the HTML report, REPORTS/html/index.html, before the last line "
+                        "(as `draconf report` does; needs Node.js; the exit code stays the run's)")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep a failed test's namespace for inspection")
     p.add_argument("--reruns", type=_non_negative, default=0, metavar="N",
