@@ -921,13 +921,17 @@ class TestGpuSharing(test_workloads.TestWorkload):
 
 
 def mps_daemon_deployments(api, profile) -> list[dict]:
-    """The Deployments named like MPS control daemons in the driver's namespaces (those of the
-    profile's kubelet-plugin DaemonSets; a namespace that does not exist holds none)."""
+    """The Deployments named like MPS control daemons in the driver's namespaces: those of the
+    profile's kubelet-plugin DaemonSets, and wherever the plugin's pods actually run (a driver
+    installed under another release name or namespace starts its daemons there; a namespace
+    that does not exist holds none)."""
     from kubernetes.client.exceptions import ApiException
 
+    from draconf.preflight.nodes import read_plugin_pods
     from draconf.sharing import MPS_DAEMON_PREFIX
+    _, plugin_pods = read_plugin_pods(api, profile.plugin)
     out = []
-    for namespace in profile.plugin.namespaces:
+    for namespace in dict.fromkeys([*profile.plugin.namespaces, *sorted({p.namespace for p in plugin_pods})]):
         try:
             items = api.apps.list_namespaced_deployment(namespace).items
         except ApiException as err:
