@@ -82,7 +82,28 @@ def pending_requests(facts: Facts, pods: list[Pod] | None = None):
                 out += [(f"Claim {claim.name}", req) for req in claim.device_requests]
     if not out and not facts.claims:
         out = [(f"ResourceClaimTemplate {t.name}", req) for t in facts.templates for req in t.requests]
+    for pod in pods if pods is not None else pending_pods(facts):
+        # Extended resources a DeviceClass maps (``nvidia.com/gpu: 1``): the scheduler makes
+        # their claim only once it has placed the pod, so until then the request is the class.
+        for resource, count in _extended_asks(pod, facts.extended_resources):
+            if not pod.extended_claim_name:
+                out.append((f"Pod {pod.name}'s {resource}",
+                            [DeviceRequest(resource, facts.extended_resources[resource], count=count)]))
     return out
+
+
+def _extended_asks(pod: Pod, mapped: dict[str, str]) -> list[tuple[str, int]]:
+    """(resource, count) of the pod's container limits that a DeviceClass maps."""
+    asks = {}
+    for container in pod.spec.get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        for resource, value in limits.items():
+            if resource in mapped:
+                try:
+                    asks[resource] = asks.get(resource, 0) + int(str(value))
+                except ValueError:
+                    continue
+    return sorted(asks.items())
 
 
 def candidate_nodes(facts: Facts, pod: Pod) -> tuple[set[str], bool]:

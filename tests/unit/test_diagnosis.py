@@ -381,6 +381,19 @@ def test_gpu_nodes_tainted():
     assert code == "node-excluded" and "dedicated=gpu-reserved:NoSchedule" in reason
 
 
+def test_gpu_nodes_tainted_keep_an_extended_resource_pod_off_too():
+    """A ``nvidia.com/gpu: 1`` pod has no claim until the scheduler places it: its request is the
+    DeviceClass mapping the resource (it was a timeout)."""
+    message = ("0/4 nodes are available: 1 cannot allocate all claims, 3 node(s) had untolerated "
+               "taint {dedicated: gpu-reserved}.")
+    pod = fake_pod("gpu-pod-extres", "ns", uid="p1", unschedulable=message)
+    pod.spec["containers"] = [{"name": "workload", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    facts = dataclasses.replace(healthy(nodes=nodes(TAINT)), pods=[pod],
+                                extended_resources={"nvidia.com/gpu": DRIVER})
+    code, reason = classify(facts, "allocation", "")
+    assert code == "node-excluded" and "dedicated=gpu-reserved:NoSchedule" in reason and "gpu-pod-extres" in reason
+
+
 def test_node_selector_excludes_the_gpu_nodes():
     pod, claim = pending()
     pod = changed(pod, node_selector={"pool": "cpu"})
