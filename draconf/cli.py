@@ -552,7 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--context", metavar="NAME",
                        help="the kubeconfig context to use (default: its current context)")
         p.add_argument("--kube-context", dest="context", help=argparse.SUPPRESS)  # the old spelling
-        p.add_argument(name_flag, dest="testbed_name" if name_flag != "--name" else "name",
+        # --name and --testbed-name, both, on every command: one spelling must not fail on the
+        # next command (run had only --testbed-name, the others only --name).
+        p.add_argument(name_flag, "--testbed-name" if name_flag == "--name" else "--name",
+                       dest="testbed_name" if name_flag != "--name" else "name",
                        default="default", help="which embedded test bed (default: %(default)s)")
         return p
 
@@ -659,7 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = testbed.add_subparsers(dest="action", required=True)
 
     def with_name(p):
-        p.add_argument("--name", default="default", help="which test bed (default: %(default)s)")
+        p.add_argument("--name", "--testbed-name", dest="name", default="default",
+                       help="which test bed (default: %(default)s)")
         return p
 
     p = tsub.add_parser("build", help="build etcd, kube-* and kwok from Go modules into the cache")
