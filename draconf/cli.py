@@ -459,7 +459,8 @@ def cmd_lint(args) -> int:
 
     Exit 0: every selector matches some device and fails on none; 1: some selector matches
     nothing, fails (compile or runtime error) or names a missing DeviceClass; 2: bad input
-    (unreadable or invalid file) or the cluster cannot be read.
+    (unreadable or invalid file) or the slices and classes cannot be read; 3: the cluster
+    cannot be used at all (unreachable, untrusted, credentials rejected), as for every command.
     """
     from draconf import lint
     from draconf.devices import class_selectors, devices_from_slices
@@ -620,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_target(sub.add_parser(
         "compare", help="what changed from a baseline to another, or to the cluster now "
-                        "(exit 0 no regression, 1 regressions, 2 bad input)"), name_flag="--name")
+                        "(exit 0 no regression, 1 regressions, 2 bad input, 3 target unusable)"), name_flag="--name")
     p.add_argument("baseline", metavar="BASELINE")
     p.add_argument("current", metavar="CURRENT", nargs="?",
                    help="a later baseline (default: the target cluster now, without verdicts)")
@@ -653,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_target(sub.add_parser(
         "lint", help="read-only: which published devices each CEL selector in FILEs matches, or "
-                     "the scheduler's error (exit 0 all match, 1 findings, 2 bad input)"),
+                     "the scheduler's error (exit 0 all match, 1 findings, 2 bad input, 3 target unusable)"),
         name_flag="--name")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML manifests (claims, templates, DeviceClasses)")
     p.set_defaults(func=cmd_lint)

@@ -220,5 +220,6 @@ current-context: c
 """)
     env["KUBECONFIG"] = str(kubeconfig)
     down = lint_cli("--target", "kubeconfig", str(good))
-    assert down.returncode == 2 and "cannot read ResourceSlices" in down.stderr
+    # An unusable target, as for every command: one line, exit 3 (it was exit 2 here alone).
+    assert down.returncode == 3 and "cannot reach the API server at https://127.0.0.1:1" in down.stderr
     assert "Traceback" not in down.stderr and len(down.stderr.strip().splitlines()) == 1
