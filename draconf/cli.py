@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -275,14 +276,21 @@ def _check_selection(base: list[str], pytest_args: list[str], judge_selection: b
     said in one line, with no bed started and no report written.  A collection in a process of
     its own (a second session in this one would see this one's imports): about a second."""
     import subprocess
-    argv = [sys.executable, "-m", "pytest", *base, "--collect-only", "-q", *pytest_args]
+    parallel = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args)
+    # -n N is checked (pytest-xdist must be there), but the collection is not spread over N
+    # workers: a last -n 0 wins.
+    argv = [sys.executable, "-m", "pytest", *base, "--collect-only", "-q", *pytest_args,
+            *(["-n", "0"] if parallel else [])]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
     if done.returncode == 4:  # pytest's usage error
         said = [line.strip() for line in (done.stderr + done.stdout).splitlines()
                 if line.strip() and not line.startswith(("usage:", "ERROR: usage:", "  "))]
-        raise DraconfError("pytest refuses the arguments: " + " ".join(said[-2:] or ["(no message)"])
-                           + ("; -n needs pytest-xdist: pip install pytest-xdist"
-                              if "-n" in pytest_args or any(a.startswith("--numprocesses") for a in pytest_args) else ""))
+        refused = " ".join(said[-2:] or ["(no message)"])
+        if parallel:
+            refused = refused.replace(" -n 0", "")  # ours, not the user's
+        xdist_missing = parallel and re.search(r"unrecognized arguments:.*(?:^|\s)(?:-n|--numprocesses)", refused)
+        raise DraconfError("pytest refuses the arguments: " + refused
+                           + ("; -n needs pytest-xdist: pip install pytest-xdist" if xdist_missing else ""))
     if done.returncode == 5 and judge_selection:  # (what --every-node adds is known only then)
         nothing = DraconfError("no tests were selected; check the -k/-m arguments and test paths")
         nothing.exit_code = 1  # as documented: a run that checks nothing fails
