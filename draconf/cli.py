@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
-from draconf import baseline, bundle, expectations, gate_report
+from draconf import baseline, bundle, expectations, gate_report, run_args
 from draconf.errors import DraconfError, TargetUnusable
 from draconf.reporting.run_verdict import EXIT_INCONCLUSIVE
 
@@ -168,7 +167,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         raise DraconfError(f"the suites directory {SUITES_DIR} is missing: this draconf was built "
                            "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
     if args.target == "testbed" and not getattr(args, "image", None):
-        args.image = _bed_workload_image(args)
+        args.image = run_args.bed_workload_image(_bed(args))
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
     # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
@@ -181,7 +180,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         # The checkout's tox.ini adds --doctest-modules for the project's own tests: a
         # conformance run collects the checks only, never the suite modules' doctests.
         "-o", "addopts=--import-mode=importlib",
-        *_plugin_args(args)]
+        *run_args.plugin_args(args)]
     argv = [
         *selection,
         f"--junitxml={reports / 'junit.xml'}",
@@ -202,7 +201,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     expectations.Expectations.of(None, args.expect_feature, args.waive_feature)  # so does a bad name
     # --all-models and --every-node read the cluster to collect: the run itself checks those.
     reads_cluster = ("--draconf-all-models", "--draconf-every-node")
-    _check_selection([a for a in selection if a not in reads_cluster], pytest_args,
+    run_args.check_selection([a for a in selection if a not in reads_cluster], pytest_args,
                      judge_selection=not set(reads_cluster) & set(selection))
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
@@ -257,67 +256,6 @@ def _last_word(code: int, verdict: dict | None) -> str:
     if code == EXIT_INCONCLUSIVE or (code == 0 and verdict and verdict["status"] == "INCONCLUSIVE"):
         return verdict["line"] if verdict else "INCONCLUSIVE"
     return "PASS" if code == 0 else "FAIL"
-
-
-def _bed_workload_image(args) -> str | None:
-    """The image the workloads need on the embedded bed when not the profile's: NVIDIA's own
-    driver (``--driver nvidia-v*``) injects a glibc nvidia-smi, which the static busybox
-    image cannot run, so those beds have a busybox with glibc (None: the profile's)."""
-    state = _bed(args).state() or {}
-    if str(state.get("driver", "")).startswith("nvidia-v"):
-        from draconf.testbed.upstream_nvidia import WORKLOAD_GLIBC_REF
-        return WORKLOAD_GLIBC_REF
-    return None
-
-
-def _check_selection(base: list[str], pytest_args: list[str], judge_selection: bool = True) -> None:
-    """What pytest makes of the arguments, before any cluster is touched: an option it does not
-    know (``-n 4`` without pytest-xdist), or a selection that collects nothing, is bad input
-    said in one line, with no bed started and no report written.  A collection in a process of
-    its own (a second session in this one would see this one's imports): about a second."""
-    import subprocess
-    parallel = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args)
-    # -n N is checked (pytest-xdist must be there), but the collection is not spread over N
-    # workers: a last -n 0 wins.
-    argv = [sys.executable, "-m", "pytest", *base, "--collect-only", "-q", *pytest_args,
-            *(["-n", "0"] if parallel else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
-    if done.returncode == 4:  # pytest's usage error
-        said = [line.strip() for line in (done.stderr + done.stdout).splitlines()
-                if line.strip() and not line.startswith(("usage:", "ERROR: usage:", "  "))]
-        refused = " ".join(said[-2:] or ["(no message)"])
-        if parallel:
-            refused = refused.replace(" -n 0", "")  # ours, not the user's
-        xdist_missing = parallel and re.search(r"unrecognized arguments:.*(?:^|\s)(?:-n|--numprocesses)", refused)
-        raise DraconfError("pytest refuses the arguments: " + refused
-                           + ("; -n needs pytest-xdist: pip install pytest-xdist" if xdist_missing else ""))
-    if done.returncode == 5 and judge_selection:  # (what --every-node adds is known only then)
-        nothing = DraconfError("no tests were selected; check the -k/-m arguments and test paths")
-        nothing.exit_code = 1  # as documented: a run that checks nothing fails
-        raise nothing
-
-
-def _plugin_args(args) -> list[str]:
-    """The run's own options as the pytest plugin names them (``--draconf-*``: no other plugin's
-    option, pytest-kind's ``--kubeconfig`` say, can take them).
-
-    >>> import argparse
-    >>> _plugin_args(argparse.Namespace(target="kubeconfig", profile="nvidia", testbed_name="default",
-    ...     kubeconfig="kc", context="staging", image=None, keep_on_failure=False, all_models=False,
-    ...     no_preflight_gate=False, expect_feature=["mig"], waive_feature=[]))
-    ['--draconf-target=kubeconfig', '--draconf-profile=nvidia', '--draconf-testbed-name=default', '--draconf-kubeconfig=kc', '--draconf-context=staging', '--draconf-expect-feature=mig']
-    """
-    out = [f"--draconf-target={args.target}", f"--draconf-profile={args.profile}",
-           f"--draconf-testbed-name={args.testbed_name}"]
-    for name in ("kubeconfig", "context", "image"):
-        if getattr(args, name, None):
-            out.append(f"--draconf-{name}={getattr(args, name)}")
-    for name in ("keep_on_failure", "all_models", "every_node", "no_preflight_gate"):
-        if getattr(args, name, False):
-            out.append("--draconf-" + name.replace("_", "-"))
-    for name in ("expect_feature", "waive_feature"):
-        out += [f"--draconf-{name.replace('_', '-')}={v}" for v in getattr(args, name, None) or []]
-    return out
 
 
 def _snapshot(args, tests=()) -> dict:
@@ -520,29 +458,6 @@ def _version() -> str:
         return __version__
 
 
-def resolve_target(args) -> None:
-    """``--target`` from what was given: a kubeconfig or context alone means that kubeconfig's
-    cluster; naming one with another target is a contradiction, said before anything starts.
-
-    >>> import argparse
-    >>> a = argparse.Namespace(target=None, kubeconfig="kc", context=None); resolve_target(a); a.target
-    'kubeconfig'
-    >>> a = argparse.Namespace(target=None, kubeconfig=None, context=None); resolve_target(a); a.target
-    'testbed'
-    >>> resolve_target(argparse.Namespace(target="testbed", kubeconfig="kc", context=None))
-    Traceback (most recent call last):
-    ...
-    draconf.errors.DraconfError: --kubeconfig names a cluster of its own; --target testbed is the embedded test bed: give one or the other
-    """
-    named = "--kubeconfig" if args.kubeconfig else "--context" if args.context else None
-    if args.target is None:
-        args.target = "kubeconfig" if named else "testbed"
-    elif named and args.target in ("testbed", "kind"):
-        what = "the embedded test bed" if args.target == "testbed" else "a kind cluster made for the run"
-        raise DraconfError(f"{named} names a cluster of its own; --target {args.target} is {what}: "
-                           "give one or the other")
-
-
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations: `--comp x` must not silently mean --compare, and an option pytest knows
     # (--co) must reach pytest rather than be called ambiguous.
@@ -728,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if hasattr(args, "kubeconfig"):
-            resolve_target(args)
+            run_args.resolve_target(args)
         if getattr(args, "passthrough", False):
             return args.func(args, rest)
         return args.func(args)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from draconf import cli
+from draconf import cli, run_args
 
 
 def test_a_test_path_relative_to_the_checkout_selects_those_tests_from_anywhere(tmp_path, monkeypatch):
@@ -21,19 +21,19 @@ def test_an_existing_path_is_kept_as_given(tmp_path, monkeypatch):
 def test_all_models_goes_to_pytest_under_draconfs_own_name():
     """`draconf run --all-models` is draconf's option, handed to the plugin as --draconf-all-models."""
     args, rest = cli.build_parser().parse_known_args(["run", "--all-models", "-x"])
-    cli.resolve_target(args)
+    run_args.resolve_target(args)
     assert args.passthrough and rest == ["-x"]
-    assert "--draconf-all-models" in cli._plugin_args(args)
+    assert "--draconf-all-models" in run_args.plugin_args(args)
 
 
 def test_kubeconfig_and_context_are_draconfs_and_imply_the_kubeconfig_target():
     """pytest-kind registers --kubeconfig in every pytest run: draconf's never reaches pytest."""
     args, rest = cli.build_parser().parse_known_args(["run", "--kubeconfig", "/k/config", "--context", "staging",
                                                       "-k", "single-gpu"])
-    cli.resolve_target(args)
+    run_args.resolve_target(args)
     assert rest == ["-k", "single-gpu"] and args.target == "kubeconfig"
     assert {"--draconf-kubeconfig=/k/config", "--draconf-context=staging",
-            "--draconf-target=kubeconfig"} <= set(cli._plugin_args(args))
+            "--draconf-target=kubeconfig"} <= set(run_args.plugin_args(args))
 
 
 def test_no_abbreviations():
