@@ -52,6 +52,7 @@ def pending_reason(deployed, timeout=20) -> str:
 
 def test_every_fault_is_covered_here():
     tested = {name[len("test_"):].replace("_", "-") for name in globals() if name.startswith("test_")}
+    tested |= set(nvidia.ONE_NODE_FAULTS)  # one test, parametrized over both
     assert set(faults.FAULTS) <= tested
 
 
@@ -469,3 +470,68 @@ def test_mig_parent_mislabelled(start_fault_bed):
     listed = {mig.parse_list(exec_in_container(api, pod.namespace, pod.name, c, ["nvidia-smi", "-L"]).stdout)[0].uuid
               for c in pod.containers}
     assert len(listed) == 2 and parents < listed, (parents, listed)
+
+
+def _refusals(api, pod) -> list[str]:
+    return [e.message for e in api.core.list_namespaced_event(pod.namespace).items
+            if e.reason == "FailedPrepareDynamicResources" and e.involved_object.name == pod.name]
+
+
+def test_prepare_refused(start_fault_bed):
+    """Allocated, bound, and the node's plugin refuses to prepare: the pod never starts, the
+    kubelet says why."""
+    bed, api = start_fault_bed("prepare-refused")
+    deployed = deploy(api)
+    pod = waits.wait_until("the node to refuse the claim", lambda: deployed.pods()[0],
+                           lambda p: bool(p.node and _refusals(api, p)), timeout=60, describe=lambda p: p.summary())
+    assert not pod.is_running
+    assert Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).is_allocated
+    assert "cannot prepare claim" in _refusals(api, pod)[-1]
+
+
+#: 01-single-gpu.yaml's claim template
+TEMPLATE = "single-gpu"
+
+
+@pytest.mark.skipif(not REAL_NODES, reason="the kept device is the real plugin's record of it")
+def test_unprepare_keeps_device(start_fault_bed):
+    """Unprepare reports success, the claim is released, and the same GPU is then refused to the
+    next claim: the node still holds it."""
+    bed, api = start_fault_bed("unprepare-keeps-device")
+    first = deploy(api)
+    (pod,) = first.wait_running(timeout=30)
+    (result,) = Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).results
+    delete_pods(api, pod.namespace, pod.name)
+    waits.wait_until("the pod to be gone", first.pods, lambda pods: not pods, timeout=60)
+    uuid = PublishedDevices.read(api, "gpu.nvidia.com").lookup(result.driver, result.pool, result.device).attribute("uuid")
+    again = deploy(api, Workload("single-gpu-again", ["01-single-gpu.yaml"], 1,
+                                 selectors={TEMPLATE: [selectors.uuid_in(PROFILE.domain, "uuid", [uuid])]}))
+    pod = waits.wait_until("the node to refuse the freed GPU", lambda: again.pods()[0],
+                           lambda p: bool(p.node and _refusals(api, p)), timeout=60, describe=lambda p: p.summary())
+    assert not pod.is_running and "held by claim" in _refusals(api, pod)[-1]
+
+
+def test_claims_stripped(start_fault_bed):
+    """The admin's policy removes the claims of pods in the suite's namespaces: the pod runs,
+    asking for no device."""
+    bed, api = start_fault_bed("claims-stripped")
+    deployed = deploy(api)
+    (pod,) = deployed.wait_running(timeout=60)
+    assert not pod.spec.get("resourceClaims")
+    assert not any((c.get("resources") or {}).get("claims") for c in pod.spec["containers"])
+
+
+@pytest.mark.skipif(not REAL_NODES, reason="the fault is the real plugin's, on one node")
+@pytest.mark.parametrize("fault", ["one-node-refuses-prepare", "one-node-wrong-device"])
+def test_one_node_faults_act_on_that_node_only(fault, start_fault_bed):
+    bed, api = start_fault_bed(fault)
+    ds = api.apps.read_namespaced_daemon_set(nvidia.PLUGIN_DAEMONSET, nvidia.PLUGIN_NAMESPACE)
+    env = {e.name: e.value for e in ds.spec.template.spec.containers[0].env}
+    assert env["SIMULATE_FAULTS_ON_NODES"] == nvidia.ONE_NODE and env["SIMULATE_FAULTS"] == nvidia.PLUGIN_FAULTS[fault]
+    healthy = next(n.name for n in inventory.load().gpu_nodes if n.name != nvidia.ONE_NODE)
+    deployed = deploy(api, Workload("single-gpu", ["01-single-gpu.yaml"], 1, node=healthy))
+    (pod,) = deployed.wait_running(timeout=30)  # the other nodes stay healthy
+    (result,) = Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).results
+    allocated = PublishedDevices.read(api, "gpu.nvidia.com").lookup(result.driver, result.pool, result.device)
+    seen = parse_nvidia_smi_uuids(exec_in_container(api, pod.namespace, pod.name, "workload", ["nvidia-smi", "-L"]).stdout)
+    assert seen == [allocated.attribute("uuid")]
