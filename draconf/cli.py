@@ -320,15 +320,12 @@ def _prepare_target(args) -> None:
                 bed.up(inventory.load(), faults=[], log=lambda m: print(f"[draconf] {m}", flush=True))
             api = connect(bed.kubeconfig)
         else:
-            api = _target_api(args)
+            api = _connect_target(args)
         # Before anything is created: which cluster, as whom (a kubeconfig's current context
-        # may not be the cluster the user has in mind).
+        # may not be the cluster the user has in mind); then, once, whether it can be used.
         where = f"embedded test bed {args.testbed_name!r}, " if args.target == "testbed" else ""
         print(f"draconf: target: {where}{api.describe()}", flush=True)
-        from draconf.preflight.runner import probe
-        unusable = probe(api)
-        if unusable:
-            raise TargetUnusable(unusable)  # one line, before pytest prints anything
+        _probe(api)  # one line, before pytest prints anything
         os.environ.update(runinfo.to_env(runinfo.collect(api, profile, args.target, os.environ["DRACONF_RUN_ID"])))
     except DraconfError:
         raise
@@ -362,19 +359,29 @@ def cmd_report(args) -> int:
 
 
 def _target_api(args):
+    """The target's API, probed: an unusable cluster is one line now, not a client traceback
+    at the command's first read."""
     from draconf.kube import connect
     if args.target == "testbed":
         bed = _bed(args)
         if not bed.is_up:
             raise DraconfError(f"test bed {bed.name!r} is not up; start it or use --target kubeconfig")
         return connect(bed.kubeconfig)
+    api = _connect_target(args)
+    _probe(api)
+    return api
+
+
+def _connect_target(args):
     from draconf.kube import connect_target
-    api = connect_target(args.target, args.context, args.kubeconfig)
+    return connect_target(args.target, args.context, args.kubeconfig)
+
+
+def _probe(api) -> None:
     from draconf.preflight.runner import probe
-    unusable = probe(api)  # one line now, not a client traceback at the command's first read
+    unusable = probe(api)
     if unusable:
         raise TargetUnusable(unusable)
-    return api
 
 
 def cmd_sweep(args) -> int:
