@@ -51,4 +51,6 @@ def main(faults: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or list(FAULTS)))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import run_recorded
+    sys.exit(run_recorded(__file__, lambda: main(sys.argv[1:] or list(FAULTS))))

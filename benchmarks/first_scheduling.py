@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from pathlib import Path
 import time
 
 from kubernetes import client, config, watch
@@ -57,4 +58,6 @@ def main(kubeconfig: str, seconds: float = 300) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 300)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import run_recorded
+    sys.exit(run_recorded(__file__, lambda: main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 300)))

@@ -199,4 +199,6 @@ def run_label(workers: int | None) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import run_recorded
+    sys.exit(run_recorded(__file__, lambda: main()))

@@ -34,6 +34,8 @@ class ApiRetry(urllib3.Retry):
     methods that change nothing when repeated (never a create or a patch, which could apply
     twice); a connection never made, always.  With backoff, bounded: a busy API server makes
     a run slower, not red; one that stays busy is reported as what it is (``api-throttled``).
+    A TLS failure (urllib3's "other" errors) is never retried: a certificate the kubeconfig
+    does not trust stays untrusted, and six tries with backoff cost 25 s before the one line.
 
     >>> r = API_RETRY
     >>> r.is_retry("POST", 429), r.is_retry("POST", 503), r.is_retry("GET", 503), r.is_retry("GET", 404)
@@ -50,7 +52,7 @@ class ApiRetry(urllib3.Retry):
 
 
 #: About 15 s at most before a transient answer stands (backoff 0.5 s doubling, up to 8 s).
-API_RETRY = ApiRetry(total=6, connect=3, read=2, status=4, backoff_factor=0.5, backoff_max=8,
+API_RETRY = ApiRetry(total=6, connect=3, read=2, status=4, other=0, backoff_factor=0.5, backoff_max=8,
                      status_forcelist=(429, 500, 502, 503, 504), allowed_methods=ApiRetry.IDEMPOTENT,
                      respect_retry_after_header=True, raise_on_status=False)
 
