@@ -1,3 +1,69 @@
-"""Loads the draconf plugin when pytest runs from a source checkout."""
+"""Loads the draconf plugin when pytest runs from a source checkout, and keeps two rules of the
+project's own test run (``python -m pytest``), beyond its tests' verdicts.
+
+**The default bed shows every check.**  The run's ``suites/`` part runs against the default
+bed (``draconf/testbed/data/inventories/default.yaml``), which has every feature the suite
+probes: a check skipped there means the bed (or the suite) stopped exercising it, and the run
+fails naming it, as a newcomer's first run would otherwise quietly do less.
+
+**Where the time goes**, per test file: CI's lane budget.  With ``DRACONF_CI_TIMINGS=<file>``
+set (``.ci/run`` sets it and prints the file after the run), the run writes the seconds each
+test file took, setup and teardown included (the beds its fixtures start), slowest first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+_SECONDS: defaultdict[str, float] = defaultdict(float)
+_TESTS: defaultdict[str, set] = defaultdict(set)
+#: suites/ checks skipped in this run: node id -> pytest's skip reason
+_SKIPPED_CHECKS: dict[str, str] = {}
+
 
 pytest_plugins = ["draconf.pytest_plugin"]
+
+
+def _is_the_projects_run(session) -> bool:
+    """The project's own run collects tests/; a ``draconf run`` from the checkout (whose rootdir
+    is this directory too) collects suites/ only, and neither rule applies to it."""
+    return any(item.nodeid.startswith("tests/") for item in session.items)
+
+
+def pytest_runtest_logreport(report):
+    where = report.nodeid.split("::", 1)[0]
+    _SECONDS[where] += report.duration
+    _TESTS[where].add(report.nodeid)
+    if report.skipped and where.startswith("suites/"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED_CHECKS[report.nodeid] = reason.removeprefix("Skipped: ")
+
+
+def pytest_sessionfinish(session):
+    if not _is_the_projects_run(session):
+        return
+    if _SKIPPED_CHECKS:
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"the default bed must show every check, but {len(_SKIPPED_CHECKS)} were skipped "
+                 "(draconf/testbed/data/inventories/default.yaml publishes what each needs):"]
+        lines += [f"  {nodeid}: {reason}" for nodeid, reason in sorted(_SKIPPED_CHECKS.items())]
+        if terminal:
+            terminal.ensure_newline()
+        for line in lines:
+            terminal.write_line(line, red=True) if terminal else print(line)
+        if session.exitstatus == 0:
+            session.exitstatus = 1
+    _write_timings()
+
+
+def _write_timings():
+    target = os.environ.get("DRACONF_CI_TIMINGS")
+    if not target or not _SECONDS:
+        return
+    total = sum(_SECONDS.values())
+    lines = [f"{'seconds':>8}  {'tests':>5}  file   (total {total / 60:.1f} min)"]
+    for where, seconds in sorted(_SECONDS.items(), key=lambda item: -item[1]):
+        lines.append(f"{seconds:8.0f}  {len(_TESTS[where]):5d}  {where}")
+    Path(target).write_text("\n".join(lines) + "\n")

@@ -153,8 +153,8 @@ def main() -> None:
     started = time.monotonic()
     build.ensure_built(log=lambda *_: None)
     print(f"[build] warm (binaries cached) {time.monotonic() - started:.2f} s")
-    real = measure("mixed-real", inventory.load(), args.pods)
-    kwok = measure("mixed-kwok", inventory.with_node_kind(inventory.load(), "kwok"), args.pods)
+    real = measure("mixed-real", inventory.load(inventory.GUIDE_INVENTORY), args.pods)
+    kwok = measure("mixed-kwok", inventory.with_node_kind(inventory.load(inventory.GUIDE_INVENTORY), "kwok"), args.pods)
     if real and kwok:
         print(f"[ratio] GPU pod start, real / KWOK nodes (median): {real / kwok:.1f}x")
     if not args.skip_large:

@@ -396,7 +396,7 @@ def run_against(fault: str | None, reports: Path, bed_name: str | None = None,
     driver = driver or matrix_driver()
     bed = Testbed.named(bed_name or f"matrix-{'' if driver == 'nvidia' else driver + '-'}{fault or 'healthy'}")
     bed.down(log=lambda *_: None)
-    fleet = inventory.load()
+    fleet = inventory.load(inventory.GUIDE_INVENTORY)
     if os.environ.get("DRACONF_MATRIX_NODE_KIND"):
         fleet = inventory.with_node_kind(fleet, node_kind(fault))
     builtin = [fault] if fault and driver == "nvidia" else []

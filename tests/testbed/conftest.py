@@ -21,7 +21,7 @@ def _start(name: str, faults: list[str], fleet: inventory.Inventory | None = Non
     bed = Testbed.named(name)
     if bed.is_up and (bed.state() or {}).get("faults") != sorted(faults):
         bed.down(log=lambda *_: None)
-    bed.up(fleet or inventory.load(), faults=faults, log=lambda *_: None, driver=driver)
+    bed.up(fleet or inventory.load(inventory.GUIDE_INVENTORY), faults=faults, log=lambda *_: None, driver=driver)
     return bed
 
 
@@ -54,7 +54,7 @@ def ns(api, request):
 @pytest.fixture(scope="module")
 def kwok_gpu_bed():
     """The default fleet with every node a KWOK node: the simulation large fleets use."""
-    bed = _start("selftest-kwok", [], inventory.with_node_kind(inventory.load(), "kwok"))
+    bed = _start("selftest-kwok", [], inventory.with_node_kind(inventory.load(inventory.GUIDE_INVENTORY), "kwok"))
     yield bed
     _stop(bed)
 

@@ -52,7 +52,7 @@ def manifest_selectors() -> list[str]:
 def kwok_api():
     bed = Testbed.named("cel-parity")
     if not bed.is_up:
-        bed.up(inventory.with_node_kind(inventory.load(), "kwok"), faults=[], log=lambda *_: None)
+        bed.up(inventory.with_node_kind(inventory.load(inventory.GUIDE_INVENTORY), "kwok"), faults=[], log=lambda *_: None)
     yield connect(bed.kubeconfig)
     if os.environ.get("DRACONF_KEEP_BEDS") != "1":
         bed.down(log=lambda *_: None)

@@ -48,7 +48,7 @@ class Beds:
         if bed.dir.exists():
             bed.down(log=lambda *_: None)  # left over by an interrupted run
         self.bed, self.fault = bed, fault
-        bed.up(inventory.load(), faults=[fault] if fault else [], log=lambda *_: None)
+        bed.up(inventory.load(inventory.GUIDE_INVENTORY), faults=[fault] if fault else [], log=lambda *_: None)
         self.api = connect(bed.kubeconfig)
         return self.api
 
@@ -315,7 +315,7 @@ def test_claims_not_released(dg_beds, dg_namespaces):
     error, took = failure_of(lambda: workload.check_cleanup(published, lambda devices: []))
     result = diagnosed(api, ns, "cleanup", error, "claims-not-released", took)
     assert result.code == "claim-not-released", result
-    if inventory.load().node(pod.node).kind == "real":
+    if inventory.load(inventory.GUIDE_INVENTORY).node(pod.node).kind == "real":
         # The kubelet's NodeUnprepareResources fails: the pod is never finished, the claim stays.
         assert "never finished" in result.reason and "still reserved" in result.reason, result
     else:

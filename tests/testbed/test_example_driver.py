@@ -37,7 +37,7 @@ def test_the_charts_objects_are_installed(api):
 
 def test_each_real_node_publishes_the_drivers_own_devices(api):
     slices = [s for s in api.resource.list_resource_slice().items if s.spec.driver == example_driver.DRIVER]
-    real = sorted(n.name for n in inventory.load().real_nodes)
+    real = sorted(n.name for n in inventory.load(inventory.GUIDE_INVENTORY).real_nodes)
     assert sorted(s.spec.node_name for s in slices) == real
     for s in slices:
         assert [o.kind for o in s.metadata.owner_references] == ["Node"]

@@ -33,7 +33,7 @@ def _symptoms_left_to_local_runs(request):
 
 PROFILE = for_target(builtin("nvidia"), "testbed")
 #: The default fleet's GPU nodes are real: a fault then acts in the real plugin and runtime.
-REAL_NODES = all(n.kind == "real" for n in inventory.load().gpu_nodes)
+REAL_NODES = all(n.kind == "real" for n in inventory.load(inventory.GUIDE_INVENTORY).gpu_nodes)
 RUN = namespaces.RunId("selftest")
 SINGLE = Workload("single-gpu", ["01-single-gpu.yaml"], 1)
 
@@ -528,7 +528,7 @@ def test_one_node_faults_act_on_that_node_only(fault, start_fault_bed):
     ds = api.apps.read_namespaced_daemon_set(nvidia.PLUGIN_DAEMONSET, nvidia.PLUGIN_NAMESPACE)
     env = {e.name: e.value for e in ds.spec.template.spec.containers[0].env}
     assert env["SIMULATE_FAULTS_ON_NODES"] == nvidia.ONE_NODE and env["SIMULATE_FAULTS"] == nvidia.PLUGIN_FAULTS[fault]
-    healthy = next(n.name for n in inventory.load().gpu_nodes if n.name != nvidia.ONE_NODE)
+    healthy = next(n.name for n in inventory.load(inventory.GUIDE_INVENTORY).gpu_nodes if n.name != nvidia.ONE_NODE)
     deployed = deploy(api, Workload("single-gpu", ["01-single-gpu.yaml"], 1, node=healthy))
     (pod,) = deployed.wait_running(timeout=30)  # the other nodes stay healthy
     (result,) = Claim.read(api, pod.namespace, pod.generated_claim_names()[0]).results

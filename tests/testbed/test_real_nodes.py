@@ -19,7 +19,7 @@ from draconf.workload import DeployedWorkload, Workload
 
 PROFILE = for_target(builtin("nvidia"), "testbed")
 RUN = namespaces.RunId("selftest")
-REAL_GPU_NODES = [n.name for n in inventory.load().gpu_nodes if n.kind == "real"]
+REAL_GPU_NODES = [n.name for n in inventory.load(inventory.GUIDE_INVENTORY).gpu_nodes if n.kind == "real"]
 
 pytestmark = pytest.mark.skipif(not REAL_GPU_NODES, reason="the default fleet has no real GPU node")
 

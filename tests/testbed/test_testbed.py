@@ -45,7 +45,7 @@ def test_device_classes_are_the_charts(api):
 
 def test_one_pool_per_gpu_node_with_the_plugins_attributes(api):
     slices = api.resource.list_resource_slice().items
-    fleet = inventory.load()
+    fleet = inventory.load(inventory.GUIDE_INVENTORY)
     assert sorted(s.spec.pool.name for s in slices) == sorted(n.name for n in fleet.gpu_nodes)
     for s in slices:
         assert s.spec.driver == "gpu.nvidia.com" and s.spec.node_name == s.spec.pool.name
@@ -72,7 +72,7 @@ def test_kubelet_plugin_runs_on_every_gpu_node_and_gpucluster_is_ready(api):
     pods = api.core.list_namespaced_pod(nvidia.PLUGIN_NAMESPACE,
                                         label_selector=f"app={nvidia.PLUGIN_DAEMONSET}").items
     assert sorted(p.spec.node_name for p in pods if p.status.phase == "Running") == \
-        sorted(n.name for n in inventory.load().gpu_nodes)
+        sorted(n.name for n in inventory.load(inventory.GUIDE_INVENTORY).gpu_nodes)
     gc = api.custom.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
     assert gc["status"]["state"] == "ready"
 
@@ -127,7 +127,7 @@ def test_deleting_the_pod_deletes_the_generated_claim_and_unprepares_it(api, ns,
     (claim_name,) = pod.generated_claim_names()
     claim = Claim.read(api, ns, claim_name)
     # One CDI spec per claim, where the node's runtime reads them (the KWOK agent keeps its own).
-    if inventory.load().node(pod.node).kind == "real":
+    if inventory.load(inventory.GUIDE_INVENTORY).node(pod.node).kind == "real":
         cdi_spec = healthy_bed.dir / "nodes" / pod.node / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim.uid}.yaml"
         assert yaml.safe_load(cdi_spec.read_text())["kind"] == "k8s.gpu.nvidia.com/claim"
     else:
@@ -140,7 +140,7 @@ def test_deleting_the_pod_deletes_the_generated_claim_and_unprepares_it(api, ns,
 
 
 def test_a_kwok_container_cannot_run_the_hosts_programs_or_read_its_environment(api, ns):
-    kwok_nodes = [n.name for n in inventory.load().nodes if n.kind == "kwok"]
+    kwok_nodes = [n.name for n in inventory.load(inventory.GUIDE_INVENTORY).nodes if n.kind == "kwok"]
     if not kwok_nodes:
         pytest.skip("the default fleet has no KWOK node")
     api.core.create_namespaced_pod(ns, {"metadata": {"name": "plain"}, "spec": {

@@ -38,8 +38,8 @@ def test_a_good_upgrade_compares_clean(bed):
 
 def test_lost_gpus_are_named_on_their_node(bed):
     regressions, _ = regressions_after(bed, bad="gpus-lost")
-    first = sorted(n.name for n in inventory.load().gpu_nodes if n.kind == "real")[0]
-    count = len(inventory.load().node(first).gpus)
+    first = sorted(n.name for n in inventory.load(inventory.GUIDE_INVENTORY).gpu_nodes if n.kind == "real")[0]
+    count = len(inventory.load(inventory.GUIDE_INVENTORY).node(first).gpus)
     assert regressions == [f"REGRESSION node {first}: GPUs {count} -> {count - 1}"]
 
 
@@ -51,7 +51,7 @@ def test_a_changed_deviceclass_is_named(bed):
 
 def test_a_renamed_attribute_is_named_on_every_node(bed):
     regressions, _ = regressions_after(bed, bad="attribute-renamed")
-    nodes = sorted(n.name for n in inventory.load().gpu_nodes)
+    nodes = sorted(n.name for n in inventory.load(inventory.GUIDE_INVENTORY).gpu_nodes)
     assert [r for r in regressions if "attribute" in r] == [
         f"REGRESSION node {n}: attribute gpu.nvidia.com/productName removed" for n in nodes]
     # The model is read from that attribute, so it is gone with it, and nothing else changed.

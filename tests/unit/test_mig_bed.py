@@ -11,7 +11,7 @@ MIG_FLEET = inventory.DEFAULT_INVENTORY.with_name("mixed-mig.yaml")
 
 
 def test_the_default_fleet_keeps_dynamic_mig_off_and_the_mig_fleet_turns_it_on():
-    default, mig = inventory.load(), inventory.load(MIG_FLEET)
+    default, mig = inventory.load(inventory.GUIDE_INVENTORY), inventory.load(MIG_FLEET)
     assert not default.dynamic_mig and default.mig_gpus == ()
     assert mig.dynamic_mig and [g.node for g in mig.mig_gpus] == ["gpu-h100-0"] * 4
     # Same nodes and GPUs: only the gate differs.

@@ -63,7 +63,7 @@ def test_every_release_is_a_driver_choice_and_the_choices_sit_beside_the_bed_dri
 
 
 def _node(name="gpu-a100-0"):
-    return inventory.load().node(name)
+    return inventory.load(inventory.GUIDE_INVENTORY).node(name)
 
 
 def test_the_mock_profile_is_the_inventory_node_over_the_model_profile():

@@ -377,18 +377,30 @@ func (p *Preparer) prepareMig(claim *resourceapi.ResourceClaim, l *ledger,
 	if err := p.enter(claim, stagePreparing, nil); err != nil {
 		return nil, err
 	}
+	// A whole GPU of a DynamicMIG node takes the same GpuConfig sharing as anywhere else: a
+	// time slice or an MPS daemon is the GPU's, whether or not it could also be partitioned.
+	shared := map[string]SharingState{}
+	if !p.cfg.Faults.Has(FaultSharingConfigIgnored) {
+		var err error
+		if shared, err = p.sharing.prepareSharing(claim, results, p.lib.deviceUUID); err != nil {
+			return nil, err
+		}
+	}
 	var held []heldDevice
 	var names []string
 	for _, r := range results {
 		d := heldDevice{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
 			UUID: p.lib.deviceUUID(r.Device), AdminAccess: ptr.Deref(r.AdminAccess, false)}
+		if st := shared[r.Device]; st != (SharingState{}) {
+			d.Sharing = &st
+		}
 		if !p.cfg.Faults.Has(FaultCDINotInjected) {
 			d.CDIDeviceIDs = []string{cdiparser.QualifiedName(cdiVendor, cdiClaimClass, claimUID+"-"+r.Device)}
 			names = append(names, r.Device)
 		}
 		held = append(held, d)
 	}
-	if err := p.writeMigSpec(claimUID, names); err != nil {
+	if err := p.writeMigSpec(claimUID, names, p.sharingEdits(held)); err != nil {
 		return nil, err
 	}
 	if err := p.enter(claim, stagePrepared, held); err != nil {
@@ -409,9 +421,9 @@ func (l *DeviceLib) deviceUUID(name string) string {
 }
 
 // writeMigSpec writes the claim's CDI spec for these devices (whole GPUs or MIG devices, each
-// once): per device its nodes, common to the claim /dev/nvidiactl, NVIDIA_VISIBLE_DEVICES and
-// the nvidia-smi mounts.  No devices: no spec.
-func (p *Preparer) writeMigSpec(claimUID string, names []string) error {
+// once): per device its nodes and its sharing edits (MPS), common to the claim /dev/nvidiactl,
+// NVIDIA_VISIBLE_DEVICES and the nvidia-smi mounts.  No devices: no spec.
+func (p *Preparer) writeMigSpec(claimUID string, names []string, edits map[string]cdispec.ContainerEdits) error {
 	spec := &cdispec.Spec{Kind: cdiKind}
 	var uuids []string
 	seen := map[string]bool{}
@@ -459,6 +471,7 @@ func (p *Preparer) writeMigSpec(claimUID string, names []string) error {
 		return fmt.Errorf("CDI spec of claim %s, edits common to its devices: %w", claimUID, err)
 	}
 	spec.ContainerEdits = *common
+	addDeviceEdits(spec, claimUID, edits)
 	version, err := cdiapi.MinimumRequiredVersion(spec)
 	if err != nil {
 		return fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
@@ -482,5 +495,5 @@ func (p *Preparer) restoreMigSpec(claimUID string, e claimEntry) error {
 	if len(names) > 0 {
 		klog.Warningf("CDI spec of prepared claim %s is missing: writing it again", claimUID)
 	}
-	return p.writeMigSpec(claimUID, names)
+	return p.writeMigSpec(claimUID, names, p.sharingEdits(e.Devices))
 }

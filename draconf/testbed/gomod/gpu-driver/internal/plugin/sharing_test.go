@@ -31,7 +31,13 @@ import (
 // test root's device nodes are plain files, so the stand-in is told their minors).
 func sharingBed(t *testing.T, gates string, faults ...Fault) *bed {
 	t.Helper()
-	b := newBed(t, 2, faults...)
+	return withSharing(t, newBed(t, 2, faults...), gates)
+}
+
+// withSharing gives bed b the feature gates and the in-process nvidia-smi and MPS daemon
+// that sharing needs.
+func withSharing(t *testing.T, b *bed, gates string) *bed {
+	t.Helper()
 	g, err := ParseFeatureGates(gates)
 	if err != nil {
 		t.Fatal(err)
@@ -370,3 +376,34 @@ func TestMpsLimits(t *testing.T) {
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
 
 func ptrQuantity(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+
+// On a DynamicMIG node a claim's whole GPUs are prepared by prepareMig: their sharing configs
+// are applied there too (the suite's gpu-sharing check on a bed with MIG and sharing on).
+func TestSharingOnWholeGPUsOfADynamicMIGNode(t *testing.T) {
+	b := withSharing(t, newMigBed(t, 2), gates)
+	c := claim("uid-mig-ts", "gpu-0", "gpu-1")
+	withConfig(c, tsLong, "gpu0")
+	withConfig(c, mps50, "gpu1")
+	if _, err := b.prep.Prepare(c); err != nil {
+		t.Fatal(err)
+	}
+	if s := gpuState(t, b, testUUIDs[0]); s.TimeSliceName() != "Long" {
+		t.Fatalf("time-sliced GPU: %+v", s)
+	}
+	if s := gpuState(t, b, testUUIDs[1]); s.Mode() != nvmlsim.ComputeModeExclusiveProcess {
+		t.Fatalf("MPS GPU: %+v", s)
+	}
+	spec := readSpec(t, b, "uid-mig-ts")
+	for _, d := range spec.Devices {
+		hasPipe := slices.Contains(d.ContainerEdits.Env, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")
+		if hasPipe != (d.Name == "uid-mig-ts-gpu-1") {
+			t.Fatalf("MPS edits belong to the MPS request's GPU only: %s %+v", d.Name, d.ContainerEdits)
+		}
+	}
+	if _, _, err := b.prep.Unprepare(ref("uid-mig-ts")); err != nil {
+		t.Fatal(err)
+	}
+	if s := gpuState(t, b, testUUIDs[0]); s.TimeSliceName() != "Default" {
+		t.Fatalf("unprepare resets the time slice: %+v", s)
+	}
+}
