@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from draconf import baseline, bundle, expectations, gate_report, run_args
-from draconf.errors import DraconfError, TargetUnusable
+from draconf.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, DraconfError, TargetUnusable
 from draconf.reporting.run_verdict import EXIT_INCONCLUSIVE
 
 
@@ -205,6 +205,11 @@ def _run_suite(args, pytest_args: list[str]) -> int:
                      judge_selection=not set(reads_cluster) & set(selection))
     _prepare_target(args)
     code = int(pytest.main(argv + pytest_args))
+    # pytest's own codes that mean something else in draconf's table (RUN_EXIT_CODES).
+    if code == pytest.ExitCode.INTERRUPTED:
+        code = EXIT_INTERRUPTED
+    elif code == pytest.ExitCode.USAGE_ERROR:
+        code = EXIT_BAD_INPUT
     if code == FLAKY_FAILS_THE_RUN:
         print("draconf: flaky tests fail this run (--fail-on-flaky)", file=sys.stderr)
         code = 1
@@ -214,7 +219,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     print(f"reports: {reports / 'summary.json'}, {reports / 'junit.xml'}, "
           f"{reports / 'allure-results'} (HTML: draconf report)")
     summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").is_file() else None
-    if summary and (args.save_baseline or before) and code != pytest.ExitCode.INTERRUPTED:
+    if summary and (args.save_baseline or before) and code != EXIT_INTERRUPTED:
         now = _snapshot(args, summary["tests"])
         if args.save_baseline:
             print(f"baseline: {baseline.save(args.save_baseline, now)}")
@@ -411,9 +416,9 @@ def cmd_lint(args) -> int:
     """Read-only: each CEL selector of the files judged over the cluster's published devices.
 
     Exit 0: every selector matches some device and fails on none; 1: some selector matches
-    nothing, fails (compile or runtime error) or names a missing DeviceClass; 2: bad input
-    (unreadable or invalid file) or the slices and classes cannot be read; 3: the cluster
-    cannot be used at all (unreachable, untrusted, credentials rejected), as for every command.
+    nothing, fails (compile or runtime error) or names a missing DeviceClass; 11: bad input
+    (unreadable or invalid file); 12: the cluster cannot be used (unreachable, untrusted,
+    credentials rejected, or its slices and classes cannot be read), as for every command.
     """
     from draconf import lint
     from draconf.devices import class_selectors, devices_from_slices
@@ -427,8 +432,8 @@ def cmd_lint(args) -> int:
         raise
     except Exception as err:  # urllib3 / ApiException: one line, not a traceback
         reason = getattr(err, "reason", None) or err.__class__.__name__
-        raise DraconfError(f"cannot read ResourceSlices and DeviceClasses from {api.source}: "
-                           f"{' '.join(str(reason).split())[:300]}") from None
+        raise TargetUnusable(f"cannot read ResourceSlices and DeviceClasses from {api.source}: "
+                             f"{' '.join(str(reason).split())[:300]}") from None
     classes.update(lint.classes_in(found))
     judgements = lint.judge(found, devices_from_slices(slices), classes)
     print(lint.format_table(judgements))
@@ -440,20 +445,27 @@ exit codes:
   0   PASS: every selected check that applies passed, and at least one did
   1   FAIL: a check failed or broke, a compared baseline regressed, no tests were selected,
       or a flaky test under --fail-on-flaky
-  2   bad input (kubeconfig, profile, baseline, option)
-  3   the target cannot be used at all (unreachable, untrusted, credentials rejected)
+  3   internal error (pytest's: a bug in draconf or a plugin; reports/debug.log has it)
   {EXIT_INCONCLUSIVE}  INCONCLUSIVE: nothing failed, but some check had no verdict or never ran, or
       nothing passed (a run of skips only); --allow-inconclusive makes it 0
-  130 interrupted before pytest started (pytest's own 2 after)
+  {EXIT_BAD_INPUT}  bad input (kubeconfig, profile, baseline, option, also an option pytest
+      refused); nothing was created
+  {TargetUnusable.exit_code}  the target cannot be used at all (unreachable, untrusted, credentials rejected)
+  {EXIT_INTERRUPTED} interrupted (Ctrl-C or SIGTERM), before or during the run
 options draconf does not know go to pytest (-k, -m, -n N, -x ...)."""
 
 
 class _Parser(argparse.ArgumentParser):
-    """Every subcommand's parser: no abbreviated options (see build_parser)."""
+    """Every subcommand's parser: no abbreviated options (see build_parser), and a bad option
+    exits with draconf's bad-input code, not argparse's 2 (pytest's "interrupted")."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def _version() -> str:
@@ -468,7 +480,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations: `--comp x` must not silently mean --compare, and an option pytest knows
     # (--co) must reach pytest rather than be called ambiguous.
-    parser = argparse.ArgumentParser(prog="draconf", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = _Parser(prog="draconf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"draconf {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -670,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         return TargetUnusable.exit_code
     except KeyboardInterrupt:
         print("draconf: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

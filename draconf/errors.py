@@ -5,11 +5,20 @@ traceback: it must say what went wrong and what to do about it.
 """
 
 
+#: draconf's own exit codes (docs/reports.md, "Exit codes"), apart from pytest's: pytest keeps 0,
+#: 1 and 3 (internal error) with their meanings; its 2 (interrupted) becomes EXIT_INTERRUPTED,
+#: its 4 (usage error) EXIT_BAD_INPUT, its 5 (no tests collected) a failure (1).  10, the
+#: inconclusive run, is draconf.reporting.run_verdict.EXIT_INCONCLUSIVE.
+EXIT_BAD_INPUT = 11
+EXIT_TARGET_UNUSABLE = 12
+EXIT_INTERRUPTED = 130
+
+
 class DraconfError(Exception):
     """A failure the user can act on; ``str(err)`` is the whole message."""
 
-    #: The command's exit status for this failure (docs/reports.md, "Exit codes").
-    exit_code = 2
+    #: The command's exit status for this failure: bad input, nothing was created.
+    exit_code = EXIT_BAD_INPUT
 
 
 def yaml_problem(err) -> str:
@@ -31,7 +40,7 @@ class TargetUnusable(DraconfError):
     """The cluster under test cannot be used at all: unreachable, untrusted, credentials
     rejected.  Nothing was run and nothing was created."""
 
-    exit_code = 3
+    exit_code = EXIT_TARGET_UNUSABLE
 
 
 import pytest as _pytest  # noqa: E402  (only for the skip outcome NoVerdict derives from)

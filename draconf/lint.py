@@ -30,8 +30,8 @@ from draconf import cel
 from draconf.devices import Device
 from draconf.errors import DraconfError
 
-#: Exit codes of ``draconf lint``.
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+#: Exit codes of ``draconf lint`` (bad input, or a cluster that cannot be read: draconf.errors).
+EXIT_OK, EXIT_FINDINGS = 0, 1
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from draconf import expectations, namespaces, reporting
-from draconf.errors import DraconfError
+from draconf.errors import DraconfError, TargetUnusable
 from draconf.kube import connect, connect_target
 from draconf.profile import for_target, resolve as resolve_profile
 
@@ -567,9 +567,10 @@ def cluster(pytestconfig):
         from draconf.preflight.runner import probe
         unreachable = probe(api)
         if unreachable:
-            raise DraconfError(unreachable)
+            raise TargetUnusable(unreachable)
     except DraconfError as err:
-        pytest.exit(f"draconf: {err}", returncode=3)
+        # A bad kubeconfig (bad input) or a target that cannot be used, with draconf's code.
+        pytest.exit(f"draconf: {err}", returncode=err.exit_code)
     pytestconfig.stash[CLUSTER_API] = api
     from draconf import runinfo
     if runinfo.from_env() is None:

@@ -10,7 +10,7 @@ The suite then runs with ``--profile example`` against the cluster's kubeconfig,
 cluster is deleted afterwards unless ``--keep-cluster``.
 
 On GPU hosts NVIDIA's chart is installed instead, by hand (docs/real-cluster.md, "On a kind cluster").  A missing ``kind`` or ``docker``
-binary, or a Docker daemon that does not answer, is one line and exit 3 (the target cannot
+binary, or a Docker daemon that does not answer, is one line and exit 12 (the target cannot
 be used), before anything is created.
 
 >>> config = cluster_config(workers=1)
@@ -62,7 +62,7 @@ def cluster_config(workers: int = 1) -> dict:
 
 def check_tools(which=shutil.which, run=subprocess.run) -> Path:
     """The ``kind`` binary's path, once kind and a Docker that answers are there; else one
-    line (TargetUnusable, exit 3)."""
+    line (TargetUnusable, exit 12)."""
     missing = [tool for tool in ("kind", "docker") if not which(tool)]
     if missing:
         raise TargetUnusable(

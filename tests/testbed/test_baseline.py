@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from draconf import baseline
+from draconf.errors import EXIT_BAD_INPUT
 from draconf.profile import builtin
 
 from .test_cli import draconf
@@ -14,7 +15,7 @@ from .test_cli import draconf
 def test_compare_is_clean_then_names_exactly_a_changed_deviceclass(tmp_path, healthy_bed, api):
     before = tmp_path / "before.json"
     result = draconf("compare", "--name", healthy_bed.name, "/dev/null")
-    assert result.returncode == 2 and "not JSON" in result.stderr  # bad input: its own exit code
+    assert result.returncode == EXIT_BAD_INPUT and "not JSON" in result.stderr  # bad input: its own exit code
 
     # A baseline without a run: the state alone (`draconf run --save-baseline` adds verdicts).
     before.write_text(json.dumps(baseline.snapshot(api, builtin("nvidia"))))

@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from draconf import cel, lint, manifests, namespaces
+from draconf.errors import EXIT_BAD_INPUT, EXIT_TARGET_UNUSABLE
 from draconf.devices import PublishedDevices
 from draconf.kube import connect
 from draconf.profile import builtin, for_target
@@ -204,12 +205,12 @@ def test_lint_reports_matches_and_the_schedulers_errors_from_the_bed(kwok_api, t
     assert "CEL runtime error: no such key: serialNumber on 8" in out.stdout
     assert "CEL compile error: syntax error" in out.stdout
     assert "device class no-such-class does not exist" in out.stdout
-    # bad input: one line on stderr, exit 2, nothing printed as a verdict
+    # bad input: one line on stderr, exit 11, nothing printed as a verdict
     missing = lint_cli("--name", "cel-parity", str(tmp_path / "absent.yaml"))
-    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == EXIT_BAD_INPUT and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
     (tmp_path / "bad.yaml").write_text("kind: [unclosed\n")
     bad = lint_cli("--name", "cel-parity", str(tmp_path / "bad.yaml"))
-    assert bad.returncode == 2 and "is not valid YAML" in bad.stderr
+    assert bad.returncode == EXIT_BAD_INPUT and "is not valid YAML" in bad.stderr
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("""apiVersion: v1
 kind: Config
@@ -220,6 +221,6 @@ current-context: c
 """)
     env["KUBECONFIG"] = str(kubeconfig)
     down = lint_cli("--target", "kubeconfig", str(good))
-    # An unusable target, as for every command: one line, exit 3 (it was exit 2 here alone).
-    assert down.returncode == 3 and "cannot reach the API server at https://127.0.0.1:1" in down.stderr
+    # An unusable target, as for every command: one line, exit 12.
+    assert down.returncode == EXIT_TARGET_UNUSABLE and "cannot reach the API server at https://127.0.0.1:1" in down.stderr
     assert "Traceback" not in down.stderr and len(down.stderr.strip().splitlines()) == 1

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from draconf import namespaces, waits
+from draconf.errors import EXIT_BAD_INPUT, EXIT_TARGET_UNUSABLE
 from draconf.kube import connect
 from draconf.testbed.cluster import Testbed
 
@@ -38,7 +39,7 @@ def test_up_is_idempotent_and_status_env_report_it(healthy_bed):
 
 def test_up_with_other_faults_than_the_running_bed_is_refused(healthy_bed):
     result = draconf("testbed", "up", "--name", healthy_bed.name, "--fault", "cdi-wrong-device")
-    assert result.returncode == 2 and "already up with faults none" in result.stderr
+    assert result.returncode == EXIT_BAD_INPUT and "already up with faults none" in result.stderr
     assert "Traceback" not in result.stderr
     assert healthy_bed.is_up
 
@@ -51,7 +52,7 @@ def test_up_with_other_faults_than_the_running_bed_is_refused(healthy_bed):
 ])
 def test_bad_input_is_one_clear_error_and_starts_nothing(args, message):
     result = draconf(*args)
-    assert result.returncode != 0 and message in result.stderr
+    assert result.returncode == EXIT_BAD_INPUT and message in result.stderr
     assert "Traceback" not in result.stderr
     assert not Testbed.named("bad-input").dir.exists()
 
@@ -60,7 +61,7 @@ def test_malformed_inventory_names_the_problem(tmp_path):
     inventory = tmp_path / "fleet.yaml"
     inventory.write_text("nodes:\n  - name: gpu-0\n    gpus: 2\n    model: b300\n")
     result = draconf("testbed", "up", "--name", "bad-input", "--inventory", str(inventory))
-    assert result.returncode == 2 and "model 'b300' is not under `models`" in result.stderr
+    assert result.returncode == EXIT_BAD_INPUT and "model 'b300' is not under `models`" in result.stderr
     assert not Testbed.named("bad-input").dir.exists()
 
 
@@ -70,7 +71,7 @@ def test_a_taken_port_is_reported_before_anything_starts():
         sock.listen()
         port = sock.getsockname()[1]
         result = draconf("testbed", "up", "--name", "bad-input", "--port", str(port))
-    assert result.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert result.returncode == EXIT_BAD_INPUT and f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert not Testbed.named("bad-input").dir.exists()
 
 
@@ -86,7 +87,7 @@ def test_a_half_up_bed_is_named_as_such_and_down_clears_it():
                                   interval=0.2, describe=lambda result: result.stdout.strip())
         assert status.returncode == 1 and "half-up" in status.stdout and "kube-scheduler STOPPED" in status.stdout
         again = draconf("testbed", "up", "--name", bed.name)
-        assert again.returncode == 2 and "half up (kube-scheduler not running)" in again.stderr
+        assert again.returncode == EXIT_BAD_INPUT and "half up (kube-scheduler not running)" in again.stderr
     finally:
         down = draconf("testbed", "down", "--name", bed.name)
     assert down.returncode == 0 and not bed.dir.exists()
@@ -119,12 +120,12 @@ def test_invalid_profile_is_one_clear_error_before_anything_is_created(tmp_path,
 
 
 @pytest.mark.parametrize("kubeconfig, message, code", [
-    ("does-not-exist", "does not exist", 2),
-    ("malformed", "not valid YAML", 2),
-    ("not-a-kubeconfig", "is not a kubeconfig", 2),
-    ("unreachable", "cannot reach the API server", 3),
-    ("untrusted", "TLS certificate the kubeconfig does not trust", 3),
-    ("wrong-token", "rejected the credentials", 3),
+    ("does-not-exist", "does not exist", EXIT_BAD_INPUT),
+    ("malformed", "not valid YAML", EXIT_BAD_INPUT),
+    ("not-a-kubeconfig", "is not a kubeconfig", EXIT_BAD_INPUT),
+    ("unreachable", "cannot reach the API server", EXIT_TARGET_UNUSABLE),
+    ("untrusted", "TLS certificate the kubeconfig does not trust", EXIT_TARGET_UNUSABLE),
+    ("wrong-token", "rejected the credentials", EXIT_TARGET_UNUSABLE),
 ])
 def test_bad_kubeconfig_is_one_clear_line_and_its_exit_code(tmp_path, healthy_bed, kubeconfig, message, code):
     path = tmp_path / "kubeconfig"

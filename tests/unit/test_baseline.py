@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from draconf import baseline
-from draconf.errors import DraconfError
+from draconf.errors import EXIT_BAD_INPUT, DraconfError
 
 BEFORE = {
     "version": 1, "server": "v1.36.3",
@@ -100,4 +100,4 @@ def test_which_kinds_count_is_the_users_choice(tmp_path):
     counted = _compare_cli(tmp_path, after, "--tolerate", "slower", "--count", "driver")
     assert counted.returncode == 1 and "REGRESSION driver: versions" in counted.stdout
     bad = _compare_cli(tmp_path, after, "--tolerate", "speed")
-    assert bad.returncode == 2 and "unknown kind of change speed" in bad.stderr
+    assert bad.returncode == EXIT_BAD_INPUT and "unknown kind of change speed" in bad.stderr

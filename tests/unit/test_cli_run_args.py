@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from draconf import cli, run_args
+from draconf.errors import EXIT_BAD_INPUT, EXIT_TARGET_UNUSABLE
 
 
 def test_a_test_path_relative_to_the_checkout_selects_those_tests_from_anywhere(tmp_path, monkeypatch):
@@ -43,11 +46,11 @@ def test_no_abbreviations():
 
 
 def test_arguments_pytest_refuses_fail_before_any_bed_starts(tmp_path, monkeypatch, capsys):
-    """Bad input changes nothing: no bed started, no report written, one line, exit 2."""
+    """Bad input changes nothing: no bed started, no report written, one line, exit 11."""
     monkeypatch.setenv("DRACONF_STATE_DIR", str(tmp_path / "state"))
     code = cli.main(["run", "--reports", str(tmp_path / "reports"), "--comp", "x"])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("draconf: error: pytest refuses the arguments: ")
+    assert code == EXIT_BAD_INPUT and err.startswith("draconf: error: pytest refuses the arguments: ")
     assert "unrecognized arguments: --comp x" in err
     assert not (tmp_path / "state").exists() and not (tmp_path / "reports" / "summary.json").exists()
 
@@ -61,14 +64,22 @@ def test_a_selection_of_nothing_fails_before_any_bed_starts(tmp_path, monkeypatc
 
 def test_commands_against_an_unreachable_cluster_say_so_in_one_line(tmp_path, capsys):
     """sweep and audit printed the client's ~95-line traceback, and audit's exit 1 also meant
-    'findings': now one line and exit 3, the target cannot be used."""
+    'findings': now one line and exit 12, the target cannot be used."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
     for command in ("sweep", "audit"):
-        assert cli.main([command, "--kubeconfig", str(kubeconfig)]) == 3
+        assert cli.main([command, "--kubeconfig", str(kubeconfig)]) == EXIT_TARGET_UNUSABLE
         err = capsys.readouterr().err
         assert err.startswith("draconf: error: cannot reach the API server at https://127.0.0.1:1")
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_option_argparse_refuses_is_bad_input_not_argparse_2(capsys):
+    # argparse exits 2, which pytest's table gives to "interrupted": draconf's own code instead.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["lint", "--no-such-option", "x.yaml"])
+    assert exit_.value.code == EXIT_BAD_INPUT
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from draconf.errors import DraconfError, TargetUnusable
+from draconf.errors import EXIT_BAD_INPUT, EXIT_TARGET_UNUSABLE, DraconfError, TargetUnusable
 from draconf.testbed import example_driver, kind
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,17 +41,17 @@ def test_a_cluster_without_workers_is_refused():
         kind.cluster_config(workers=0)
 
 
-def test_missing_tools_are_one_line_and_exit_3():
+def test_missing_tools_are_one_line_and_target_unusable():
     with pytest.raises(TargetUnusable) as err:
         kind.check_tools(which=lambda tool: None)
-    assert err.value.exit_code == 3
+    assert err.value.exit_code == EXIT_TARGET_UNUSABLE
     assert "needs kind and docker on PATH" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TargetUnusable, match="needs kind on PATH, and this machine has no kind"):
         kind.check_tools(which=lambda tool: "/usr/bin/docker" if tool == "docker" else None)
 
 
 @pytest.mark.skipif(not shutil.which("docker"), reason="needs a docker client (without its daemon)")
-def test_a_docker_daemon_that_does_not_answer_is_exit_3(tmp_path):
+def test_a_docker_daemon_that_does_not_answer_is_target_unusable(tmp_path):
     """The real docker client against no daemon (this machine has the client only)."""
     if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
         pytest.skip("a Docker daemon answers here")
@@ -64,11 +64,11 @@ def test_a_docker_daemon_that_does_not_answer_is_exit_3(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_draconf_run_target_kind_without_kind_is_one_line_and_exit_3(tmp_path):
+def test_draconf_run_target_kind_without_kind_is_one_line_and_target_unusable(tmp_path):
     env = {**os.environ, "PATH": str(Path(sys.executable).parent), "DRACONF_STATE_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "draconf.cli", "run", "--target", "kind"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 3, proc.stderr
+    assert proc.returncode == EXIT_TARGET_UNUSABLE, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("draconf: error: --target kind needs kind and docker on PATH")
     assert not (tmp_path / "kind").exists()  # nothing made
@@ -77,7 +77,7 @@ def test_draconf_run_target_kind_without_kind_is_one_line_and_exit_3(tmp_path):
 def test_kind_options_without_target_kind_are_bad_input():
     proc = subprocess.run([sys.executable, "-m", "draconf.cli", "run", "--keep-cluster"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "go with --target kind" in proc.stderr
+    assert proc.returncode == EXIT_BAD_INPUT and "go with --target kind" in proc.stderr
 
 
 KIND_STANDIN = """#!/bin/sh
@@ -140,7 +140,7 @@ def test_an_existing_cluster_is_reused_only_when_kept(standin, tmp_path, monkeyp
     monkeypatch.setenv("EXISTING", "draconf")
     with pytest.raises(DraconfError, match="already exists; pass --keep-cluster") as err:
         kind.KindTarget("draconf", tmp_path / "work", log=lambda m: None).create_cluster(which=which)
-    assert err.value.exit_code == 2
+    assert err.value.exit_code == EXIT_BAD_INPUT
     kept = kind.KindTarget("draconf", tmp_path / "work", keep=True, log=lambda m: None)
     kept.create_cluster(which=which)
     kept.stop()
@@ -168,7 +168,7 @@ def test_the_chart_is_rendered_for_kind_with_its_own_image(tmp_path):
     assert plugin.get("imagePullPolicy") != "Never"
 
 
-def test_a_failing_kind_create_is_one_line_and_exit_3(standin, tmp_path):
+def test_a_failing_kind_create_is_one_line_and_target_unusable(standin, tmp_path):
     which, log = standin
     kind_script = Path(which("kind"))
     kind_script.write_text(kind_script.read_text().replace('  "create cluster")\n', '  "create cluster") exit 1;;\n  "never")\n'))
