@@ -199,8 +199,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         argv.append("--dist=loadgroup")  # a workload's three checks share one deployment
     before = baseline.load(args.compare) if args.compare else None  # a bad file fails first
     expectations.Expectations.of(None, args.expect_feature, args.waive_feature)  # so does a bad name
-    # --all-models and --every-node read the cluster to collect: the run itself checks those.
-    reads_cluster = ("--draconf-all-models", "--draconf-every-node")
+    # --all-models and the sweep read the cluster to collect: the run itself checks those.
+    reads_cluster = ("--draconf-all-models", "--draconf-every-node", "--draconf-every-gpu")
     run_args.check_selection([a for a in selection if a not in reads_cluster], pytest_args,
                      judge_selection=not set(reads_cluster) & set(selection))
     _prepare_target(args)
@@ -536,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also prove every GPU node: a claim pinned to each node that publishes GPUs is "
                         "allocated, its GPU seen by a container and released (one verdict per node; "
                         "add -m every_node for the sweep alone)")
+    p.add_argument("--every-gpu", action="store_true",
+                   help="the sweep over every GPU instead: each published GPU allocated once, by its "
+                        "uuid, and seen by a container (one verdict per GPU; implies the sweep)")
+    p.add_argument("--sweep-max-gpus", type=int, default=None, metavar="N",
+                   help="how many GPUs the sweep may hold at once (default: a tenth of the "
+                        "published GPUs, at least one); GPUs others hold are never taken")
     p.add_argument("--all-models", action="store_true",
                    help="also run model-selected and memory-selected once per published product name "
                         "and memory size")

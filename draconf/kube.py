@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from functools import cached_property
@@ -87,6 +88,16 @@ class Api:
     @cached_property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api_client)
+
+    def exec_core(self) -> client.CoreV1Api:
+        """A CoreV1Api for ``kubernetes.stream.stream`` (exec), one per thread, on an API client
+        of its own: stream() swaps its client's ``request`` for a websocket call while it runs,
+        so any other call sharing that client in another thread (the fleet sweep's) would be
+        sent as a websocket handshake ("Handshake status 200 OK")."""
+        local = self.__dict__.setdefault("_exec_clients", threading.local())
+        if getattr(local, "core", None) is None:
+            local.core = client.CoreV1Api(_client(self.api_client.configuration))
+        return local.core
 
     @cached_property
     def apps(self) -> client.AppsV1Api:

@@ -421,7 +421,7 @@ def _exec_once(api, namespace: str, pod: str, container: str, command: list[str]
     (``executable file not found in $PATH``); that is reported as 127, the status a shell gives
     a command it cannot find.
     """
-    ws = stream(api.core.connect_get_namespaced_pod_exec, pod, namespace, container=container,
+    ws = stream(api.exec_core().connect_get_namespaced_pod_exec, pod, namespace, container=container,
                 command=command, stdout=True, stderr=True, stdin=False, tty=False,
                 _preload_content=False, _request_timeout=timeout)
     stdout, stderr = [], []

@@ -161,6 +161,12 @@ def pytest_addoption(parser):
                     help="also prove every GPU node: on each node that publishes GPUs a claim is "
                          "allocated, its GPU seen by a container and released (one test per node; "
                          "reads the cluster's devices when the session starts; -m every_node: only that)")
+    group.addoption("--draconf-every-gpu", dest="draconf_every_gpu", action="store_true",
+                    help="the sweep over every GPU instead: each published GPU allocated once and seen "
+                         "by a container (one test per GPU; implies the sweep)")
+    group.addoption("--draconf-sweep-max-gpus", dest="draconf_sweep_max_gpus", type=int, default=None,
+                    metavar="N", help="how many GPUs the sweep may hold at once (default: a tenth of "
+                                      "the published GPUs, at least one)")
     group.addoption("--draconf-expect-feature", dest="draconf_expect_feature", action="append", default=[],
                     metavar="FEATURE",
                     help="fail, not skip, when this feature is missing (repeatable; GA features of the "
@@ -253,14 +259,17 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """One xdist group per workload (before pytest-xdist reads the groups): its three checks
     share its class-scoped deployment, so they run on one worker, in order."""
-    from draconf.parallel import EXCLUSIVE_WORKLOADS, workload_group
-    if not config.getoption("draconf_every_node"):
-        # The sweep runs when asked for (--every-node): a node per test, minutes on a fleet.
+    from draconf.parallel import EXCLUSIVE_WORKLOADS, GROUP_PREFIX, workload_group
+    if not sweeping(config):
+        # The sweep runs when asked for (--every-node, --every-gpu): a test per node or GPU.
         swept = [item for item in items if item.get_closest_marker("every_node")]
         if swept:
             config.hook.pytest_deselected(items=swept)
             items[:] = [item for item in items if not item.get_closest_marker("every_node")]
     for item in items:
+        if item.get_closest_marker("every_node"):
+            # The sweep runs once for all its tests (draconf.sweep): one worker holds it.
+            item.add_marker(pytest.mark.xdist_group(f"{GROUP_PREFIX}every-node"))
         if is_workload_check(item):
             item.add_marker(pytest.mark.xdist_group(workload_group(item.nodeid)))
             if EXCLUSIVE_WORKLOADS & {str(v) for v in item.callspec.params.values()}:
@@ -375,7 +384,7 @@ def pytest_sessionstart(session):
     """An unusable ``--target kubeconfig`` ends the run before any test, in one line
     (``ERROR: draconf: ...``, exit status 4, pytest's usage error), with nothing created."""
     config = session.config
-    if config.getoption("draconf_all_models") or config.getoption("draconf_every_node"):
+    if config.getoption("draconf_all_models") or sweeping(config):
         _read_devices_for_collection(config)
     if config.option.collectonly or run_target(config) == "testbed":
         return
@@ -394,13 +403,19 @@ def pytest_sessionstart(session):
 COLLECTED_DEVICES = pytest.StashKey["PublishedDevices"]()
 
 
+def sweeping(config) -> bool:
+    """Whether the run includes the fleet sweep (``--every-node`` or ``--every-gpu``)."""
+    return bool(config.getoption("draconf_every_node") or config.getoption("draconf_every_gpu"))
+
+
 def _read_devices_for_collection(config) -> None:
     """Read the published devices before collection; no usable cluster is a usage error in one
     line (``ERROR: draconf: --all-models ...``, exit status 4).  The bed is not started here:
     ``draconf run`` starts it before pytest; plain pytest needs ``draconf testbed up`` first."""
     from draconf.devices import PublishedDevices
     from draconf.preflight.runner import probe
-    flag = "--all-models" if config.getoption("draconf_all_models") else "--every-node"
+    flag = "--all-models" if config.getoption("draconf_all_models") else (
+        "--every-gpu" if config.getoption("draconf_every_gpu") else "--every-node")
     try:
         api = target_api(config, down_hint=f"or use `draconf run {flag}`")
         unusable = probe(api)
@@ -582,6 +597,15 @@ def cluster(pytestconfig):
     return api
 
 
+#: make_namespace's hold on the capacity lock and its finalizers, from several threads at once.
+_MAKING_NAMESPACES = threading.Lock()
+
+
+def _release(lock) -> None:
+    with _MAKING_NAMESPACES:
+        lock.release()
+
+
 def make_namespace(request, api, run_id, label: str) -> str:
     """Create a run-labelled namespace and arrange its deletion at the end of ``request``'s scope
     (kept when a test in that scope failed and --keep-on-failure is set).
@@ -603,8 +627,9 @@ def make_namespace(request, api, run_id, label: str) -> str:
     lock = run_lock()
     # A class-scoped workload's request names the class; the check that set it up carries the mark.
     test = getattr(request, "_pyfuncitem", None) or request.node
-    lock.acquire(exclusive=test.get_closest_marker("exclusive_capacity") is not None)
-    request.addfinalizer(lock.release)
+    with _MAKING_NAMESPACES:  # the sweep makes its targets' namespaces from a thread pool
+        lock.acquire(exclusive=test.get_closest_marker("exclusive_capacity") is not None)
+        request.addfinalizer(lambda: _release(lock))
     # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
     profile = run_profile(request.config)
     name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),

@@ -51,9 +51,11 @@ def plugin_args(args) -> list[str]:
     for name in ("kubeconfig", "context", "image"):
         if getattr(args, name, None):
             out.append(f"--draconf-{name}={getattr(args, name)}")
-    for name in ("keep_on_failure", "all_models", "every_node", "no_preflight_gate"):
+    for name in ("keep_on_failure", "all_models", "every_node", "every_gpu", "no_preflight_gate"):
         if getattr(args, name, False):
             out.append("--draconf-" + name.replace("_", "-"))
+    if getattr(args, "sweep_max_gpus", None):
+        out.append(f"--draconf-sweep-max-gpus={args.sweep_max_gpus}")
     for name in ("expect_feature", "waive_feature"):
         out += [f"--draconf-{name.replace('_', '-')}={v}" for v in getattr(args, name, None) or []]
     return out

@@ -4,6 +4,7 @@ summary.json and the Allure extras and prints the matrix."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,8 @@ from draconf.reporting.run_verdict import RunVerdict, judge_run
 from draconf.reporting.rows import (count_outcomes, first_line, fold_phase, mark_reruns, marker_fields,
                                     new_row, phase_message, phase_outcome)
 from draconf.reporting.verdict import VerdictSection, register_allure_messages, start_verdict, verdict_of
+
+log = logging.getLogger(__name__)
 
 #: The directory whose tests make a session a conformance run (one that writes reports).
 SUITE_DIR = "suites"
@@ -67,6 +70,7 @@ class ReportingPlugin:
         self.rows: dict[str, dict[str, Any]] = {}
         self.started = _now()
         self.summary_path: Path | None = None
+        self.fleet: list = []
         #: nodeid -> (workload, check) of every collected test, for rows of tests never run.
         self.collected: dict[str, tuple[str | None, str | None]] = {}
         #: The test between logstart and logfinish: the one an interrupt stopped.
@@ -215,6 +219,19 @@ class ReportingPlugin:
         allure_dir = getattr(self.config.option, "allure_report_dir", None)
         if allure_dir:
             write_allure_extras(_resolve(self.config, allure_dir), get_run_info(self.config))
+        self.fleet = fleet_verdicts(self.rows.values())
+        if self.fleet:
+            self._draw_fleet(reports_dir)
+
+    def _draw_fleet(self, reports_dir: Path) -> None:
+        """The sweep's picture beside summary.json: fleet.svg, and fleet.png (Pillow)."""
+        from draconf.reporting import fleet_picture
+        title = f"draconf fleet sweep: {fleet_picture.summary_line(self.fleet).removeprefix('every-node: ')}"
+        (reports_dir / "fleet.svg").write_text(fleet_picture.render_svg(self.fleet, title), encoding="utf-8")
+        try:
+            fleet_picture.render_png(self.fleet, title, reports_dir / "fleet.png")
+        except ImportError as err:  # a picture is never worth a failed run
+            log.warning("fleet.png not drawn: %s", err)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
                                 config: pytest.Config) -> None:
@@ -244,6 +261,11 @@ class ReportingPlugin:
             terminalreporter.line("diagnoses:")
             for row in diagnosed:
                 terminalreporter.line(f"  {row['id']}: [{row['diagnosis']}] {row['reason']}")
+        if getattr(self, "fleet", None):
+            from draconf.reporting.fleet_picture import terminal_lines
+            for line in terminal_lines(self.fleet):  # failed and busy nodes only, then the counts
+                terminalreporter.line(line)
+            terminalreporter.line(f"picture: {self.summary_path.with_name('fleet.png')}")
         self._write_verdict_line(terminalreporter)
         terminalreporter.line(f"summary: {self.summary_path}")
 
@@ -267,3 +289,39 @@ class ReportingPlugin:
             mark_junit_interrupted(Path(xmlpath), self.interruption)
         if self.run_verdict is not None:
             mark_junit_verdict(Path(xmlpath), self.run_verdict.line())
+
+
+def fleet_verdicts(rows) -> list:
+    """The sweep's rows (workload ``every-node``, check ``<node>`` or ``<node>/<gpu>``) as the
+    fleet picture's nodes: a node's status is its worst GPU's (failed, then no verdict, then
+    busy); a node swept whole counts as one square.
+
+    >>> rows = [{"workload": "every-node", "check": "n1/gpu-0", "outcome": "passed"},
+    ...         {"workload": "every-node", "check": "n1/gpu-1", "outcome": "failed", "diagnosis": "plugin-unhealthy"},
+    ...         {"workload": "every-node", "check": "n2", "outcome": "skipped", "message": "busy, not tested: x"},
+    ...         {"workload": "single-gpu", "check": "allocation", "outcome": "passed"}]
+    >>> [(n.name, n.gpus, n.status, n.code, n.gpu_status) for n in fleet_verdicts(rows)]
+    [('n1', 2, 'failed', 'plugin-unhealthy', ('passed', 'failed')), ('n2', 1, 'busy', '', ('busy',))]
+    """
+    from draconf.reporting.fleet_picture import BUSY, BUSY_MESSAGE, FAILED, NO_VERDICT, PASSED, NodeVerdict
+
+    def status(row) -> str:
+        outcome = row.get("outcome")
+        if outcome in ("passed", "flaky"):
+            return PASSED
+        if outcome in ("failed", "broken", "error"):
+            return FAILED
+        return BUSY if str(row.get("message") or "").startswith(BUSY_MESSAGE) else NO_VERDICT
+
+    per_node: dict[str, list] = {}
+    for row in rows:
+        if row.get("workload") == "every-node" and row.get("check"):
+            per_node.setdefault(str(row["check"]).split("/", 1)[0], []).append(row)
+    nodes = []
+    for name, node_rows in sorted(per_node.items()):
+        node_rows.sort(key=lambda r: str(r["check"]))
+        squares = tuple(status(r) for r in node_rows)
+        worst = next(s for s in (FAILED, NO_VERDICT, BUSY, PASSED) if s in squares)
+        code = next((str(r.get("diagnosis") or "") for r in node_rows if status(r) == FAILED), "")
+        nodes.append(NodeVerdict(name, len(squares), worst, code, squares))
+    return nodes

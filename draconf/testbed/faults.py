@@ -37,6 +37,9 @@ FAULTS: dict[str, str] = {
     "one-node-wrong-device":
         "the runtime of one GPU node (gpu-a100-0 of the default fleet) gives containers a GPU other "
         "than the one allocated; the other nodes are healthy",
+    "one-gpu-bad":
+        "the last GPU of one GPU node (gpu-a100-0/gpu-1 of the default fleet) cannot be prepared, "
+        "published like its healthy neighbour: only a sweep over every GPU is sure to find it",
     "claims-stripped":
         "a MutatingAdmissionPolicy made by an admin removes resourceClaims from every pod created in "
         "the suite's namespaces: the pods run, without any GPU",

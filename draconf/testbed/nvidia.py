@@ -185,10 +185,11 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "mig-parent-mislabelled": "mig-parent-mislabelled",
                  "mps-daemon-fails": "mps-daemon-fails", "prepare-refused": "prepare-fails",
                  "unprepare-keeps-device": "unprepare-keeps-device",
-                 "one-node-refuses-prepare": "prepare-fails", "one-node-wrong-device": "cdi-wrong-device"}
+                 "one-node-refuses-prepare": "prepare-fails", "one-node-wrong-device": "cdi-wrong-device",
+                 "one-gpu-bad": "last-gpu-fails"}
 #: Faults of one node only (SIMULATE_FAULTS_ON_NODES): the default fleet's A100 node breaks, the
 #: others stay healthy, and a sweep over every node must name exactly that one.
-ONE_NODE_FAULTS = ("one-node-refuses-prepare", "one-node-wrong-device")
+ONE_NODE_FAULTS = ("one-node-refuses-prepare", "one-node-wrong-device", "one-gpu-bad")
 ONE_NODE = "gpu-a100-0"
 
 

@@ -77,6 +77,8 @@ MIG_ONLY = ("-k", "test_preflight or test_mig")
 CDI_SCOPE = ("-k", WALKTHROUGH + " or test_jobs or TestFeatureWorkload or TestGpuSharing")
 #: The sweep over every GPU node (suites/test_every_node.py), and preflight.
 EVERY_NODE = ("--every-node", "-k", "test_preflight or test_every_node")
+#: The sweep over every GPU (``--every-gpu``), and preflight.
+EVERY_GPU = ("--every-gpu", "-k", "test_preflight or test_every_node")
 #: The quota scenarios and the extended-resource quota check (suites/test_features.py).
 QUOTA_SCOPE = ("-k", "test_preflight or test_quota or test_extended_resource_pod_is_charged_once_and_capped")
 
@@ -191,6 +193,11 @@ EXPECTED: dict[str, Expectation] = {
     "one-node-wrong-device": Expectation(
         (f"every-node/{ONE_NODE}",), {f"every-node/{ONE_NODE}": "cdi-wrong-device"},
         run_args=EVERY_NODE),
+    # One bad GPU beside a healthy one on the same node: the sweep over every GPU names exactly
+    # it (its node's FailedPrepareDynamicResources event) and proves every other GPU.
+    "one-gpu-bad": Expectation(
+        (f"every-node/{ONE_NODE}/gpu-1",), {f"every-node/{ONE_NODE}/gpu-1": "plugin-unhealthy"},
+        run_args=EVERY_GPU),
     # An admin's MutatingAdmissionPolicy strips the claims from the suite's pods: they run,
     # without GPUs, and prove nothing.  Both checks compare the live pods with what was applied;
     # with nothing allocated, cleanup has nothing to release.

@@ -17,9 +17,12 @@ import yaml
 from draconf import namespaces, waits
 from draconf.errors import EXIT_BAD_INPUT, EXIT_TARGET_UNUSABLE
 from draconf.kube import connect
+from draconf.testbed import inventory
 from draconf.testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
+#: The shared healthy bed's fleet (tests/testbed/conftest.py): `up` names it to find that bed up.
+SELFTEST_FLEET = ("--inventory", str(inventory.GUIDE_INVENTORY))
 
 
 def draconf(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -28,7 +31,7 @@ def draconf(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
 
 
 def test_up_is_idempotent_and_status_env_report_it(healthy_bed):
-    again = draconf("testbed", "up", "--name", healthy_bed.name)
+    again = draconf("testbed", "up", "--name", healthy_bed.name, *SELFTEST_FLEET)
     assert again.returncode == 0 and "already up" in again.stdout
     assert f"export KUBECONFIG={healthy_bed.kubeconfig}" in again.stdout
     status = draconf("testbed", "status", "--name", healthy_bed.name)
@@ -38,7 +41,7 @@ def test_up_is_idempotent_and_status_env_report_it(healthy_bed):
 
 
 def test_up_with_other_faults_than_the_running_bed_is_refused(healthy_bed):
-    result = draconf("testbed", "up", "--name", healthy_bed.name, "--fault", "cdi-wrong-device")
+    result = draconf("testbed", "up", "--name", healthy_bed.name, *SELFTEST_FLEET, "--fault", "cdi-wrong-device")
     assert result.returncode == EXIT_BAD_INPUT and "already up with faults none" in result.stderr
     assert "Traceback" not in result.stderr
     assert healthy_bed.is_up

@@ -39,3 +39,43 @@ def test_a_cordoned_node_is_named_and_the_others_are_still_proven(healthy_bed, a
     assert rows[cordoned]["outcome"] == "no-verdict" and "is cordoned" in rows[cordoned]["message"], rows[cordoned]
     assert all(rows[n]["outcome"] == "passed" for n in nodes[1:]), rows
     assert "Traceback" not in out
+
+
+def test_every_gpu_is_one_verdict_a_few_at_a_time(healthy_bed, api, tmp_path):
+    result = draconf("run", "--testbed-name", healthy_bed.name, "--every-gpu", "--sweep-max-gpus", "3",
+                     "-m", "every_node", "--reports", str(tmp_path), timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    rows = {r["check"]: r for r in json.loads((tmp_path / "summary.json").read_text())["tests"]}
+    whole = sorted(f"{s.spec.node_name}/{d.name}" for s in api.resource.list_resource_slice().items
+                   for d in s.spec.devices if s.spec.node_name and d.attributes["type"].string == "gpu")
+    assert sorted(rows) == whole and len(whole) >= 8, (sorted(rows), whole)
+    assert all(r["outcome"] == "passed" for r in rows.values()), rows
+    assert "at most 3 at a time" in out, out[-3000:]
+
+
+def test_gpus_others_hold_are_busy_never_taken(healthy_bed, api, tmp_path):
+    """Both A100s held by a pod of another namespace: the sweep lists them busy, naming the
+    holder, leaves them alone and proves every other GPU; busy is not a failure."""
+    from draconf import manifests, namespaces
+    from draconf.builder import Workload
+    from draconf.profile import builtin
+    from draconf.workload import DeployedWorkload
+    from .test_allocation_branches import claim_doc, pod_doc
+    ns = namespaces.create(api, namespaces.RunId("selftest"), "gpu-tenant")
+    try:
+        a100 = "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')"
+        held = [claim_doc("both-a100s", count=2, selectors=[a100]), pod_doc("tenant", "both-a100s")]
+        manifests.create(api, ns, held)
+        DeployedWorkload(api, ns, Workload("tenant", [], 1), builtin("nvidia"), held).wait_running(timeout=60)
+        result = draconf("run", "--testbed-name", healthy_bed.name, "--every-gpu", "--sweep-max-gpus", "4",
+                         "-m", "every_node", "--reports", str(tmp_path), timeout=600)
+    finally:
+        namespaces.delete(api, ns, wait=60)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    rows = {r["check"]: r for r in json.loads((tmp_path / "summary.json").read_text())["tests"]}
+    busy = {k: r for k, r in rows.items() if k.startswith("gpu-a100-0/")}
+    assert len(busy) == 2 and all(r["outcome"] == "skipped" and "busy, not tested" in r["message"]
+                                  and ns in r["message"] for r in busy.values()), busy
+    assert all(r["outcome"] == "passed" for k, r in rows.items() if k not in busy), rows

@@ -522,7 +522,7 @@ def test_claims_stripped(start_fault_bed):
 
 
 @pytest.mark.skipif(not REAL_NODES, reason="the fault is the real plugin's, on one node")
-@pytest.mark.parametrize("fault", ["one-node-refuses-prepare", "one-node-wrong-device"])
+@pytest.mark.parametrize("fault", ["one-node-refuses-prepare", "one-node-wrong-device", "one-gpu-bad"])
 def test_one_node_faults_act_on_that_node_only(fault, start_fault_bed):
     bed, api = start_fault_bed(fault)
     ds = api.apps.read_namespaced_daemon_set(nvidia.PLUGIN_DAEMONSET, nvidia.PLUGIN_NAMESPACE)

@@ -140,6 +140,9 @@ const (
 	FaultMigParentMislabelled Fault = "mig-parent-mislabelled"
 	// FaultMpsDaemonFails makes the MPS control daemon's container exit at once.
 	FaultMpsDaemonFails Fault = "mps-daemon-fails"
+	// FaultLastGPUFails fails NodePrepareResources for claims given the node's last GPU only:
+	// one bad GPU beside healthy ones, published like them.
+	FaultLastGPUFails Fault = "last-gpu-fails"
 )
 
 // FlakyEnv is the container environment the nvml-flaky fault adds through CDI.
@@ -149,7 +152,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
 	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored, FaultMigParentMislabelled,
-	FaultMpsDaemonFails, FaultPrepareFails, FaultUnprepareKeepsDevice}
+	FaultMpsDaemonFails, FaultPrepareFails, FaultUnprepareKeepsDevice, FaultLastGPUFails}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

@@ -533,6 +533,21 @@ func TestFaultPrepareFails(t *testing.T) {
 	}
 }
 
+// last-gpu-fails: the node's last GPU is refused, its neighbour is prepared as usual.
+func TestFaultLastGPUFails(t *testing.T) {
+	b := newBed(t, 2, FaultLastGPUFails)
+	if _, err := b.prep.Prepare(claim("uid-0", "gpu-0")); err != nil {
+		t.Fatalf("the healthy GPU: %v", err)
+	}
+	_, err := b.prep.Prepare(claim("uid-1", "gpu-1"))
+	if err == nil || !strings.Contains(err.Error(), "GPU gpu-1 ("+testUUIDs[1]+")") || !strings.Contains(err.Error(), "GPU is lost") {
+		t.Fatalf("the bad GPU: %v", err)
+	}
+	if _, err := os.Stat(b.cdi.SpecPath("uid-1")); err == nil {
+		t.Error("a CDI spec was written for a claim that was refused")
+	}
+}
+
 func TestFaultUnprepareKeepsDevice(t *testing.T) {
 	b := newBed(t, 1, FaultUnprepareKeepsDevice)
 	if _, err := b.prep.Prepare(claim("uid-1", "gpu-0")); err != nil {

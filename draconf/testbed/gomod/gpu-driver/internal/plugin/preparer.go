@@ -96,6 +96,11 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 	if err != nil {
 		return nil, err
 	}
+	if p.cfg.Faults.Has(FaultLastGPUFails) {
+		if err := p.refuseLastGPU(claim, results); err != nil {
+			return nil, err
+		}
+	}
 	if p.lib.migs != nil {
 		return p.prepareMig(claim, l, results)
 	}
@@ -374,4 +379,25 @@ func describeClaim(claim *resourceapi.ResourceClaim) string {
 		NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name},
 		UID:            claim.UID,
 	}.String()
+}
+
+// refuseLastGPU is the last-gpu-fails fault: the node's highest-numbered GPU cannot be set up
+// (as a GPU that fell off the bus after it was published), its neighbours can.
+func (p *Preparer) refuseLastGPU(claim *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult) error {
+	if len(p.lib.GPUs) == 0 {
+		return nil
+	}
+	last := p.lib.GPUs[0]
+	for _, g := range p.lib.GPUs {
+		if g.Minor > last.Minor {
+			last = g
+		}
+	}
+	for _, r := range results {
+		if r.Device == last.CanonicalName() {
+			return fmt.Errorf("simulated: cannot prepare claim %s: GPU %s (%s) on node %s: NVML: GPU is lost",
+				describeClaim(claim), r.Device, last.UUID, p.cfg.NodeName)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,266 @@
+"""The fleet sweep (``draconf run --every-node``, ``--every-gpu``): every GPU node, or every GPU,
+proven by a workload pinned to it, a bounded number at a time.
+
+A *target* is a node (any free GPU of it: ``--every-node``) or one GPU of a node
+(``--every-gpu``).  Proving one is the walkthrough's first workload (``01-single-gpu.yaml``)
+pinned there and judged as every workload is: the claim allocated a GPU of that node (that GPU),
+the container sees exactly it, and once released it is allocatable again.
+
+Safe on a live cluster: GPUs others hold are never taken (a target whose GPUs are all held is
+*busy, not tested*, naming the holders); a cordoned or NotReady node, or one preflight left
+out, gives no verdict naming why; a GPU its driver taints is *tainted, not tested*; at most
+:func:`bound` targets are in flight at once, each holding one GPU, so most of the fleet stays
+free.  Targets run in a thread pool: a hundred nodes take about as long as their slowest
+wave, not a hundred workloads one after another.
+
+:func:`prove` raises what a test raises (``AssertionError``/``pytest.fail`` for a failure,
+:class:`~draconf.errors.NoVerdict`, ``pytest.skip``); :func:`run` keeps each target's outcome
+for its own test to raise (suites/test_every_node.py).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import pytest
+
+from draconf import cel
+from draconf import selectors as sel
+from draconf.claims import Claim
+from draconf.devices import class_selectors
+from draconf.errors import NoVerdict
+from draconf.reporting.fleet_picture import BUSY_MESSAGE
+from draconf.builder import Workload
+
+#: The walkthrough's first manifest: one pod, one claim from a template, one GPU.
+MANIFEST = "01-single-gpu.yaml"
+#: Its ResourceClaimTemplate, the one the every-gpu selector goes on.
+TEMPLATE = "single-gpu"
+#: The share of the published GPUs the sweep may hold at once unless told (``--sweep-max-gpus``).
+DEFAULT_SHARE = 0.1
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """What one sweep test proves: a node, or one GPU (device name) of it."""
+    node: str
+    device: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The test id: ``gpu-a100-0`` or ``gpu-a100-0/gpu-1``.
+
+        >>> Target("n1").id, Target("n1", "gpu-3").id
+        ('n1', 'n1/gpu-3')
+        """
+        return self.node if self.device is None else f"{self.node}/{self.device}"
+
+
+def targets(devices_per_node: dict[str, list], every_gpu: bool) -> list[Target]:
+    """One target per node, or per GPU of each node, sorted.
+
+    >>> from types import SimpleNamespace as D
+    >>> per_node = {"b": [D(name="gpu-1"), D(name="gpu-0")], "a": [D(name="gpu-0")]}
+    >>> [t.id for t in targets(per_node, every_gpu=False)]
+    ['a', 'b']
+    >>> [t.id for t in targets(per_node, every_gpu=True)]
+    ['a/gpu-0', 'b/gpu-0', 'b/gpu-1']
+    """
+    if not every_gpu:
+        return sorted(Target(node) for node in devices_per_node)
+    return sorted(Target(node, d.name) for node, devices in devices_per_node.items() for d in devices)
+
+
+def full_gpus(published, profile) -> dict[str, list]:
+    """The published devices per node that are whole GPUs (not a MIG device or a passthrough
+    one, by the profile's ``type`` attribute): what the sweep's targets are made of.
+
+    >>> from draconf.devices import Device, PublishedDevices
+    >>> from draconf.profile import builtin
+    >>> d = lambda name, kind: Device("gpu.nvidia.com", "n", name, "n", {"gpu.nvidia.com/type": kind})
+    >>> found = full_gpus(PublishedDevices("gpu.nvidia.com", [d("gpu-0", "gpu"), d("gpu-0-mig-1g", "mig")]),
+    ...                   builtin("nvidia"))
+    >>> {node: [x.name for x in devices] for node, devices in found.items()}
+    {'n': ['gpu-0']}
+    """
+    role = profile.attributes.get("type")
+    per_node: dict[str, list] = {}
+    for d in published.devices:
+        if d.node and (not role or d.attribute(role) in (None, profile.device_type)):
+            per_node.setdefault(d.node, []).append(d)
+    return per_node
+
+
+def bound(published_gpus: int, asked: int | None = None) -> int:
+    """How many targets (each holding one GPU) may be in flight at once: ``asked``, else a tenth
+    of the published GPUs, at least one.
+
+    >>> bound(9), bound(800), bound(800, asked=4), bound(0)
+    (1, 80, 4, 1)
+    """
+    if asked:
+        return max(1, asked)
+    return max(1, int(published_gpus * DEFAULT_SHARE))
+
+
+@dataclass
+class Proof:
+    """One target's outcome: ``outcome`` None when proven, else what its test raises."""
+    target: Target
+    namespace: str | None = None
+    outcome: BaseException | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: the cause of a stalled control plane the start saw (the run's breaker trips on it)
+    stalled: str | None = None
+
+
+def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, Proof], None],
+        progress: Callable[[str], None] = lambda line: None) -> dict[Target, Proof]:
+    """Prove every target, ``at_once`` in flight at a time; a target's outcome is kept, never
+    raised here (Ctrl-C is: the targets not started are dropped, the running ones finish their
+    step and their namespaces go with the run's)."""
+    proofs = {t: Proof(t) for t in to_prove}
+    if not proofs:
+        return proofs
+
+    def one(target: Target) -> Proof:
+        proof = proofs[target]
+        started = time.monotonic()
+        try:
+            prove_one(target, proof)
+        except (Exception, pytest.skip.Exception, pytest.fail.Exception) as outcome:
+            proof.outcome = outcome
+        proof.seconds = time.monotonic() - started
+        return proof
+
+    done = 0
+    pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="sweep")
+    try:
+        futures = [pool.submit(one, t) for t in sorted(proofs)]
+        for future in as_completed(futures):
+            done += 1
+            proof = future.result()
+            if proof.outcome is not None or done % max(1, len(proofs) // 10) == 0:
+                progress(f"sweep: {done}/{len(proofs)} done ({proof.target.id}: {verdict_word(proof)})")
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return proofs
+
+
+def verdict_word(proof: Proof) -> str:
+    """passed, failed, busy or no-verdict: what the fleet picture colours a target by.
+
+    >>> verdict_word(Proof(Target("n"))), verdict_word(Proof(Target("n"), outcome=NoVerdict("x")))
+    ('passed', 'no-verdict')
+    >>> verdict_word(Proof(Target("n"), outcome=AssertionError("x")))
+    'failed'
+    """
+    outcome = proof.outcome
+    if outcome is None:
+        return "passed"
+    if isinstance(outcome, NoVerdict):
+        return "no-verdict"
+    if isinstance(outcome, pytest.skip.Exception):
+        return "busy" if str(outcome).startswith(BUSY) else "no-verdict"
+    return "failed"
+
+
+#: How a busy target's skip starts (the picture and the terminal tell it from other skips).
+BUSY = BUSY_MESSAGE
+
+
+def node_state(api, name: str) -> str | None:
+    """Why ``name`` cannot take a workload now (cordoned, NotReady), or None."""
+    node = api.core.read_node(name)
+    if node.spec.unschedulable:
+        return f"node {name} is cordoned (spec.unschedulable)"
+    ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+    if ready is None or ready.status != "True":
+        return f"node {name} is NotReady ({ready.reason if ready else 'no Ready condition'})"
+    return None
+
+
+def held_by_others(api, run_prefix: str) -> dict[str, str]:
+    """Device key -> ``namespace/claim`` of every allocated claim that is not this run's."""
+    held = {}
+    for item in api.resource.list_resource_claim_for_all_namespaces().items:
+        if item.metadata.namespace.startswith(run_prefix):
+            continue  # the sweep's own targets, in flight beside this one
+        claim = Claim(api.api_client.sanitize_for_serialization(item))
+        for result in claim.results:
+            held[result.key] = f"{item.metadata.namespace}/{item.metadata.name}"
+    return held
+
+
+def candidates(api, profile, published, target: Target, run_prefix: str, tainted: dict) -> list:
+    """The target's GPUs the profile's DeviceClass selects, untainted, that no one else holds; a
+    skip naming the holders when there are none, or naming the taint of a tainted target GPU
+    (out of service by its driver's or an admin's account: not something to prove).  ``tainted``:
+    device key -> :class:`~draconf.taints.TaintedDevice`, read once for the sweep."""
+    class_cel = class_selectors(api, profile.device_class) or []
+    mine = [d for d in published.devices if d.node == target.node and cel.evaluate_all(class_cel, d).matched
+            and (target.device is None or d.name == target.device)]
+    blocked = {d.key: tainted[d.key] for d in mine if d.key in tainted and tainted[d.key].blocking}
+    if target.device is not None and blocked:
+        pytest.skip(f"tainted, not tested: {next(iter(blocked.values())).summary()}")
+    held = held_by_others(api, run_prefix)
+    free = [d for d in mine if d.key not in held and d.key not in blocked]
+    if not free:
+        why = [f"{d.key} held by {held[d.key]}" for d in mine if d.key in held]
+        why += [f"{d.summary()} tainted" for d in blocked.values()]
+        pytest.skip(f"{BUSY}: no {profile.device_class} GPU of {target.id} is free "
+                    f"({', '.join(why) or 'none published'})")
+    return free
+
+
+def prove(api, profile, run_id, published, validated_nodes, target: Target, proof: Proof,
+          new_namespace: Callable[[str], str], tainted: dict) -> None:
+    """01-single-gpu.yaml pinned to the target: allocation, injection and release, as judged
+    for every workload, on the target's GPU.  Raises the target's outcome; notes its evidence."""
+    from draconf.workload import DeployedWorkload, prove_allocatable
+    if not validated_nodes.keeps(target.node):
+        raise NoVerdict(f"node {target.node} was left out by preflight: {validated_nodes.describe()}")
+    if why := node_state(api, target.node):
+        raise NoVerdict(f"{why}: not tested")
+    run_prefix = f"draconf-{run_id}-"
+    free = candidates(api, profile, published, target, run_prefix, tainted)
+    proof.namespace = ns = new_namespace(f"node-{target.id}")
+    workload = workload_for(target, profile, free, validated_nodes.avoid)
+    start = DeployedWorkload.start(api, ns, workload, profile, run_id.labels)
+    if start.stalled:
+        proof.stalled = start.stalled
+    if start.never_started and not start.refused_by_node and start.deployed is not None:
+        # Allocation judges a workload that never started: the cluster's reason is the verdict.
+        try:
+            start.deployed.check_allocation(published)
+        except AssertionError as err:
+            pytest.fail(f"{target.id}: the workload never started: {start.failure} "
+                        f"(allocation check: {str(err).removeprefix('allocation is wrong: ')})", pytrace=False)
+        raise NoVerdict(f"{target.id}: {start.no_verdict_cause}")
+    if start.never_started:
+        pytest.fail(f"{target.id}: the container never got its GPU: {start.failure}", pytrace=False)
+    deployed = start.deployed
+    proof.notes += deployed.check_allocation(published)
+    proof.notes += deployed.check_injection(published)
+    proof.notes += deployed.check_cleanup(
+        published, lambda devices: prove_allocatable(api, ns, devices, profile, run_id.labels))
+
+
+def workload_for(target: Target, profile, free: list, avoid=frozenset()) -> Workload:
+    """01-single-gpu.yaml pinned to the target's node, and for a GPU target to that GPU by its
+    uuid attribute (a CEL selector cannot name a device)."""
+    selectors = {}
+    if target.device is not None:
+        uuid_attr = profile.attributes.get("uuid")
+        if not uuid_attr:
+            raise NoVerdict(f"--every-gpu selects each GPU by its uuid attribute: {profile.lacks('uuid')}")
+        (device,) = free
+        selectors[TEMPLATE] = [sel.uuid_in(profile.domain, uuid_attr, [device.attribute(uuid_attr)])]
+    return Workload("every-node", [MANIFEST], expected_pods=1, node=target.node, selectors=selectors,
+                    avoid_nodes=avoid)
