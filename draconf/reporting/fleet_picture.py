@@ -34,8 +34,6 @@ from draconf.tables import plain_lines
 PASSED, FAILED, BUSY, NO_VERDICT = "passed", "failed", "busy", "no-verdict"
 #: Every status, in the order the legend and the summary line give them.
 STATUSES = (PASSED, FAILED, BUSY, NO_VERDICT)
-#: How the sweep's skip of a target others hold starts (draconf.sweep): what makes a row busy.
-BUSY_MESSAGE = "busy, not tested"
 #: How a status reads in the legend, on a tile and in the terminal.
 LABELS = {PASSED: "passed", FAILED: "failed", BUSY: "busy", NO_VERDICT: "no verdict"}
 

@@ -303,7 +303,8 @@ def fleet_verdicts(rows) -> list:
     >>> [(n.name, n.gpus, n.status, n.code, n.gpu_status) for n in fleet_verdicts(rows)]
     [('n1', 2, 'failed', 'plugin-unhealthy', ('passed', 'failed')), ('n2', 1, 'busy', '', ('busy',))]
     """
-    from draconf.reporting.fleet_picture import BUSY, BUSY_MESSAGE, FAILED, NO_VERDICT, PASSED, NodeVerdict
+    from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, NodeVerdict
+    from draconf.sweep import BUSY as BUSY_MESSAGE  # how the sweep words a busy target's skip
 
     def status(row) -> str:
         outcome = row.get("outcome")
