@@ -30,7 +30,6 @@ import pytest
 from draconf import cel
 from draconf import selectors as sel
 from draconf.claims import Claim
-from draconf.devices import class_selectors
 from draconf.errors import NoVerdict
 from draconf.builder import Workload
 
@@ -197,12 +196,13 @@ def held_by_others(api, run_prefix: str) -> dict[str, str]:
     return held
 
 
-def candidates(api, profile, published, target: Target, run_prefix: str, tainted: dict) -> list:
+def candidates(api, profile, published, target: Target, run_prefix: str, tainted: dict,
+               class_cel: list) -> list:
     """The target's GPUs the profile's DeviceClass selects, untainted, that no one else holds; a
     skip naming the holders when there are none, or naming the taint of a tainted target GPU
     (out of service by its driver's or an admin's account: not something to prove).  ``tainted``:
-    device key -> :class:`~draconf.taints.TaintedDevice`, read once for the sweep."""
-    class_cel = class_selectors(api, profile.device_class) or []
+    device key -> :class:`~draconf.taints.TaintedDevice`, and ``class_cel`` (the DeviceClass's
+    selectors) are read once for the sweep."""
     mine = [d for d in published.devices if d.node == target.node and cel.evaluate_all(class_cel, d).matched
             and (target.device is None or d.name == target.device)]
     blocked = {d.key: tainted[d.key] for d in mine if d.key in tainted and tainted[d.key].blocking}
@@ -219,7 +219,7 @@ def candidates(api, profile, published, target: Target, run_prefix: str, tainted
 
 
 def prove(api, profile, run_id, published, validated_nodes, target: Target, proof: Proof,
-          new_namespace: Callable[[str], str], tainted: dict) -> None:
+          new_namespace: Callable[[str], str], tainted: dict, class_cel: list) -> None:
     """01-single-gpu.yaml pinned to the target: allocation, injection and release, as judged
     for every workload, on the target's GPU.  Raises the target's outcome; notes its evidence."""
     from draconf.workload import DeployedWorkload, prove_allocatable
@@ -228,7 +228,7 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
     if why := node_state(api, target.node):
         raise NoVerdict(f"{why}: not tested")
     run_prefix = f"draconf-{run_id}-"
-    free = candidates(api, profile, published, target, run_prefix, tainted)
+    free = candidates(api, profile, published, target, run_prefix, tainted, class_cel)
     proof.namespace = ns = new_namespace(f"node-{target.id}")
     workload = workload_for(target, profile, free, validated_nodes.avoid)
     start = DeployedWorkload.start(api, ns, workload, profile, run_id.labels)

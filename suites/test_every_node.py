@@ -44,7 +44,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="module")
 def swept(request, cluster, profile, run_id, validated_nodes) -> dict:
     """Every target this session collected, proven (draconf.sweep.run): target -> Proof."""
-    from draconf.devices import PublishedDevices
+    from draconf.devices import PublishedDevices, class_selectors
     from draconf.pytest_plugin import make_namespace, trip_breaker
     from draconf.taints import read_slices, tainted_devices
     published_devices = PublishedDevices.read(cluster, profile.driver)
@@ -53,12 +53,13 @@ def swept(request, cluster, profile, run_id, validated_nodes) -> dict:
     gpus = sweep.full_gpus(validated_nodes.devices(published_devices), profile)
     at_once = sweep.bound(sum(map(len, gpus.values())), request.config.getoption("draconf_sweep_max_gpus"))
     tainted = {d.key: d for d in tainted_devices(read_slices(cluster, profile.driver))}
+    class_cel = class_selectors(cluster, profile.device_class) or []
     say = logging.getLogger("draconf.sweep").info  # live in draconf run (log_cli), as every wait's progress
     say(f"sweep: {len(chosen)} target(s), at most {at_once} at a time")
 
     def prove_one(target, proof):
         sweep.prove(cluster, profile, run_id, published_devices, validated_nodes, target, proof,
-                    lambda label: make_namespace(request, cluster, run_id, label), tainted)
+                    lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel)
 
     proofs = sweep.run(chosen, at_once, prove_one, progress=say)
     stalled = next((p for p in proofs.values() if p.stalled), None)
