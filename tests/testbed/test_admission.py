@@ -1,9 +1,11 @@
 """Hostile clusters, applied from outside as an admin would (issue 15): the suite's verdict is
-named, fast, in every channel, with no traceback and nothing left behind.
+named, in every channel, with no traceback and nothing left behind; each check ends on the
+cluster's refusal, never on a wait running out (how long a run takes is a figure of
+benchmarks/hostile_clusters.py, not asserted here).
 
 - a ValidatingAdmissionPolicy + Binding denying pods (or ResourceClaims) in draconf's
   namespaces (label ``app.kubernetes.io/managed-by=draconf``): every check that creates them
-  fails in seconds with ``admission-denied`` naming the policy;
+  fails at the refusal with ``admission-denied`` naming the policy;
 - a validating admission webhook (a server of the test's own, like a cluster's Gatekeeper or
   Kyverno) refusing pods there: the same, naming the webhook and quoting its message;
 - the DeviceClass's selector patched to select nothing: preflight's ``device-class-selectors``
@@ -57,12 +59,64 @@ def deny(group: str, resource: str) -> tuple[str, list[dict]]:
     ]
 
 
-def run(bed, reports: Path, *pytest_args: str, timeout: int = 600) -> tuple[subprocess.CompletedProcess, float]:
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
+def run(bed, reports: Path, *pytest_args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "draconf.cli", "run", "--testbed-name", bed.name,
                            "--reports", str(reports), *pytest_args], capture_output=True, text=True,
                           cwd=REPO, env=os.environ.copy(), timeout=timeout)
-    return proc, time.monotonic() - started
+
+
+#: What a check's message says when it ended on the refusal itself: the API server's answer to
+#: its create (draconf.admission.AdmissionDenied), or the controller's or scheduler's event
+#: about the objects it makes (draconf.startup's verdicts).
+REFUSAL_SEEN = ("the API server refused to create ", "cannot be created: ", "admission refused ")
+
+
+def waited_out(row: dict) -> bool:
+    """Whether a summary.json row's test ended on a wait's deadline (a draconf.waits.WaitTimeout,
+    whatever its diagnosis, or the diagnosis ``timeout``) rather than on a verdict of the cluster."""
+    return row.get("diagnosis") == "timeout" or "timed out after " in (row.get("message") or "")
+
+
+def ended_at_the_refusal(row: dict) -> bool:
+    """Whether a row's check ended on the refusal (its message is the refusal), not by waiting."""
+    return any(seen in (row.get("message") or "") for seen in REFUSAL_SEEN) and not waited_out(row)
+
+
+@contextmanager
+def namespaces_made(api):
+    """The draconf namespaces created while the block runs (a set, filled in as it runs): a watch
+    from the list's resourceVersion, resumed where it stopped, so a namespace made and deleted
+    between two polls is seen too.  A watch that fails fails the test (an empty set must mean
+    that nothing was made)."""
+    selector = label_selector(MANAGED)
+    listed = api.core.list_namespace(label_selector=selector)
+    existing = {n.metadata.name for n in listed.items}
+    made: set[str] = set()
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def follow(version):
+        try:
+            while not stop.is_set():
+                for event in watch.Watch().stream(api.core.list_namespace, label_selector=selector,
+                                                  resource_version=version, timeout_seconds=2):
+                    if event["type"] == "ERROR":
+                        failures.append(str(event["raw_object"]))
+                        return
+                    version = event["object"].metadata.resource_version
+                    if event["type"] == "ADDED" and event["object"].metadata.name not in existing:
+                        made.add(event["object"].metadata.name)
+        except Exception as err:  # noqa: BLE001 - reported by the block's end
+            failures.append(repr(err))
+
+    thread = threading.Thread(target=follow, args=(listed.metadata.resource_version,), daemon=True)
+    thread.start()
+    try:
+        yield made
+    finally:
+        stop.set()  # the watch's current poll still ends with what was made before this
+        thread.join(timeout=10)
+    assert not failures, f"the namespace watch failed: {failures}"
 
 
 def leftovers(api) -> list[str]:
@@ -77,25 +131,27 @@ def leftovers(api) -> list[str]:
     # templates (refused in its FailedResourceClaimCreation event).
     ("resource.k8s.io", "resourceclaims", "single-gpu or shared-claim or quota"),
 ])
-def test_a_policy_denying_the_suites_objects_is_admission_denied_in_seconds(
+def test_a_policy_denying_the_suites_objects_is_admission_denied_at_the_refusal(
         healthy_bed, api, tmp_path, group, resource, selection):
     policy, objects = deny(group, resource)
     kubectl.apply(api, objects)
     try:
         time.sleep(2)  # the policy's informer: a binding is enforced once the server has seen it
-        proc, seconds = run(healthy_bed, tmp_path, "-k", selection)
+        proc = run(healthy_bed, tmp_path, "-k", selection)
     finally:
         kubectl.delete(api, objects)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert seconds < 150, f"the denied run took {seconds:.0f}s (a timeout per test was 3.5 minutes)"
     assert "Traceback" not in out and "UnprocessableEntity" not in out and "ForbiddenException" not in out
     assert f"[admission-denied] ValidatingAdmissionPolicy '{policy}'" in out, out[-3000:]
     rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
     denied = [r for r in rows if r["outcome"] == "failed"]
     assert denied and all(r["diagnosis"] == "admission-denied" and policy in (r.get("reason") or "")
                           for r in denied), denied
-    assert all(r["duration"] < 20 for r in denied), [(r["id"], r["duration"]) for r in denied]
+    # Each ended on the refusal as the server or the controller's event gave it, and no test
+    # of the run waited out a deadline (a timeout per test was once 3.5 minutes).
+    assert all(ended_at_the_refusal(r) for r in denied), [(r["id"], r["message"]) for r in denied]
+    assert not [r for r in rows if waited_out(r)], [(r["id"], r["message"]) for r in rows if waited_out(r)]
     assert not [r for r in rows if r["outcome"] in ("broken", "error")]
     if resource == "pods":  # the suite's own quotas keep their meaning: their rejections pass
         assert any(r["outcome"] == "passed" and r.get("check") == "claim-count" for r in rows), rows
@@ -105,26 +161,36 @@ def test_a_policy_denying_the_suites_objects_is_admission_denied_in_seconds(
     assert not leftovers(api)
 
 
-def test_a_blanket_denial_ends_the_whole_run_in_under_a_minute(healthy_bed, api, tmp_path):
+def test_a_blanket_denial_stops_the_run_creating_claims_after_two_refusals(healthy_bed, api, tmp_path):
     """Every ResourceClaim refused: the first refusals fail, naming the policy; after two, the
     run stops creating claims (draconf.refusals): the rest give no verdict at once, naming it.
-    Measured on a KWOK bed: 168 s before the breaker (each workload refused in turn, and the
-    failure modes waiting out their 60 s), 31 s after."""
+    Before the breaker each workload was refused in turn and the failure modes waited out their
+    60 s (benchmarks/hostile_clusters.py measures the run)."""
+    from draconf.refusals import TRIES
     policy, objects = deny("resource.k8s.io", "resourceclaims")
     kubectl.apply(api, objects)
     try:
         time.sleep(2)
-        proc, seconds = run(healthy_bed, tmp_path)
+        proc = run(healthy_bed, tmp_path)
     finally:
         kubectl.delete(api, objects)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert seconds < 60, f"a run against a blanket denial took {seconds:.0f}s"
     assert "Traceback" not in out and "WaitTimeout" not in out and "\nE   " not in out, out[-3000:]
     rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
     held = [r for r in rows if (r.get("message") or "").startswith("[admission-denied] not tried: ")]
     assert len(held) >= 10 and all(policy in r["message"] for r in held), held[:3]
-    assert not [r for r in rows if r.get("diagnosis") == "timeout"], rows
+    # The breaker opened on the TRIES-th refusal of a claim (the rows are in run order): TRIES
+    # checks were tried and refused, the next that would make a claim was not tried, saying so.
+    first_held = rows.index(held[0])
+    tried = [r for r in rows[:first_held] if r["outcome"] == "failed"]
+    assert len(tried) == TRIES and all(ended_at_the_refusal(r) for r in tried), tried
+    assert f"has refused the suite's ResourceClaim objects {TRIES} times" in held[0]["message"], held[0]
+    # What failed after it (objects the breaker cannot tell make a claim: the scheduler's claim
+    # for extended resources) failed on the refusal too; nothing waited out a deadline.
+    failed = [r for r in rows if r["outcome"] == "failed"]
+    assert all(r["diagnosis"] == "admission-denied" and ended_at_the_refusal(r) for r in failed), failed
+    assert not [r for r in rows if waited_out(r)], [(r["id"], r["message"]) for r in rows if waited_out(r)]
     assert not leftovers(api)
 
 
@@ -134,7 +200,8 @@ def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api,
     broken = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'tpu'"
     api.resource.patch_device_class("gpu.nvidia.com", {"spec": {"selectors": [{"cel": {"expression": broken}}]}})
     try:
-        proc, seconds = run(healthy_bed, tmp_path, "-k", "preflight or single-gpu")
+        with namespaces_made(api) as made:
+            proc = run(healthy_bed, tmp_path, "-k", "preflight or single-gpu")
     finally:
         api.resource.patch_device_class("gpu.nvidia.com", {"spec": {"selectors": original}})
     out = proc.stdout + proc.stderr
@@ -149,7 +216,9 @@ def test_a_class_selecting_no_device_fails_preflight_naming_it(healthy_bed, api,
     gated = [r for r in rows if r.get("workload") == "single-gpu"]
     assert gated and all(r["outcome"] == "no-verdict" and "selects 0 of 8" in (r.get("message") or "")
                          for r in gated), gated
-    assert seconds < 60, f"preflight with a class selecting nothing took {seconds:.0f}s"
+    # ... given before anything was deployed: the run made no namespace, so nothing waited.
+    assert not made, made
+    assert not [r for r in rows if waited_out(r)], rows
     assert not leftovers(api)
 
 
@@ -190,7 +259,7 @@ def test_a_webhook_denying_the_suites_pods_is_admission_denied_naming_it(healthy
         kubectl.apply(api, configuration)
         try:
             time.sleep(2)  # the webhook informer, as for the policy above
-            proc, seconds = run(healthy_bed, tmp_path, "-k", "single-gpu or deployment")
+            proc = run(healthy_bed, tmp_path, "-k", "single-gpu or deployment")
         finally:
             kubectl.delete(api, configuration)
     out = proc.stdout + proc.stderr
@@ -204,11 +273,11 @@ def test_a_webhook_denying_the_suites_pods_is_admission_denied_naming_it(healthy
     for row in denied:
         assert row["diagnosis"] == "admission-denied", row
         assert f'admission webhook "{hook}"' in row["reason"] and message in row["reason"], row
-    assert all(r["duration"] < 20 for r in denied), [(r["id"], r["duration"]) for r in denied]
+        assert ended_at_the_refusal(row), row
+    assert not [r for r in rows if waited_out(r)], rows
     assert f'admission webhook "{hook}"' in out
     junit = (tmp_path / "junit.xml").read_text()
     assert hook in junit
-    assert seconds < 90, f"the denied run took {seconds:.0f}s"
     assert not leftovers(api)
 
 
@@ -267,7 +336,7 @@ def test_a_limit_or_quota_the_suite_did_not_create_is_admission_denied_not_permi
     suite's own quota checks keep their meaning only for quotas the suite made."""
     doc, quoted = NAMESPACE_POLICIES[policy]
     with generated_in_each_namespace(api, [doc]):
-        proc, seconds = run(healthy_bed, tmp_path, "-k", "single-gpu")
+        proc = run(healthy_bed, tmp_path, "-k", "single-gpu")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "Traceback" not in out and "ForbiddenException" not in out
@@ -276,5 +345,5 @@ def test_a_limit_or_quota_the_suite_did_not_create_is_admission_denied_not_permi
     assert denied["check"] == "allocation" and denied["diagnosis"] == "admission-denied", denied
     assert quoted in denied["reason"], denied
     assert not [r for r in rows if r["diagnosis"] in ("permission-denied", "quota-not-enforced")]
-    assert denied["duration"] < 20 and seconds < 90, (denied["duration"], seconds)
+    assert ended_at_the_refusal(denied) and not [r for r in rows if waited_out(r)], rows
     assert not leftovers(api)
