@@ -1,12 +1,15 @@
 """A control-plane component stopped from outside, mid-life, the way a hung process or a node
-losing its control plane looks to the suite: ``draconf run`` must name it, fast.
+losing its control plane looks to the suite: ``draconf run`` must name it, after stall_after
+seconds of the first workload, and give every later check no verdict at once instead of a
+timeout each.
 
 The bed's kube-scheduler (then kube-controller-manager) is SIGSTOPped: the process stays, its
 API connections stay open, it simply does nothing, which is what "nothing is moving" looks like
 on a real cluster.  It is SIGCONTed afterwards, whatever happened, so the bed stays usable.
 
 A bed test, not a fault-matrix row: the stop is applied to a healthy bed from outside (no bed
-fault flag), and each run here costs well under a minute instead of a matrix row's ~3.
+fault flag), and each run here costs well under a minute instead of a matrix row's ~3.  How long
+the run takes is not asserted: what shows the breaker worked is that nothing waited.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,8 +31,8 @@ from draconf.workload import DeployedWorkload, Workload
 
 from .test_cli import draconf
 
-#: The issue's bound for a whole run against a stopped scheduler.
-RUN_BOUND = 180
+#: How long a run may take before the test stops it (a hang), not a bound on its speed.
+RUN_TIMEOUT = 360
 MANAGED_BY = "app.kubernetes.io/managed-by=draconf"
 
 
@@ -48,12 +50,10 @@ def stopped(bed, component: str):
 
 def run_against(bed, tmp_path):
     reports = tmp_path / "reports"
-    started = time.monotonic()
-    result = draconf("run", "--testbed-name", bed.name, "--reports", str(reports), timeout=RUN_BOUND * 2)
-    took = time.monotonic() - started
+    result = draconf("run", "--testbed-name", bed.name, "--reports", str(reports), timeout=RUN_TIMEOUT)
     summary = json.loads((reports / "summary.json").read_text())
     junit = next(reports.glob("*.xml")).read_text()
-    return result, took, summary, junit
+    return result, summary, junit
 
 
 def _verdicts(summary):
@@ -64,12 +64,13 @@ def _verdicts(summary):
     ("kube-scheduler", "scheduler-unavailable"),
     ("kube-controller-manager", "controller-manager-unavailable"),
 ])
-def test_stopped_component_ends_the_run_fast_and_is_named(healthy_bed, api, tmp_path, component, code):
+def test_stopped_component_is_named_once_and_stops_the_rest_of_the_run(healthy_bed, api, tmp_path, component,
+                                                                        code):
     def ours():
         return [n.metadata.name for n in api.core.list_namespace(label_selector=MANAGED_BY).items]
 
     with stopped(healthy_bed, component):
-        result, took, summary, junit = run_against(healthy_bed, tmp_path)
+        result, summary, junit = run_against(healthy_bed, tmp_path)
         while_stopped = ours()
     # With the scheduler stopped every namespace goes during the run.  With the controller-manager
     # stopped the deletions were requested and its namespace controller ends them on resuming.
@@ -80,8 +81,6 @@ def test_stopped_component_ends_the_run_fast_and_is_named(healthy_bed, api, tmp_
         time.sleep(1)
     leftover = ours()
     out = result.stdout + result.stderr
-    sys.stderr.write(f"{component} stopped: draconf run took {took:.0f}s, exit {result.returncode}\n")
-    assert took < RUN_BOUND, f"the run took {took:.0f}s"
     assert result.returncode != 0
     assert "Traceback" not in out
     assert code in out
@@ -95,6 +94,19 @@ def test_stopped_component_ends_the_run_fast_and_is_named(healthy_bed, api, tmp_
     first = workload[0]["workload"]
     assert first in out and all(t["outcome"] == "no-verdict" for t in workload if t["workload"] != first)
     assert all(t["outcome"] in ("failed", "error", "no-verdict") for t in workload if t["workload"] == first)
+    # The first workload's wait ended on the stall, after stall_after seconds of nothing acting
+    # (not on its schedule timeout) ...
+    stalled = [t for t in workload if t["workload"] == first and t.get("diagnosis") == code]
+    limit = stall_after(for_target(builtin("nvidia"), "testbed"))
+    assert stalled and all(f" in {limit:.0f}s" in t["message"] for t in stalled), stalled
+    # ... and the breaker then held every check of the run that needs the control plane, the
+    # failure modes and features too: none was tried, none waited out a deadline.
+    breaker = f"[{code}] not run: an earlier workload found the control plane not acting: "
+    rest = [t for t in tests.values() if t["workload"] != first and t["outcome"] not in ("passed", "skipped")]
+    assert len(rest) >= 20 and all(t["outcome"] == "no-verdict" and t["message"].startswith(breaker)
+                                   for t in rest), [(t["id"], t["outcome"], t["message"]) for t in rest]
+    assert not [t for t in tests.values() if t.get("diagnosis") == "timeout"
+                or "timed out after " in (t.get("message") or "")], summary["tests"]
     assert not leftover
 
 
@@ -107,11 +119,13 @@ def test_claims_a_stopped_controller_manager_leaves_behind_are_its_verdict(healt
     assert not start.never_started, start.failure
     published = PublishedDevices.read(api, profile.driver)
     with stopped(healthy_bed, "kube-controller-manager"):
-        began = time.monotonic()
         with pytest.raises(ControlPlaneStalled) as caught:
             start.deployed.check_cleanup(published, probe=lambda devices: [])
-        took = time.monotonic() - began
-    sys.stderr.write(f"cleanup under a stopped controller-manager: verdict in {took:.0f}s\n")
+        # While it is stopped: the generated claim is still there, neither deleted nor released.
+        left = [c for c in api.resource.list_namespaced_resource_claim(ns).items if not c.metadata.deletion_timestamp]
     assert caught.value.code == "controller-manager-unavailable"
     assert "resourceclaim controller did not act" in str(caught.value)
-    assert took < stall_after(profile) + 15
+    # The verdict came once the claims had stood stall_after seconds without their consumers,
+    # not at the cleanup timeout as claim-not-released (that would be a WaitTimeout).
+    assert f"{stall_after(profile):.0f}s after their last consumer was gone" in str(caught.value), caught.value
+    assert left and all(c.metadata.name in str(caught.value) for c in left), left
