@@ -1,0 +1,224 @@
+"""Seconds from ``python -m draconf.cli run`` starting to its exit against hostile clusters: the
+figures the bed tests of docs/hostile-clusters.md no longer bound.
+
+    python benchmarks/hostile_clusters.py [--testbed-name default] [--times 3]
+
+Each round runs, in turn, on a bed that is up (each run into reports of its own):
+
+- ``--target kubeconfig -k single-gpu`` with a bad kubeconfig made from the bed's: its server
+  moved to ``127.0.0.1:1`` (unreachable), its ``certificate-authority`` removed (untrusted),
+  its token replaced (rejected), or its server moved to a local port that accepts connections
+  and never answers (silent); each must exit 12 (target unusable);
+- the whole suite with a ValidatingAdmissionPolicy denying every ResourceClaim in draconf's
+  namespaces (the blanket denial of ``tests/testbed/test_admission.py``), exit 1;
+- ``-k "preflight or single-gpu"`` with the gpu.nvidia.com DeviceClass's selector matching no
+  device, exit 1;
+
+and two baselines in the same window: a kubeconfig that does not exist (exit 11: the CLI's own
+start, no cluster reached) for the bad kubeconfigs, and a healthy ``-k preflight`` run (exit 0:
+the floor of a run that reads the bed) for the other two.  The policy and the selector are
+undone after every round, even a failed one, and the round waits until the run's namespaces are
+gone.  Prints each round, then min/median per scenario with the ratio of its median to its
+baseline's.  A run that exits otherwise than its scenario wants is named, and the script exits
+1.  Timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+#: What each scenario's run must exit with (draconf.errors, draconf run's table).
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TARGET_UNUSABLE = 1, 11, 12
+#: The bad kubeconfigs, each against the CLI-start baseline.
+KUBECONFIGS = ("unreachable", "untrusted", "wrong-token", "silent")
+#: The selector patched onto gpu.nvidia.com: no published device is a TPU.
+NOTHING = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'tpu'"
+CLASS = "gpu.nvidia.com"
+
+
+@contextmanager
+def silent_server():
+    """``https://127.0.0.1:<port>`` where connections are accepted and held, never answered
+    (a hung API server, a load balancer with nothing behind it)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def bad_kubeconfig(bed, kind: str, path: Path, silent_url: str | None = None) -> Path:
+    """The bed's kubeconfig made bad one way, as tests/testbed/test_cli.py makes them."""
+    text, server = bed.kubeconfig.read_text(), bed.state()["server"]
+    config = yaml.safe_load(text)
+    if kind == "missing":
+        return path.with_name("does-not-exist")
+    if kind == "unreachable":
+        path.write_text(text.replace(server, "https://127.0.0.1:1"))
+    elif kind == "silent":
+        path.write_text(text.replace(server, silent_url))
+    elif kind == "untrusted":
+        del config["clusters"][0]["cluster"]["certificate-authority"]
+        path.write_text(yaml.safe_dump(config))
+    elif kind == "wrong-token":
+        config["users"][0]["user"] = {"token": "not-a-token"}
+        path.write_text(yaml.safe_dump(config))
+    else:
+        raise ValueError(kind)
+    return path
+
+
+def draconf_run(args: list[str], env: dict | None = None) -> tuple[float, int, str]:
+    """Seconds ``python -m draconf.cli run ARGS`` took to exit, its exit status, its last line."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "draconf.cli", "run", *args], cwd=REPO,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - started
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return seconds, proc.returncode, lines[-1] if lines else ""
+
+
+def run_leftovers_gone(api, before: set[str]) -> None:
+    """Wait until the draconf namespaces a round made are gone (deleting any still there)."""
+    from draconf import namespaces
+    made = sorted(set(namespaces.leftovers(api)) - before)
+    for name in made:
+        namespaces.delete(api, name, wait=120)
+
+
+def kubeconfig_round(bed, kind: str) -> tuple[float, int, str]:
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp, \
+            (silent_server() if kind == "silent" else nullcontext()) as silent:
+        path = bad_kubeconfig(bed, kind, Path(tmp) / "kubeconfig", silent)
+        return draconf_run(["--target", "kubeconfig", "--reports", str(Path(tmp) / "reports"),
+                            "-k", "single-gpu"], {"KUBECONFIG": str(path)})
+
+
+def bed_round(bed, api, scenario: str) -> tuple[float, int, str]:
+    """One run on the bed itself, the cluster changed for ``scenario`` and restored after."""
+    from draconf import namespaces
+    from tests.testbed import kubectl
+    from tests.testbed.test_admission import deny
+
+    before = set(namespaces.leftovers(api))
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        args = ["--testbed-name", bed.name, "--reports", str(Path(tmp) / "reports")]
+        if scenario == "preflight-only":
+            try:
+                return draconf_run([*args, "-k", "preflight"])
+            finally:
+                run_leftovers_gone(api, before)
+        if scenario == "blanket-denial":
+            _, objects = deny("resource.k8s.io", "resourceclaims")
+            try:
+                kubectl.apply(api, objects)
+                time.sleep(2)  # the policy's informer: enforced once the server has seen the binding
+                return draconf_run(args)
+            finally:
+                kubectl.delete(api, objects)
+                run_leftovers_gone(api, before)
+        if scenario == "class-selects-nothing":
+            spec = api.resource.read_device_class(CLASS).spec
+            original = copy.deepcopy(api.api_client.sanitize_for_serialization(spec.selectors))
+            try:
+                api.resource.patch_device_class(CLASS, {"spec": {"selectors": [{"cel": {"expression": NOTHING}}]}})
+                return draconf_run([*args, "-k", "preflight or single-gpu"])
+            finally:
+                api.resource.patch_device_class(CLASS, {"spec": {"selectors": original}})
+                run_leftovers_gone(api, before)
+    raise ValueError(scenario)
+
+
+#: scenario -> (the exit its run must give, its baseline); baselines have none.
+SCENARIOS = {
+    "missing-kubeconfig": (EXIT_BAD_INPUT, None),
+    **{kind: (EXIT_TARGET_UNUSABLE, "missing-kubeconfig") for kind in KUBECONFIGS},
+    "preflight-only": (0, None),
+    "blanket-denial": (EXIT_FAILED, "preflight-only"),
+    "class-selects-nothing": (EXIT_FAILED, "preflight-only"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--testbed-name", default="default")
+    parser.add_argument("--times", type=int, default=3)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    from draconf.kube import connect
+    from _bed import running_bed
+
+    bed = running_bed(args.testbed_name)
+    if bed is None:
+        return 2
+    api = connect(bed.kubeconfig)
+    print(f"draconf run against hostile clusters on bed {args.testbed_name!r}, {os.cpu_count()} CPUs, "
+          f"{args.times} rounds (scenarios interleaved)")
+    figures: dict[str, list[float]] = {s: [] for s in SCENARIOS}
+    unexpected = []
+    for round_no in range(1, args.times + 1):
+        for scenario, (wanted, _) in SCENARIOS.items():
+            if scenario == "missing-kubeconfig" or scenario in KUBECONFIGS:
+                seconds, code, last = kubeconfig_round(bed, "missing" if scenario == "missing-kubeconfig"
+                                                       else scenario)
+            else:
+                seconds, code, last = bed_round(bed, api, scenario)
+            figures[scenario].append(seconds)
+            note = ""
+            if code != wanted:
+                note = f"  UNEXPECTED exit (wanted {wanted}): {last[:160]}"
+                unexpected.append(f"round {round_no} {scenario}")
+            print(f"  {round_no} {scenario:22} {seconds:7.2f} s  exit {code:3}  "
+                  f"load {os.getloadavg()[0]:.2f}{note}")
+    for scenario, (_, baseline) in SCENARIOS.items():
+        values = figures[scenario]
+        median = statistics.median(values)
+        ratio = ""
+        if baseline:
+            ratio = f", {median / statistics.median(figures[baseline]):.1f}x {baseline}'s median"
+        print(f"{scenario:22} min {min(values):7.2f} s, median {median:7.2f} s{ratio}")
+    if unexpected:
+        print(f"runs that did not exit as their scenario wants: {', '.join(unexpected)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import run_recorded
+    sys.exit(run_recorded(__file__, lambda: main()))
