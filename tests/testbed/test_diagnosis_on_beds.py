@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 
 import pytest
@@ -92,10 +93,21 @@ def single_gpu() -> Workload:
 
 
 def failure_of(action) -> tuple[AssertionError, float]:
+    """The failure ``action`` raises, and the seconds it took (for DRACONF_DIAGNOSIS_LOG only)."""
     started = time.monotonic()
     with pytest.raises(AssertionError) as info:
         action()
     return info.value, time.monotonic() - started
+
+
+def ended_on_a_verdict(error: AssertionError) -> bool:
+    """The wait ended on the cluster's verdict (draconf.waits.TerminalState), not on its deadline."""
+    return isinstance(error, waits.TerminalState) and not isinstance(error, waits.WaitTimeout)
+
+
+#: How a read that waited out its timeout shows in a diagnosis's ``unread`` evidence or a plugin
+#: log tail (urllib3's ReadTimeoutError / ConnectTimeoutError, the socket's TimeoutError).
+WAITED_READ = re.compile(r"(?i)timeout|timed out")
 
 
 def diagnosed(api, ns, check, error, fault, took=None):
@@ -109,7 +121,12 @@ def diagnosed(api, ns, check, error, fault, took=None):
                                  "failure_after_s": round(took, 1) if took is not None else None,
                                  "diagnosis_s": round(elapsed, 2), "reason": result.reason,
                                  "error": str(error)[:300], "evidence": sorted(result.evidence)}) + "\n")
-    assert elapsed < 30, f"diagnosis took {elapsed:.1f}s"
+    # It read the cluster without waiting out any read (each may take gather.REQUEST_TIMEOUT):
+    # how long a diagnosis takes is not this test's to bound.
+    read_errors = [*result.evidence.get("api", "").splitlines(), *result.evidence.get("unread", "").splitlines(),
+                   *(line for line in result.evidence.get("kubelet-plugin", "").splitlines()
+                     if "(logs unavailable: " in line)]
+    assert not [line for line in read_errors if WAITED_READ.search(line)], read_errors
     assert result.evidence["diagnosis"].startswith(f"[{result.code}]")
     return result
 
@@ -176,7 +193,8 @@ def test_scheduler_without_dra(dg_beds, dg_namespaces):
     result = diagnosed(api, ns, "allocation", error, "scheduler-without-dra", took)
     assert result.code == "scheduler-without-dra", result
     assert "by default-scheduler with claim(s) gpu-pod-gpu-" in result.reason
-    assert took < 15
+    # The wait ended on the bound pod with unallocated claims, not on the schedule timeout.
+    assert ended_on_a_verdict(error) and "with its claims unallocated" in str(error), error
 
 
 def test_device_taints_ignored(dg_beds, dg_namespaces):
@@ -403,7 +421,7 @@ def test_an_image_the_nodes_cannot_pull(dg_beds, dg_namespaces):
     waits.wait_until("the pull to show in the workload's progress line", workload.describe,
                      lambda line: 'image "ubuntu:24.04"' in line and "last event: " in line, timeout=20)
     error, took = failure_of(workload.wait_running)
-    assert took < 20 and "cannot pull its image" in str(error), error
+    assert ended_on_a_verdict(error) and "cannot pull its image" in str(error), error
     result = diagnosed(api, ns, "allocation", error, None, took)
     assert result.code == "image-pull-failed" and "ubuntu:24.04" in result.reason, result
 
