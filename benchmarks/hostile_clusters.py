@@ -38,7 +38,6 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 #: What each scenario's run must exit with (draconf.errors, draconf run's table).
@@ -82,27 +81,6 @@ def silent_server():
         listener.close()
 
 
-def bad_kubeconfig(bed, kind: str, path: Path, silent_url: str | None = None) -> Path:
-    """The bed's kubeconfig made bad one way, as tests/testbed/test_cli.py makes them."""
-    text, server = bed.kubeconfig.read_text(), bed.state()["server"]
-    config = yaml.safe_load(text)
-    if kind == "missing":
-        return path.with_name("does-not-exist")
-    if kind == "unreachable":
-        path.write_text(text.replace(server, "https://127.0.0.1:1"))
-    elif kind == "silent":
-        path.write_text(text.replace(server, silent_url))
-    elif kind == "untrusted":
-        del config["clusters"][0]["cluster"]["certificate-authority"]
-        path.write_text(yaml.safe_dump(config))
-    elif kind == "wrong-token":
-        config["users"][0]["user"] = {"token": "not-a-token"}
-        path.write_text(yaml.safe_dump(config))
-    else:
-        raise ValueError(kind)
-    return path
-
-
 def draconf_run(args: list[str], env: dict | None = None) -> tuple[float, int, str]:
     """Seconds ``python -m draconf.cli run ARGS`` took to exit, its exit status, its last line."""
     started = time.monotonic()
@@ -124,7 +102,9 @@ def run_leftovers_gone(api, before: set[str]) -> None:
 def kubeconfig_round(bed, kind: str) -> tuple[float, int, str]:
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp, \
             (silent_server() if kind == "silent" else nullcontext()) as silent:
-        path = bad_kubeconfig(bed, kind, Path(tmp) / "kubeconfig", silent)
+        from tests.testbed.test_cli import bad_kubeconfig
+        path = bad_kubeconfig(bed, "does-not-exist" if kind == "missing" else kind,
+                              Path(tmp) / "kubeconfig", silent)
         return draconf_run(["--target", "kubeconfig", "--reports", str(Path(tmp) / "reports"),
                             "-k", "single-gpu"], {"KUBECONFIG": str(path)})
 

@@ -122,6 +122,31 @@ def test_invalid_profile_is_one_clear_error_before_anything_is_created(tmp_path,
     assert namespaces.leftovers(api) == before
 
 
+def bad_kubeconfig(bed, kind: str, path: Path, server_url: str | None = None) -> Path:
+    """The bed's kubeconfig made bad one way (``kind``), written to ``path``; ``server_url``:
+    the address for ``silent`` (a server that accepts and never answers).  Also what
+    benchmarks/hostile_clusters.py runs against."""
+    text, server = bed.kubeconfig.read_text(), bed.state()["server"]
+    config = yaml.safe_load(text)
+    if kind == "does-not-exist":
+        return path.with_name("does-not-exist")
+    if kind == "malformed":
+        path.write_text("clusters: [unclosed\n")
+    elif kind == "not-a-kubeconfig":
+        path.write_text("just some text\n")
+    elif kind in ("unreachable", "silent"):
+        path.write_text(text.replace(server, server_url if kind == "silent" else "https://127.0.0.1:1"))
+    elif kind == "untrusted":
+        del config["clusters"][0]["cluster"]["certificate-authority"]
+        path.write_text(yaml.safe_dump(config))
+    elif kind == "wrong-token":
+        config["users"][0]["user"] = {"token": "not-a-token"}
+        path.write_text(yaml.safe_dump(config))
+    else:
+        raise ValueError(kind)
+    return path
+
+
 @pytest.mark.parametrize("kubeconfig, message, code", [
     ("does-not-exist", "does not exist", EXIT_BAD_INPUT),
     ("malformed", "not valid YAML", EXIT_BAD_INPUT),
@@ -131,21 +156,7 @@ def test_invalid_profile_is_one_clear_error_before_anything_is_created(tmp_path,
     ("wrong-token", "rejected the credentials", EXIT_TARGET_UNUSABLE),
 ])
 def test_bad_kubeconfig_is_one_clear_line_and_its_exit_code(tmp_path, healthy_bed, kubeconfig, message, code):
-    path = tmp_path / "kubeconfig"
-    text, server = healthy_bed.kubeconfig.read_text(), healthy_bed.state()["server"]
-    config = yaml.safe_load(text)
-    if kubeconfig == "malformed":
-        path.write_text("clusters: [unclosed\n")
-    elif kubeconfig == "not-a-kubeconfig":
-        path.write_text("just some text\n")
-    elif kubeconfig == "unreachable":
-        path.write_text(text.replace(server, "https://127.0.0.1:1"))
-    elif kubeconfig == "untrusted":
-        del config["clusters"][0]["cluster"]["certificate-authority"]
-        path.write_text(yaml.safe_dump(config))
-    elif kubeconfig == "wrong-token":
-        config["users"][0]["user"] = {"token": "not-a-token"}
-        path.write_text(yaml.safe_dump(config))
+    path = bad_kubeconfig(healthy_bed, kubeconfig, tmp_path / "kubeconfig")
     result = draconf("run", "--target", "kubeconfig", "--reports", str(tmp_path / "reports"),
                      "-k", "single-gpu", env={"KUBECONFIG": str(path)})
     output = result.stdout + result.stderr
