@@ -111,7 +111,6 @@ class Proof:
     namespace: str | None = None
     outcome: BaseException | None = None
     notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
     #: the cause of a stalled control plane the start saw (the run's breaker trips on it)
     stalled: str | None = None
 
@@ -127,12 +126,10 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
 
     def one(target: Target) -> Proof:
         proof = proofs[target]
-        started = time.monotonic()
         try:
             prove_one(target, proof)
         except (Exception, pytest.skip.Exception, pytest.fail.Exception) as outcome:
             proof.outcome = outcome
-        proof.seconds = time.monotonic() - started
         return proof
 
     done = 0
