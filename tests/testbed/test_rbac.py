@@ -144,7 +144,7 @@ def test_a_narrower_role_is_one_preflight_row_naming_verb_and_resource_and_creat
     # No traceback, no Forbidden from a request, nothing created.
     for text in ("Traceback", "Error", "ApiException", "is forbidden: User"):
         assert text not in output, text
-    assert after == before
+    assert after <= before, after - before  # nothing created (a namespace deleted before it may still be going)
 
 
 def test_credentials_that_may_only_read_start_no_check_and_are_permission_denied(
@@ -178,5 +178,5 @@ def test_credentials_that_may_only_read_start_no_check_and_are_permission_denied
     assert len(held) >= 20 and all("[permission-denied]" in r["message"] for r in held), held[:3]
     # None of them was tried: none made a namespace (where everything a check creates lives) and
     # none ended on a wait's deadline; before, each met its own ForbiddenException.
-    assert after == before, after ^ before
+    assert after <= before, after - before  # nothing created (a namespace deleted before it may still be going)
     assert not [r for r in rows if "timed out after " in (r.get("message") or "")], rows
