@@ -1,21 +1,34 @@
-"""Faults an admin produces from outside the driver, on a running dra-example-driver bed.
+"""Faults an admin produces from outside the driver, on a running bed of a driver this project
+did not write: dra-example-driver (``--driver example``) or NVIDIA's own release
+(``--driver nvidia-v0.4.0``, ``nvidia-v25.12.0``).
 
 The bed's own faults (``draconf testbed up --fault``) act inside the simulated NVIDIA driver.
-A driver this project did not write can only be broken the way a cluster admin breaks a
-cluster, through the API and the control plane's flags, and then mended again:
+A driver this project did not write can only be broken the way a cluster admin (or the
+hardware) breaks a cluster, through the API, the control plane's flags and the node, and then
+mended again:
 
 - ``missing-deviceclass``: the chart's DeviceClass deleted (kept in the bed's directory);
 - ``no-resourceslices``: the kubelet plugin's DaemonSet given a nodeSelector no node matches
   (its pods go away) and the driver's ResourceSlices deleted;
 - ``quota-not-enforced``: kube-apiserver restarted without the ResourceQuota admission plugin;
 - ``gpu-nodes-tainted``: every GPU node tainted ``dedicated=gpu-reserved:NoSchedule`` (the taint
-  of the bed fault of that name).
+  of the bed fault of that name);
+- ``plugin-crashloop`` (NVIDIA's release only): the chart upgraded with a misspelt feature gate
+  (``featureGates.MPSSuport``); the release's plugin refuses an unknown gate at start, so the
+  DaemonSet's new pods crash-loop while its rollout stalls;
+- ``gpu-fallen-off-bus`` (NVIDIA's release only): the last GPU of the first GPU node falls off
+  the bus, through NVIDIA's mock NVML's own runtime control: a ``failure`` of mode
+  ``fallen_off_bus`` for that device in ``overrides.yaml`` beside the node's mock config, which
+  the library re-reads within a second (k8s-test-infra pkg/gpu/mocknvml/README.md, "Runtime
+  control"); from its next query on NVML answers GPU_IS_LOST for it, as for real hardware.
 
 ``apply(bed, fault)`` breaks a healthy bed, ``restore(bed, fault)`` mends it and waits until it
 is healthy again (DeviceClass back, every node's plugin Ready and its pool published, quota
-enforced, no taint).  Both go through the bed's real API server, as ``kubectl`` would.
+enforced, no taint, no GPU failing).  All go through the bed's real API server as ``kubectl``
+would, or through the node's own files as the hardware would.
 
-The names are the bed faults' own, so the matrix judges them by the same expectations:
+The names the example driver shares are the bed faults' own, so the matrix judges them by the
+same expectations:
 
 >>> from draconf.testbed.faults import FAULTS
 >>> set(EXTERNAL) <= set(FAULTS)
@@ -26,22 +39,68 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
-from draconf.testbed import example_driver
+from draconf.testbed import example_driver, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
+from draconf.testbed.node_config import NodePaths
 
 EXTERNAL: dict[str, str] = {
-    "missing-deviceclass": f"DeviceClass {example_driver.DEVICE_CLASS} deleted",
+    "missing-deviceclass": "the driver's GPU DeviceClass deleted",
     "no-resourceslices": "the kubelet plugin's DaemonSet selects no node; the driver's ResourceSlices deleted",
     "quota-not-enforced": "kube-apiserver restarted without the ResourceQuota admission plugin",
     "gpu-nodes-tainted": "the GPU nodes tainted {key}={value}:{effect}".format(**GPU_NODE_TAINT),
 }
+#: Faults only a bed of NVIDIA's release can be given: through its chart, and through the mock
+#: NVML under it, which can be told a GPU is gone.
+RELEASE_FAULTS: dict[str, str] = {
+    "gpu-fallen-off-bus": "the last GPU of the first GPU node fallen off the bus (mock NVML overrides.yaml)",
+    "plugin-crashloop": "the chart upgraded with a misspelt feature gate: the new plugin pods crash at start",
+}
+#: A value an admin could set by a typo (MPSSupport misspelt): a gate the release does not know,
+#: which its plugin refuses at start ("unrecognized feature gate").
+BAD_CHART_VALUES = {"featureGates": {"MPSSuport": True}}
+
+
+@dataclass(frozen=True)
+class DriverObjects:
+    """Where a driver's objects are: what the faults act on."""
+    device_class: str
+    driver: str
+    namespace: str
+    plugin_daemonset: str
+    plugin_selector: str
+    #: NVIDIA's release, from its chart over NVIDIA's mock NVML (the RELEASE_FAULTS apply)
+    nvidia_release: bool = False
+
+
+def driver_objects(driver: str) -> DriverObjects:
+    """The objects of the bed's ``driver`` (``example`` or one of NVIDIA's releases).
+
+    >>> driver_objects("nvidia-v0.4.0").plugin_daemonset
+    'dra-driver-nvidia-gpu-kubelet-plugin'
+    """
+    if driver == "example":
+        return DriverObjects(example_driver.DEVICE_CLASS, example_driver.DRIVER, example_driver.NAMESPACE,
+                             example_driver.PLUGIN_DAEMONSET, example_driver.PLUGIN_SELECTOR)
+    release = upstream_nvidia.RELEASES[upstream_nvidia.DRIVER_CHOICES[driver]]
+    # The chart names its objects after the release (templates/kubeletplugin.yaml:
+    # <release>-kubelet-plugin); the DeviceClass is the driver's name (templates/deviceclass-gpu.yaml).
+    return DriverObjects("gpu.nvidia.com", "gpu.nvidia.com", release.namespace,
+                         f"{release.release_name}-kubelet-plugin", upstream_nvidia.PLUGIN_SELECTOR,
+                         nvidia_release=True)
+
+
+def faults_for(driver: str) -> dict[str, str]:
+    """The faults a bed of ``driver`` can be given from outside it."""
+    return {**EXTERNAL, **(RELEASE_FAULTS if driver_objects(driver).nvidia_release else {})}
 
 #: The nodeSelector that no node matches (an admin's typo in a label has the same effect).
 NO_NODE = {"draconf.dev/no-such-node": "true"}
@@ -50,37 +109,42 @@ SAVED = "external-faults.json"
 PROBE_EVERY = 5
 
 
-def validate(bed, fault: str) -> None:
-    if fault not in EXTERNAL:
-        raise DraconfError(f"{fault!r} is not a fault made from outside the driver; choose from: "
-                           f"{', '.join(EXTERNAL)}")
+def validate(bed, fault: str) -> DriverObjects:
+    """The bed's driver objects, once ``fault`` is one this bed can be given and the bed is up."""
     driver = (bed.state() or {}).get("driver", "nvidia")
-    if driver != "example":
+    every = {**EXTERNAL, **RELEASE_FAULTS}
+    if fault not in every:
+        raise DraconfError(f"{fault!r} is not a fault made from outside the driver; choose from: "
+                           f"{', '.join(every)}")
+    if driver == "nvidia":
         raise DraconfError(f"test bed {bed.name!r} runs the {driver} driver; faults from outside "
-                           "the driver are made on a `--driver example` bed (the NVIDIA bed has "
-                           "them built in: `draconf testbed up --fault NAME`)")
+                           "the driver are made on a `--driver example` or NVIDIA release bed (the "
+                           "simulated bed has them built in: `draconf testbed up --fault NAME`)")
+    if fault not in faults_for(driver):
+        raise DraconfError(f"{fault!r} is made on a bed of NVIDIA's release (`--driver nvidia-v0.4.0`, "
+                           f"its chart over NVIDIA's mock NVML); test bed {bed.name!r} runs {driver}")
     if not bed.is_up:
         raise DraconfError(f"test bed {bed.name!r} is not up")
+    return driver_objects(driver)
 
 
 def apply(bed, fault: str, timeout: float = 60) -> None:
     """Break the running bed ``bed`` with ``fault``, from outside the driver."""
-    validate(bed, fault)
+    objs = validate(bed, fault)
     api = connect(bed.kubeconfig)
     if fault == "missing-deviceclass":
-        saved = api.api_client.sanitize_for_serialization(
-            api.resource.read_device_class(example_driver.DEVICE_CLASS))
+        saved = api.api_client.sanitize_for_serialization(api.resource.read_device_class(objs.device_class))
         meta = saved["metadata"]
         saved["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if meta.get(k)}
         (bed.dir / SAVED).write_text(json.dumps({"deviceClass": saved}))
-        api.resource.delete_device_class(example_driver.DEVICE_CLASS)
+        api.resource.delete_device_class(objs.device_class)
     elif fault == "no-resourceslices":
-        api.apps.patch_namespaced_daemon_set(example_driver.PLUGIN_DAEMONSET, example_driver.NAMESPACE,
+        api.apps.patch_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace,
                                              {"spec": {"template": {"spec": {"nodeSelector": NO_NODE}}}})
-        waits.wait_until("the kubelet plugin's pods to be gone", lambda: _plugin_pods(api),
+        waits.wait_until("the kubelet plugin's pods to be gone", lambda: _plugin_pods(api, objs),
                          lambda pods: not pods, timeout=timeout, interval=0.5,
                          describe=lambda pods: ", ".join(pods))
-        api.resource.delete_collection_resource_slice(field_selector=f"spec.driver={example_driver.DRIVER}")
+        api.resource.delete_collection_resource_slice(field_selector=f"spec.driver={objs.driver}")
     elif fault == "quota-not-enforced":
         bed.restart_apiserver(enforce_quota=False)
         wait_control_plane_acts(bed, timeout=max(timeout, 90))
@@ -88,16 +152,26 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
         for node in gpu_nodes(bed):
             taints = [t.to_dict() for t in api.core.read_node(node).spec.taints or []]
             api.core.patch_node(node, {"spec": {"taints": [*taints, GPU_NODE_TAINT]}})
+    elif fault == "plugin-crashloop":
+        _upgrade_chart(bed, api, objs, BAD_CHART_VALUES)
+        # Made once the rollout is through: every pod of the new spec, none Ready.
+        waits.wait_until("the upgraded plugin pods to replace the old ones", lambda: _rollout(api, objs),
+                         lambda r: r[0] >= r[1] and not r[2], timeout=timeout, interval=1,
+                         describe=lambda r: f"{r[0]}/{r[1]} updated, {r[2]} ready")
+    elif fault == "gpu-fallen-off-bus":
+        node, index = fallen_gpu(bed)
+        _update_overrides(bed, node, lambda doc: doc.setdefault("devices", {}).setdefault(str(index), {})
+                          .update(failure={"mode": "fallen_off_bus"}))
 
 
 def restore(bed, fault: str, timeout: float = 90) -> None:
     """Mend what ``apply`` broke and wait until the bed is healthy again."""
-    validate(bed, fault)
+    objs = validate(bed, fault)
     api = connect(bed.kubeconfig)
     if fault == "missing-deviceclass":
         path = bed.dir / SAVED
         if not path.exists():
-            raise DraconfError(f"nothing saved to restore DeviceClass {example_driver.DEVICE_CLASS} from")
+            raise DraconfError(f"nothing saved to restore DeviceClass {objs.device_class} from")
         try:
             api.resource.create_device_class(json.loads(path.read_text())["deviceClass"])
         except ApiException as err:
@@ -105,10 +179,10 @@ def restore(bed, fault: str, timeout: float = 90) -> None:
                 raise
         path.unlink()
     elif fault == "no-resourceslices":
-        ds = api.apps.read_namespaced_daemon_set(example_driver.PLUGIN_DAEMONSET, example_driver.NAMESPACE)
+        ds = api.apps.read_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace)
         if ds.spec.template.spec.node_selector:
             api.apps.patch_namespaced_daemon_set(
-                example_driver.PLUGIN_DAEMONSET, example_driver.NAMESPACE,
+                objs.plugin_daemonset, objs.namespace,
                 [{"op": "remove", "path": "/spec/template/spec/nodeSelector"}])
     elif fault == "quota-not-enforced":
         bed.restart_apiserver(enforce_quota=True)
@@ -119,6 +193,11 @@ def restore(bed, fault: str, timeout: float = 90) -> None:
             kept = [t for t in taints if (t["key"], t["effect"]) != (GPU_NODE_TAINT["key"], GPU_NODE_TAINT["effect"])]
             if kept != taints:
                 api.core.patch_node(node, {"spec": {"taints": kept or None}})
+    elif fault == "plugin-crashloop":
+        _upgrade_chart(bed, api, objs, None)
+    elif fault == "gpu-fallen-off-bus":
+        for node in gpu_nodes(bed):
+            _update_overrides(bed, node, _drop_failures)
     wait_healthy(bed, timeout)
 
 
@@ -127,19 +206,80 @@ def gpu_nodes(bed) -> list[str]:
     return sorted(bed.state().get("real_nodes", {}))
 
 
-def _plugin_pods(api) -> list[str]:
+def _plugin_pods(api, objs: DriverObjects) -> list[str]:
     return [p.metadata.name for p in api.core.list_namespaced_pod(
-        example_driver.NAMESPACE, label_selector=example_driver.PLUGIN_SELECTOR).items]
+        objs.namespace, label_selector=objs.plugin_selector).items]
+
+
+def _rollout(api, objs: DriverObjects) -> tuple[int, int, int]:
+    """The plugin DaemonSet's pods: (updated, desired, ready)."""
+    st = api.apps.read_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace).status
+    return st.updated_number_scheduled or 0, st.desired_number_scheduled or 0, st.number_ready or 0
+
+
+def _upgrade_chart(bed, api, objs: DriverObjects, changed: dict | None) -> None:
+    """``helm upgrade`` of the release with ``changed`` values (None: the bed's own): the chart
+    rendered again, its kubelet-plugin DaemonSet replaced; the DaemonSet rolls its pods."""
+    from draconf.testbed import build
+    quiet = lambda *_: None  # noqa: E731 - both builds are cached by the bed's `up`
+    bindir = build.ensure_built(log=quiet)
+    built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[bed.state()["driver"]],
+                                         upstream_nvidia.sources_dir(), bindir, log=quiet)
+    docs = upstream_nvidia.render(bindir / "example" / "helm", built, *example_driver.cluster_facts(api),
+                                  workdir=bed.dir, changed=changed)
+    (plugin,) = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == objs.plugin_daemonset]
+    api.apps.replace_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace, plugin)
+
+
+def _overrides_path(bed, node: str) -> Path:
+    """The mock NVML's runtime overrides of ``node``: beside the config.yaml it reads."""
+    return NodePaths(Path(bed.state()["real_nodes"][node]["dir"])).driver_root / "config" / "overrides.yaml"
+
+
+def fallen_gpu(bed) -> tuple[str, int]:
+    """The GPU ``gpu-fallen-off-bus`` takes away: the last of the first GPU node (its index in
+    the node's mock config, the key of its overrides)."""
+    node = gpu_nodes(bed)[0]
+    config = yaml.safe_load((_overrides_path(bed, node).parent / "config.yaml").read_text())
+    return node, len(config["devices"]) - 1
+
+
+def _update_overrides(bed, node: str, change) -> None:
+    """Read, change and replace ``overrides.yaml`` of ``node`` in one rename, JSON being YAML: the
+    bed's nvidia-smi stand-in keeps compute modes there too (gomod/nvml-smi)."""
+    path = _overrides_path(bed, node)
+    doc = json.loads(path.read_text() or "{}") if path.exists() else {}
+    doc.setdefault("version", 1)
+    change(doc)
+    tmp = path.with_suffix(".draconf-tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.rename(path)
+
+
+def _drop_failures(doc: dict) -> None:
+    for device in (doc.get("devices") or {}).values():
+        device.pop("failure", None)
+
+
+def failing_gpus(bed) -> list[str]:
+    """``node/index`` of every GPU a node's mock overrides give a failure."""
+    found = []
+    for node in gpu_nodes(bed):
+        path = _overrides_path(bed, node)
+        doc = json.loads(path.read_text() or "{}") if path.exists() else {}
+        found += [f"{node}/{i}" for i, d in sorted((doc.get("devices") or {}).items()) if d.get("failure")]
+    return found
 
 
 def problems(bed) -> list[str]:
-    """What keeps the bed from being the healthy example bed (empty when it is)."""
+    """What keeps the bed from being the healthy bed of its driver (empty when it is)."""
     api = connect(bed.kubeconfig)
+    objs = driver_objects((bed.state() or {}).get("driver", "example"))
     found = []
-    if example_driver.DEVICE_CLASS not in {c.metadata.name for c in api.resource.list_device_class().items}:
-        found.append(f"DeviceClass {example_driver.DEVICE_CLASS} missing")
+    if objs.device_class not in {c.metadata.name for c in api.resource.list_device_class().items}:
+        found.append(f"DeviceClass {objs.device_class} missing")
     nodes = gpu_nodes(bed)
-    ds = api.apps.read_namespaced_daemon_set(example_driver.PLUGIN_DAEMONSET, example_driver.NAMESPACE)
+    ds = api.apps.read_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace)
     if ds.spec.template.spec.node_selector:
         found.append(f"plugin DaemonSet has nodeSelector {ds.spec.template.spec.node_selector}")
     status = ds.status
@@ -147,7 +287,7 @@ def problems(bed) -> list[str]:
         found.append(f"plugin DaemonSet {status.number_ready or 0}/{len(nodes)} ready, "
                      f"{status.updated_number_scheduled or 0} updated")
     published = {s.spec.node_name for s in api.resource.list_resource_slice().items
-                 if s.spec.driver == example_driver.DRIVER and s.spec.devices}
+                 if s.spec.driver == objs.driver and s.spec.devices}
     if missing := sorted(set(nodes) - published):
         found.append(f"no devices published on {', '.join(missing)}")
     for node in api.core.list_node().items:
@@ -158,6 +298,8 @@ def problems(bed) -> list[str]:
     if not any(a.startswith("--enable-admission-plugins=") and "ResourceQuota" in a.split("=", 1)[1].split(",")
                for a in argv):
         found.append("kube-apiserver runs without the ResourceQuota admission plugin")
+    if objs.nvidia_release and (failing := failing_gpus(bed)):
+        found.append(f"mock NVML fails GPU(s) {', '.join(failing)}")
     return found
 
 
@@ -182,12 +324,13 @@ def wait_control_plane_acts(bed, timeout: float = 90) -> float:
     from draconf.testbed import images
     started = time.monotonic()
     api = connect(bed.kubeconfig)
+    objs = driver_objects((bed.state() or {}).get("driver", "example"))
     ns = namespaces.create(api, namespaces.RunId("selftest"), "control-plane-probe", sa_timeout=timeout)
     try:
         api.resource.create_namespaced_resource_claim_template(ns, {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu"},
             "spec": {"spec": {"devices": {"requests": [
-                {"name": "gpu", "exactly": {"deviceClassName": example_driver.DEVICE_CLASS}}]}}}})
+                {"name": "gpu", "exactly": {"deviceClassName": objs.device_class}}]}}}})
         # A fresh pod every few seconds: the resourceclaim controller retries a pod whose claim
         # it could not make with a growing per-pod delay (10 s, 20 s, 40 s, ...), which would
         # measure that delay rather than when the controllers see new objects again.

@@ -675,9 +675,16 @@ def helm_args(release: Release, chart: Path, values_file: Path, kube_version: st
     return args
 
 
-def render(helm: Path, built: Built, kube_version: str, api_versions: list[str], workdir: Path) -> list[dict]:
+def render(helm: Path, built: Built, kube_version: str, api_versions: list[str], workdir: Path,
+           changed: dict | None = None) -> list[dict]:
+    """The chart rendered with the bed's values; ``changed``: values set over them, as
+    ``helm upgrade --reuse-values --set`` would (a mapping merges into the bed's mapping)."""
+    chosen = chart_values(built.release)
+    for key, value in (changed or {}).items():
+        chosen[key] = {**chosen[key], **value} if isinstance(value, dict) and isinstance(chosen.get(key), dict) \
+            else value
     values = workdir / f"{built.release.release_name}-values.yaml"
-    values.write_text(yaml.safe_dump(chart_values(built.release), sort_keys=False))
+    values.write_text(yaml.safe_dump(chosen, sort_keys=False))
     proc = subprocess.run([str(helm), *helm_args(built.release, built.chart, values, kube_version, api_versions)],
                           capture_output=True, text=True, env={"HOME": "/nonexistent", "PATH": ""})
     if proc.returncode != 0:

@@ -332,15 +332,35 @@ EXPECTED_EXAMPLE: dict[str, Expectation] = {
     "gpu-nodes-tainted": EXPECTED["gpu-nodes-tainted"],
 }
 
+#: NVIDIA's own release (``--driver nvidia-v0.4.0``), broken from outside it: the example
+#: driver's four, a chart upgrade with a bad value, and a GPU falling off the bus under it
+#: (NVIDIA's mock NVML told so at run time).  That GPU (the last of gpu-a100-0, as one-gpu-bad's) takes a claim, but the release
+#: cannot prepare it (it sets the GPU's compute mode through nvidia-smi, which finds it lost):
+#: only --every-gpu is sure to ask for it, and must name it and pass its neighbours.
+#: Its DaemonSet's pods gone, no plugin runs anywhere: kubelet-plugin fails as on the example bed.
+UPSTREAM_RELEASE = "nvidia-v0.4.0"
+EXPECTED_UPSTREAM: dict[str, Expectation] = {
+    "missing-deviceclass": EXPECTED["missing-deviceclass"],
+    "no-resourceslices": EXPECTED_EXAMPLE["no-resourceslices"],
+    "quota-not-enforced": EXPECTED["quota-not-enforced"],
+    "gpu-nodes-tainted": EXPECTED["gpu-nodes-tainted"],
+    # A misspelt feature gate in a chart upgrade: every new plugin pod crash-loops, as the
+    # simulated bed's plugin-unhealthy; the nodes' slices go too, a while after the old pods.
+    "plugin-crashloop": EXPECTED["plugin-unhealthy"],
+    "gpu-fallen-off-bus": Expectation(
+        (f"every-node/{ONE_NODE}/gpu-1",), {f"every-node/{ONE_NODE}/gpu-1": "plugin-unhealthy"},
+        run_args=EVERY_GPU),
+}
+
 #: The driver a bed runs -> the expectations of its faults.
-EXPECTATIONS = {"nvidia": EXPECTED, "example": EXPECTED_EXAMPLE}
+EXPECTATIONS = {"nvidia": EXPECTED, "example": EXPECTED_EXAMPLE, UPSTREAM_RELEASE: EXPECTED_UPSTREAM}
 #: The profile ``draconf run`` is given for a bed of that driver.
-PROFILES = {"nvidia": "nvidia", "example": "example"}
+PROFILES = {"nvidia": "nvidia", "example": "example", UPSTREAM_RELEASE: "nvidia"}
 
 
 def matrix_driver() -> str:
-    """The driver the matrix runs against: DRACONF_MATRIX_DRIVER (``nvidia``, the default, or
-    ``example``)."""
+    """The driver the matrix runs against: DRACONF_MATRIX_DRIVER (``nvidia``, the default,
+    ``example`` or ``nvidia-v0.4.0``)."""
     driver = os.environ.get("DRACONF_MATRIX_DRIVER") or "nvidia"
     if driver not in EXPECTATIONS:
         raise ValueError(f"DRACONF_MATRIX_DRIVER must be one of {', '.join(EXPECTATIONS)}, not {driver!r}")

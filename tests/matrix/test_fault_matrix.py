@@ -17,7 +17,9 @@ act on the node side (runtime or kubelet plugin) and runs the control-plane faul
 nodes.  DRACONF_MATRIX_DRIVER=example runs the faults that can be made from outside a
 driver (``draconf.testbed.external_faults``) against beds running dra-example-driver instead:
 each row starts a healthy example bed, breaks it as an admin would, and runs the suite with
-``--profile example``.  DRACONF_MATRIX_LOCAL_ONLY (a comma-separated list) skips those rows,
+``--profile example``; DRACONF_MATRIX_DRIVER=nvidia-v0.4.0 does the same on beds running
+NVIDIA's own release over its mock NVML, and adds a GPU falling off the bus (needs the release
+archives, docs/testbed.md).  DRACONF_MATRIX_LOCAL_ONLY (a comma-separated list) skips those rows,
 naming the variable: CI's time budget leaves rows a stricter row covers to local runs.
 """
 
@@ -27,9 +29,9 @@ import os
 
 import pytest
 
-from tests.matrix.faultmatrix import (EXPECTATIONS, REAL_NODE_FAULTS, healthy_run_args, judge, matrix_driver,
-                                      node_kind, run_against)
-from draconf.testbed.external_faults import EXTERNAL
+from tests.matrix.faultmatrix import (EXPECTATIONS, REAL_NODE_FAULTS, UPSTREAM_RELEASE, healthy_run_args, judge,
+                                      matrix_driver, node_kind, run_against)
+from draconf.testbed.external_faults import EXTERNAL, faults_for
 from draconf.testbed.faults import FAULTS
 
 #: One fault per detecting check family: preflight, allocation, injection, cleanup, quota.
@@ -38,7 +40,8 @@ SUBSET = ["missing-deviceclass", "gpu-nodes-tainted", "cdi-wrong-device", "claim
 
 
 #: The driver -> the faults its beds can be given.
-FAULTS_OF = {"nvidia": list(FAULTS), "example": list(EXTERNAL)}
+FAULTS_OF = {"nvidia": list(FAULTS), "example": list(EXTERNAL),
+             UPSTREAM_RELEASE: list(faults_for(UPSTREAM_RELEASE))}
 
 
 def selected_faults() -> list[str]:

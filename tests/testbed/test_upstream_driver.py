@@ -1,7 +1,10 @@
 """NVIDIA's own DRA driver release on the bed (``draconf testbed up --driver nvidia-v0.4.0``):
 its kubelet plugin built from the release's source archive, installed from its own chart over
 NVIDIA's mock NVML on the real nodes; the suite run against it unchanged (``draconf run``, the
-``nvidia`` profile) must pass every walkthrough workload.
+``nvidia`` profile) must pass every walkthrough workload.  Then, on the same bed, faults made
+from outside NVIDIA's code (``draconf.testbed.external_faults``), each caught with the fault
+matrix's expectation (``EXPECTED_UPSTREAM``) and mended before the next; the matrix's own rows
+for them (``DRACONF_MATRIX_DRIVER=nvidia-v0.4.0``) start a bed per fault.
 
 Needs the archives (../shared/upstream, or $DRACONF_UPSTREAM_SOURCES); builds are cached by
 archive hash (cold: about 12 minutes on 2 cores; warm: seconds)."""
@@ -12,12 +15,15 @@ import json
 
 import pytest
 
+from draconf.testbed import external_faults
+from draconf.testbed.nvidia import ONE_NODE
 from draconf.testbed.upstream_nvidia import sources_dir
+from tests.matrix.faultmatrix import EXPECTED_UPSTREAM, UPSTREAM_RELEASE, judge, run_suite
 
 from .conftest import _start, _stop
 from .test_cli import draconf
 
-RELEASE = "nvidia-v0.4.0"
+RELEASE = UPSTREAM_RELEASE
 ARCHIVE = "dra-driver-nvidia-gpu-v0.4.0.tar.xz"
 
 
@@ -40,3 +46,32 @@ def test_the_suite_passes_unchanged_against_nvidias_released_driver(upstream_bed
                                                          "two-gpu", "shared-claim", "deployment")]
     assert len(walkthrough) == 18 and all(r["outcome"] == "passed" for r in walkthrough), walkthrough
     assert all(r["outcome"] == "passed" for r in rows if r["workload"] in ("job", "gpu-sharing")), rows
+
+
+#: fault -> the pytest arguments its run adds to its expectation's ``run_args`` (None: nothing;
+#: a preflight fault then runs the whole suite, which the preflight gate makes quick).
+#: The other external faults (no-resourceslices, quota, tainted nodes) are the matrix's.
+SELECTION = {"missing-deviceclass": None, "plugin-crashloop": None, "gpu-fallen-off-bus": None}
+
+
+@pytest.mark.parametrize("fault", list(SELECTION))
+def test_a_fault_from_outside_nvidias_driver_is_caught_with_the_right_diagnosis(upstream_bed, fault, tmp_path):
+    bed = upstream_bed
+    assert external_faults.problems(bed) == []
+    if fault == "gpu-fallen-off-bus":
+        # The GPU the expectation names: the last of one-gpu-bad's node.
+        assert external_faults.fallen_gpu(bed) == (ONE_NODE, 1)
+    external_faults.apply(bed, fault)
+    try:
+        assert external_faults.problems(bed), f"{fault} left the bed healthy: the fault was not made"
+        result = run_suite(bed, fault, tmp_path / "reports", SELECTION[fault], driver=RELEASE)
+    finally:
+        external_faults.restore(bed, fault)
+    verdict = judge(result)
+    assert verdict.ok, f"{fault}: " + "; ".join(verdict.problems) + "\n" + result.output_tail
+    if fault == "gpu-fallen-off-bus":
+        # Exactly that GPU: every other one the sweep reached passed.
+        sweep = [r for r in result.rows if r["workload"] == "every-node"]
+        assert [r["check"] for r in sweep if r["outcome"] != "passed"] == [f"{ONE_NODE}/gpu-1"], sweep
+        assert len(sweep) >= 8
+    assert external_faults.problems(bed) == []

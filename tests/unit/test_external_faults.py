@@ -24,3 +24,15 @@ def test_a_fault_made_inside_the_driver_is_refused(bed):
 def test_a_bed_not_running_the_example_driver_is_refused(bed):
     with pytest.raises(DraconfError, match="runs the nvidia driver; .* `draconf testbed up --fault NAME`"):
         external_faults.apply(bed, "gpu-nodes-tainted")
+
+
+def test_a_fault_of_nvidias_release_is_refused_on_an_example_bed(bed, monkeypatch):
+    monkeypatch.setattr(type(bed), "state", lambda self: {"driver": "example"})
+    with pytest.raises(DraconfError, match="'gpu-fallen-off-bus' is made on a bed of NVIDIA's release"):
+        external_faults.apply(bed, "gpu-fallen-off-bus")
+
+
+def test_nvidias_release_can_be_given_every_outside_fault_and_its_own():
+    assert set(external_faults.faults_for("nvidia-v0.4.0")) == \
+        set(external_faults.EXTERNAL) | {"gpu-fallen-off-bus", "plugin-crashloop"}
+    assert set(external_faults.faults_for("example")) == set(external_faults.EXTERNAL)

@@ -235,22 +235,32 @@ func selectGPUs(lib nvml.Interface, ids []string, stderr io.Writer) ([]gpu, int)
 		}
 		all = append(all, gpu{i, dev})
 	}
-	if len(ids) == 0 {
-		return all, 0
-	}
-	var picked []gpu
-	for _, id := range ids {
-		found := false
-		for _, g := range all {
-			uuid, _ := g.dev.GetUUID()
-			if strconv.Itoa(g.index) == id || uuid == id {
-				picked = append(picked, g)
-				found = true
+	picked := all
+	if len(ids) > 0 {
+		picked = nil
+		for _, id := range ids {
+			found := false
+			for _, g := range all {
+				uuid, _ := g.dev.GetUUID()
+				if strconv.Itoa(g.index) == id || uuid == id {
+					picked = append(picked, g)
+					found = true
+				}
+			}
+			if !found {
+				fmt.Fprintf(stderr, "No devices were found matching %s\n", id)
+				return nil, 6
 			}
 		}
-		if !found {
-			fmt.Fprintf(stderr, "No devices were found matching %s\n", id)
-			return nil, 6
+	}
+	// nvidia-smi queries every GPU it works on, so one that has fallen off the bus fails the
+	// command at once, even -L; the GPUs it was not asked about do not.  A handle lookup is no
+	// query: NVIDIA's mock reports a GPU lost (its failure injection, e.g. set through
+	// overrides.yaml) from its first guarded call on.
+	for _, g := range picked {
+		if _, ret := g.dev.GetMemoryInfo(); ret == nvml.ERROR_GPU_IS_LOST {
+			fmt.Fprintf(stderr, "Unable to determine the device handle for GPU%d: %v\n", g.index, ret)
+			return nil, 15
 		}
 	}
 	return picked, 0
