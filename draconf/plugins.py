@@ -48,6 +48,9 @@ class PluginPod:
     restarts: int = 0
     #: the end of its log, when it was read (the diagnosis reads it for pods not ready)
     log_tail: str | None = None
+    #: the first of its containers that is not ready and has restarted (a crash loop): whose
+    #: previous run's log says why
+    crashed_container: str | None = None
 
     @classmethod
     def from_raw(cls, raw: dict) -> "PluginPod":
@@ -55,7 +58,7 @@ class PluginPod:
         ``ApiClient.sanitize_for_serialization``)."""
         pod = Pod(raw)
         status = raw.get("status") or {}
-        problems, reasons, restarts = [], [], 0
+        problems, reasons, restarts, crashed = [], [], 0, None
         for kind, statuses in (("init", status.get("initContainerStatuses")), ("", status.get("containerStatuses"))):
             for cs in statuses or []:
                 restarts += cs.get("restartCount") or 0
@@ -76,13 +79,30 @@ class PluginPod:
                 last = (cs.get("lastState") or {}).get("terminated")
                 if last:
                     extra.append(f"last exit {last.get('exitCode')} {last.get('reason') or ''}".rstrip())
+                if cs.get("restartCount") and crashed is None:
+                    crashed = cs.get("name")
                 label = f"{'init container ' if kind else ''}{cs.get('name')}"
                 problems.append(f"{label}: {what}" + (f" ({', '.join(extra)})" if extra else ""))
         return cls(pod.namespace or "", pod.name or "", pod.node, status.get("phase"), pod.is_ready,
-                   tuple(problems), tuple(reasons), restarts)
+                   tuple(problems), tuple(reasons), restarts, crashed_container=crashed)
 
     def with_log(self, tail: str | None) -> "PluginPod":
         return replace(self, log_tail=tail)
+
+    @property
+    def last_error(self) -> str | None:
+        """The log tail's last line that says error (else its last line), shortened: what a
+        crashing plugin said as it ended.
+
+        >>> PluginPod("ns", "p", "n", "Running", False, log_tail="usage: ...\\nError: unrecognized "
+        ...           "feature gate: X\\n\\n").last_error
+        'Error: unrecognized feature gate: X'
+        """
+        lines = [line.strip() for line in (self.log_tail or "").splitlines() if line.strip()]
+        if not lines or lines[0].startswith("(logs unavailable"):
+            return None
+        said = [line for line in lines if "error" in line.lower()] or lines
+        return said[-1][:300]
 
     def summary(self) -> str:
         """One line: phase, readiness, what its containers wait on, restarts."""

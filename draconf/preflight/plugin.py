@@ -50,6 +50,10 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
         if not_ready:
             parts.append(f"{len(not_ready)} plugin pod(s) not Ready"
                          + (f" ({', '.join(reasons)})" if reasons else ""))
+            said = next(((p, p.last_error) for p in not_ready if p.last_error), None)
+            if said:
+                parts.append(f"{said[0].name} on {said[0].node or '(no node)'} last said: {said[1]}")
+                evidence[f"log of {said[0].namespace}/{said[0].name}"] = said[0].log_tail
         if daemonsets:
             logs = f"kubectl logs -n {daemonsets[0].namespace} daemonset/{daemonsets[0].name}"
         elif not_ready:
@@ -66,9 +70,24 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
                                  if daemonsets else ""), evidence=evidence)
 
 
+def with_crash_log(api, pod: PluginPod) -> PluginPod:
+    """``pod`` with the log of its crashed container's previous run (``kubectl logs --previous``):
+    why it crash-loops.  Unreadable logs leave it as it was (logs are a bonus)."""
+    try:
+        return pod.with_log(api.core.read_namespaced_pod_log(
+            pod.name, pod.namespace, container=pod.crashed_container, previous=True, tail_lines=20,
+            _request_timeout=5))
+    except Exception:  # noqa: BLE001 - e.g. no pods/log permission, or no previous run kept
+        return pod
+
+
 @check("kubelet-plugin")
 def check_kubelet_plugin(api, profile) -> CheckResult:
     daemonsets, pods = read_plugin_pods(api, profile.plugin)
+    # One crash-looping pod's last words: they name the cause (a bad flag, a missing driver).
+    crashing = next((i for i, p in enumerate(pods) if not p.ready and p.crashed_container), None)
+    if crashing is not None:
+        pods[crashing] = with_crash_log(api, pods[crashing])
     gpu_nodes, _ = read_gpu_nodes(api, pods, dict(profile.plugin.gpu_node_labels))
     return evaluate_kubelet_plugin(gpu_nodes, daemonsets, pods, profile.plugin.daemonsets,
                                    profile.plugin.pod_selectors)

@@ -69,6 +69,10 @@ def test_a_fault_from_outside_nvidias_driver_is_caught_with_the_right_diagnosis(
         external_faults.restore(bed, fault)
     verdict = judge(result)
     assert verdict.ok, f"{fault}: " + "; ".join(verdict.problems) + "\n" + result.output_tail
+    if fault == "plugin-crashloop":
+        # The cause, quoted from the crashed plugin's previous run: what the operator must fix.
+        (row,) = [r for r in result.rows if r["id"].endswith("test_preflight[kubelet-plugin]")]
+        assert "last said: " in row["message"] and "unrecognized feature gate: MPSSuport" in row["message"], row
     if fault == "gpu-fallen-off-bus":
         # Exactly that GPU: every other one the sweep reached passed.
         sweep = [r for r in result.rows if r["workload"] == "every-node"]

@@ -280,6 +280,18 @@ def test_plugin_crash_loop_lists_pods_and_reasons():
     assert "n2" in r.summary and "CrashLoopBackOff" in r.summary
     assert "kubectl logs -n gpu-operator daemonset/nvidia-dra-driver-kubelet-plugin" in r.summary
     assert "gpu-operator/b on n2: not Ready" in r.evidence["kubelet-plugin pods not Ready"]
+    assert pods[1].crashed_container == "gpus" and "last said" not in r.summary  # no log read
+
+
+def test_a_crash_looping_plugin_is_quoted_from_its_previous_run():
+    crashed = pf.plugin_pod(v1pod("b", "n2", ready=False, waiting="CrashLoopBackOff", restarts=3)).with_log(
+        "  -v value  number for the log level verbosity\n\nError: could not parse \"MPSSuport=true,\" from "
+        "environment variable \"FEATURE_GATES\": unrecognized feature gate: MPSSuport\n")
+    r = pf.evaluate_kubelet_plugin(["n2"], [DS], [crashed])
+    assert not r.ok and r.diagnosis == "plugin-unhealthy"
+    assert "b on n2 last said: Error: could not parse" in r.summary
+    assert r.summary.index("last said") < r.summary.index("Claims on those nodes")
+    assert "unrecognized feature gate: MPSSuport" in r.evidence["log of gpu-operator/b"]
 
 
 def test_gpu_node_without_plugin_pod():
