@@ -47,6 +47,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from draconf import capabilities, cel, manifests, startup, taints, waits
+from draconf import selectors as sel
 from draconf.admission import AdmissionDenied
 from draconf.claims import Claim, device_holders
 from draconf.devices import class_selectors
@@ -262,7 +263,6 @@ def holder_selectors(class_cel: list[str], profile, published) -> dict:
     """Where the GPU in use (42) may land so that the monitor (43) can be given it: on a GPU
     that consumes no counters when the cluster has both kinds (the manifest as written when
     it has one kind only); no verdict when every GPU consumes counters."""
-    from draconf import selectors as sel
     uuid = profile.attributes["uuid"]
     holdable = [d for d in published if d.attribute(uuid) and cel.evaluate_all(class_cel, d).matched]
     standalone = sorted(d.attribute(uuid) for d in holdable if not d.counter_sets)
@@ -276,7 +276,6 @@ def holder_selectors(class_cel: list[str], profile, published) -> dict:
 def start_admin_access(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
     """The GPU in use first (42), then the monitor (43) selecting that GPU by its UUID; the
     workload is both, so the three checks judge both pods and both claims."""
-    from draconf import selectors as sel
     from draconf.pytest_plugin import make_namespace
     ns = make_namespace(request, cluster, run_id, "admin-access")
     label_for_admin_access(cluster, ns)
@@ -367,7 +366,6 @@ def tainted_target(request, cluster, profile, ns: str, avoid=frozenset()) -> tai
 
 
 def taint_workload(name: str, manifest: str, claim: str, device, profile, avoid, tolerations=None):
-    from draconf import selectors as sel
     uuid = device.attributes[f"{profile.domain}/{profile.attributes['uuid']}"]
     return TaintWorkload(name, [manifest], expected_pods=1, tolerations=tolerations, avoid_nodes=avoid,
                          selectors={claim: [sel.uuid_in(profile.domain, profile.attributes["uuid"], [uuid])]})

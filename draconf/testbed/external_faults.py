@@ -244,11 +244,17 @@ def fallen_gpu(bed) -> tuple[str, int]:
     return node, len(config["devices"]) - 1
 
 
+def _overrides(bed, node: str) -> dict:
+    """``overrides.yaml`` of ``node`` as written here and by the nvidia-smi stand-in: JSON."""
+    path = _overrides_path(bed, node)
+    return json.loads(path.read_text() or "{}") if path.exists() else {}
+
+
 def _update_overrides(bed, node: str, change) -> None:
     """Read, change and replace ``overrides.yaml`` of ``node`` in one rename, JSON being YAML: the
     bed's nvidia-smi stand-in keeps compute modes there too (gomod/nvml-smi)."""
     path = _overrides_path(bed, node)
-    doc = json.loads(path.read_text() or "{}") if path.exists() else {}
+    doc = _overrides(bed, node)
     doc.setdefault("version", 1)
     change(doc)
     tmp = path.with_suffix(".draconf-tmp")
@@ -265,8 +271,7 @@ def failing_gpus(bed) -> list[str]:
     """``node/index`` of every GPU a node's mock overrides give a failure."""
     found = []
     for node in gpu_nodes(bed):
-        path = _overrides_path(bed, node)
-        doc = json.loads(path.read_text() or "{}") if path.exists() else {}
+        doc = _overrides(bed, node)
         found += [f"{node}/{i}" for i, d in sorted((doc.get("devices") or {}).items()) if d.get("failure")]
     return found
 
