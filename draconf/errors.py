@@ -43,6 +43,12 @@ class TargetUnusable(DraconfError):
     exit_code = EXIT_TARGET_UNUSABLE
 
 
+class ReleaseIncomplete(AssertionError):
+    """The cleanup check waited for the claims of deleted consumers to be released, and they
+    were not: what a diagnosis may take as given (how long a claim may stay held after its
+    consumer is gone is the check's to know, not the cluster's to show)."""
+
+
 import pytest as _pytest  # noqa: E402  (only for the skip outcome NoVerdict derives from)
 
 

@@ -35,7 +35,7 @@ from draconf.kube import label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.injection import Seen, WrongInjection, judge as judge_injection
-from draconf.errors import NoVerdict
+from draconf.errors import NoVerdict, ReleaseIncomplete
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
 from draconf.startup import ControlPlaneStalled, StartVerdicts, stall_after
@@ -447,7 +447,7 @@ class DeployedWorkload(StartVerdicts):
         except ControlPlaneStalled:
             raise  # the run's breaker and diagnosis take it as it is
         except waits.WaitFailed as err:
-            raise AssertionError(f"cleanup is incomplete: {err}") from None
+            raise ReleaseIncomplete(f"cleanup is incomplete: {err}") from None
         if unpublished:
             # Released, but the probe can only ask for devices by what their slices publish.
             raise NoVerdict(f"the claims were released, but {', '.join(unpublished)} they held are not among "

@@ -1,6 +1,6 @@
 """Why a check failed, decided from evidence read from the cluster (never from the test's name).
 
-``diagnose(api, profile, namespace, check, error_text)`` reads what an operator would look at
+``diagnose(api, profile, namespace, error)`` reads what an operator would look at
 (the troubleshooting walkthrough of the NVIDIA DRA docs): the pods and claims of the test's
 namespace, its events, the DeviceClasses the claims name, the driver's ResourceSlices, the
 nodes, the kubelet-plugin pods, the GPU Operator's GPUCluster / ClusterPolicy and the
@@ -12,7 +12,7 @@ The work is split so the rules can be tested without a cluster::
 
     gather.gather(api, profile, namespace) -> Snapshot  (raw dicts, the only part that calls the API)
     facts.build_facts(snapshot, profile)   -> Facts     (plain dataclasses, pure)
-    rules.classify(facts, check, error)    -> (code, reason)  (one function per code, pure)
+    rules.classify(facts, error_text)      -> (code, reason)  (one function per code, pure)
     evidence.evidence(snapshot, facts)     -> {name: text}    (what the report attaches)
 
 and this module is the glue: :func:`diagnose` runs the four, and the pytest hook's
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from draconf.diagnosis.evidence import evidence
-from draconf.diagnosis.facts import (ContainerGPUs, EventFacts, Facts, NodeFacts,
+from draconf.diagnosis.facts import (ContainerGPUs, EventFacts, Facts, Failure, NodeFacts,
                                      QuotaFacts, TemplateFacts, build_facts,
                                      selectors_eval)
 from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUEST_TIMEOUT, Snapshot,
@@ -43,7 +43,7 @@ from draconf.reporting.diagnoses import DIAGNOSES
 
 log = logging.getLogger("draconf.diagnosis")
 
-__all__ = ["ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "NodeFacts", "PLUGIN_NAMESPACES",
+__all__ = ["ContainerGPUs", "Diagnosis", "EventFacts", "Facts", "Failure", "NodeFacts", "PLUGIN_NAMESPACES",
            "PLUGIN_SELECTORS", "QuotaFacts", "REQUEST_TIMEOUT", "RULES",
            "Snapshot", "TemplateFacts", "build_facts", "classify",
            "diagnose", "diagnose_item", "evidence", "gather", "node_exclusions", "record_failure_diagnosis",
@@ -66,17 +66,18 @@ class Diagnosis:
 
 # --- entry points ------------------------------------------------------------------------------
 
-def diagnose(api, profile, namespace: str | None, check: str | None, error_text: str,
-             recorded_allocations: dict[str, list[str]] | None = None) -> Diagnosis:
-    """Read the cluster and explain why ``check`` failed with ``error_text``;
-    ``recorded_allocations``: what the check found allocated to each container, when the
-    cluster may no longer say (draconf.injection.WrongInjection).  Never raises."""
+def diagnose(api, profile, namespace: str | None, error: BaseException | str | None) -> Diagnosis:
+    """Read the cluster and explain why a check failed with ``error``: the exception it raised
+    (what it did, :class:`~draconf.diagnosis.facts.Failure`, and what it found allocated to each
+    container when the cluster may no longer say, draconf.injection.WrongInjection), or only
+    its message.  Never raises."""
     started = time.monotonic()
     try:
         snap = gather(api, profile, namespace)
         facts = build_facts(snap, profile)
-        facts.recorded_allocations = dict(recorded_allocations or {})
-        code, reason = classify(facts, check, error_text or "")
+        facts.failure = Failure.of(error)
+        facts.recorded_allocations = dict(getattr(error, "allocated", None) or {})
+        code, reason = classify(facts, str(error) if error is not None else "")
         ev = evidence(snap, facts, code, reason)
     except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
         log.exception("diagnosis failed")
@@ -92,7 +93,7 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
 
     Finds the cluster (:func:`draconf.pytest_plugin.cluster_api`), the profile, the test's namespace (the one
     the fixture that made it recorded for the test's scope:
-    :func:`draconf.reporting.recording.recorded_namespace`) and its check (``draconf`` marker).
+    :func:`draconf.reporting.recording.recorded_namespace`).
     Returns None when there is no cluster connection to read from.
     """
     from draconf.pytest_plugin import cluster_api, run_profile
@@ -103,11 +104,7 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     profile = run_profile(config)
     if api is None or profile is None:
         return None
-    namespace = recorded_namespace(item)
-    marker = item.get_closest_marker("draconf")
-    check = marker.kwargs.get("check") if marker else None
-    text = str(exc) if exc is not None else ""
-    return diagnose(api, profile, namespace, check, text, getattr(exc, "allocated", None))
+    return diagnose(api, profile, recorded_namespace(item), exc)
 
 
 _CODE_PREFIX = re.compile(r"^\s*(?:\w+(?:\.\w+)*: )?\[([a-z-]+)\]")

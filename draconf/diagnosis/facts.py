@@ -20,6 +20,8 @@ from draconf import allocation, cel, mig
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
+from draconf.errors import ReleaseIncomplete
+from draconf.injection import WrongInjection
 from draconf.kube import label_selector, seconds_since
 from draconf.namespaces import MANAGED_BY
 from draconf.plugins import PluginPod
@@ -123,6 +125,27 @@ class QuotaFacts:
         return over
 
 
+@dataclass(frozen=True)
+class Failure:
+    """What the failing check did, as the exception it raised says: the rules read this, never
+    the check's name.
+
+    >>> Failure.of(ReleaseIncomplete("cleanup is incomplete: ...")).waited_for_release
+    True
+    >>> Failure.of("text only")
+    Failure(waited_for_release=False, compared_injection=False)
+    """
+    #: it deleted the consumers and waited for their claims to be released (they were not)
+    waited_for_release: bool = False
+    #: it read what the running containers show and compared it with their allocation
+    compared_injection: bool = False
+
+    @classmethod
+    def of(cls, error) -> "Failure":
+        return cls(waited_for_release=isinstance(error, ReleaseIncomplete),
+                   compared_injection=isinstance(error, WrongInjection))
+
+
 @dataclass
 class Facts:
     """Everything the rules look at.  Defaults describe a healthy, empty cluster."""
@@ -171,6 +194,8 @@ class Facts:
     #: check recorded them (draconf.injection.WrongInjection): a finished pod's generated claim
     #: is deleted, and with it the cluster's only record of which GPU it was given
     recorded_allocations: dict[str, list[str]] = field(default_factory=dict)
+    #: what the failing check did (never its name)
+    failure: Failure = field(default_factory=Failure)
     quotas: list[QuotaFacts] = field(default_factory=list)
     #: claim key (namespace/name) -> its allocation results whose device carries a NoSchedule or
     #: NoExecute taint the request does not tolerate ("request: pool/device (key=value:effect)")

@@ -84,7 +84,7 @@ def allocation_verdict(api, deployed: DeployedWorkload) -> str:
     ``allocation-invalid`` and name the same broken promise."""
     with pytest.raises(AssertionError) as failed:
         deployed.check_allocation(PublishedDevices.read(api, DRIVER))
-    diagnosis = diagnose(api, PROFILE, deployed.namespace, "allocation", "")
+    diagnosis = diagnose(api, PROFILE, deployed.namespace, "")
     assert diagnosis.code == "allocation-invalid", diagnosis
     first = str(failed.value).removeprefix("allocation is wrong: ").split("; ")[0]
     assert first in diagnosis.reason, (first, diagnosis.reason)

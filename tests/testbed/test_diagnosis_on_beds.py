@@ -124,7 +124,7 @@ WAITED_READ = re.compile(r"(?i)timeout|timed out")
 
 def diagnosed(api, ns, check, error, fault, took=None):
     started = time.monotonic()
-    result = diagnose(api, PROFILE, ns, check, str(error))
+    result = diagnose(api, PROFILE, ns, error)
     elapsed = time.monotonic() - started
     path = os.environ.get("DRACONF_DIAGNOSIS_LOG")
     if path:

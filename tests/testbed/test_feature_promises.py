@@ -53,7 +53,7 @@ def feature_verdict(api, deployed) -> str:
     """``feature_allocation``'s failure, and the diagnosis it gets from the cluster alone."""
     with pytest.raises(AssertionError) as failed:
         FEATURES.feature_allocation(None, deployed, PublishedDevices.read(api, DRIVER), api, PROFILE)
-    diagnosis = diagnose(api, PROFILE, deployed.namespace, "allocation", "")
+    diagnosis = diagnose(api, PROFILE, deployed.namespace, "")
     assert diagnosis.code == "allocation-invalid", diagnosis
     return str(failed.value)
 

@@ -47,7 +47,7 @@ def test_admission_denied_is_a_failure_without_traceback_naming_the_policy():
 
 
 def test_rule_names_the_policy_from_the_servers_answer_and_reads_it():
-    code, reason = classify(Facts(admission_policies=POLICIES), "allocation",
+    code, reason = classify(Facts(admission_policies=POLICIES),
                             f"found 0 pods (the workload never started: {VAP_403})")
     assert code == "admission-denied" and "these namespaces (the policy" in reason
     assert "draconf-deny-gpu-pods" in reason and "managed-by=draconf" in reason
@@ -55,22 +55,22 @@ def test_rule_names_the_policy_from_the_servers_answer_and_reads_it():
 
 def test_rule_reads_a_controllers_failed_create_event():
     facts = Facts(events=[EventFacts("FailedCreate", JOB_EVENT, kind="Job", name="gpu-job")])
-    code, reason = classify(facts, "completion", "job gpu-job did not complete")
+    code, reason = classify(facts, "job gpu-job did not complete")
     assert code == "admission-denied" and "draconf-deny-gpu-pods" in reason
 
 
 def test_rbac_forbidden_stays_permission_denied():
-    assert classify(Facts(), "allocation", RBAC_403)[0] == "permission-denied"
+    assert classify(Facts(), RBAC_403)[0] == "permission-denied"
 
 
 def test_the_suites_own_quota_is_not_an_admission_denial():
     text = 'resourceclaims "gpu-claim-b" is forbidden: exceeded quota: gpu-quota, requested: x=1'
     own = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"}, managed_by_draconf=True)])
-    assert classify(own, "deviceclass-quota", text)[0] != "admission-denied"
-    assert classify(Facts(), "allocation", text)[0] == "admission-denied"
+    assert classify(own, text)[0] != "admission-denied"
+    assert classify(Facts(), text)[0] == "admission-denied"
     # The same quota in the namespace, put there by a policy engine (not labelled as draconf's).
     theirs = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"})])
-    assert classify(theirs, "allocation", text)[0] == "admission-denied"
+    assert classify(theirs, text)[0] == "admission-denied"
 
 
 def test_denial_in_text_names_limitrange():

@@ -172,12 +172,12 @@ FORBIDDEN = ('(403)\nReason: Forbidden\nHTTP response headers: HTTPHeaderDict({}
 
 
 def test_a_forbidden_request_is_diagnosed_permission_denied_with_verb_and_resource():
-    code, reason = classify(Facts(), "allocation", FORBIDDEN)
+    code, reason = classify(Facts(), FORBIDDEN)
     assert code == "permission-denied"
     assert "user draconf-suite `create` on resourceclaims.resource.k8s.io" in reason
 
 
 def test_a_forbidden_subresource_is_named():
     text = 'pods "p" is forbidden: User "u" cannot create resource "pods/exec" in API group "" in the namespace "n"'
-    code, reason = classify(Facts(), "cdi-injection", text)
+    code, reason = classify(Facts(), text)
     assert code == "permission-denied" and "`create` on pods/exec" in reason

@@ -1,6 +1,6 @@
 """The rules: which diagnosis code these facts show, first match wins (see :func:`classify`).
 
-Each rule is a small function ``(facts, check, error_text) -> (code, reason) | None`` in the
+Each rule is a small function ``(facts, error_text) -> (code, reason) | None`` in the
 module of its family: :mod:`.access` (API server, RBAC, admission, control plane),
 :mod:`.inventory` (classes, slices, attributes, device taints, features), :mod:`.placement`
 (scheduling and allocation), :mod:`.node` (image, kubelet plugin, CDI), :mod:`.lifecycle`
@@ -33,10 +33,10 @@ plugin-unhealthy     a pod is bound, its claims allocated and reserved, but it i
                      with FailedPrepareDynamicResources or an unready/absent kubelet plugin
 inventory-mismatch   a container lists its MIG device under the GPU whose counter set the device
                      consumes, not under the GPU its published parentUUID names
-cdi-not-injected     (injection check) the running container saw none/fewer of its GPUs
-cdi-wrong-device     (injection check) the running container saw a GPU not allocated to it
-claim-not-released   (cleanup check) claims outlive their pods, stay allocated/reserved or are
-                     stuck deleting on a finalizer
+cdi-not-injected     a running container shows none/fewer of its GPUs
+cdi-wrong-device     a running container shows a GPU not allocated to it
+claim-not-released   claims outlive their pods (overdue, or the failing check waited for their
+                     release), stay allocated/reserved or are stuck deleting on a finalizer
 quota-not-enforced   a ResourceQuota's used exceeds its hard limit, or a quota check failed
                      while the namespace has a quota and no "exceeded quota" rejection was seen
 policy-conflict      a ClusterPolicy exists beside the GPUCluster
@@ -49,7 +49,8 @@ config-ignored       (recorded by the gpu-sharing checks) the containers of a sh
                      not show the config, or an invalid config was accepted
 device-tainted       a claim's allocation result is a device carrying a NoSchedule/NoExecute
                      taint that the result's request does not tolerate (scheduler ignores taints)
-intermittent         cdi-injection failed, but every container shows its GPUs when read again
+intermittent         a check that compared containers with their allocation failed, but every
+                     container shows its GPUs when read again
 timeout              nothing definitive: the last observed state is the evidence
 ===================  ==========================================================================
 
@@ -76,15 +77,17 @@ from draconf.diagnosis.rules.placement import (rule_allocation, rule_allocation_
                                                rule_scheduler_without_dra)
 
 
-def classify(facts: Facts, check: str | None, error_text: str) -> tuple[str, str]:
-    """The diagnosis code and one operator-facing sentence for these facts (first rule wins)."""
+def classify(facts: Facts, error_text: str) -> tuple[str, str]:
+    """The diagnosis code and one operator-facing sentence for these facts (first rule wins).
+
+    What the failing check did is a fact (``facts.failure``); which check it was is not."""
     error_text = error_text or ""
     for rule in RULES:
-        verdict = rule(facts, check, error_text)
+        verdict = rule(facts, error_text)
         if verdict:
             break
     else:
-        verdict = rule_timeout(facts, check, error_text)
+        verdict = rule_timeout(facts, error_text)
     return verdict
 
 

@@ -9,7 +9,7 @@ from draconf.diagnosis.facts import Facts
 from draconf.pods import Pod
 
 
-def rule_api(facts: Facts, check, error_text):
+def rule_api(facts: Facts, error_text):
     if facts.api_error:
         return ("api-unavailable", f"The API server did not answer ({facts.api_error}): check that "
                 "it is running and reachable with this kubeconfig.")
@@ -25,7 +25,7 @@ def rule_api(facts: Facts, check, error_text):
 _THROTTLED = re.compile(r"\((?:429|50[234])\)\s*Reason:|answered (?:429|50[234]) ")
 
 
-def rule_api_throttled(facts: Facts, check, error_text):
+def rule_api_throttled(facts: Facts, error_text):
     """The server's answer to one of the suite's requests was still "too many requests" (or a
     5xx) after the client's retries: a busy server, not a cluster failure."""
     m = _THROTTLED.search(error_text)
@@ -42,7 +42,7 @@ _FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\
                         r'(?: in API group \\?"([^"\\]*)\\?")?')
 
 
-def rule_permission_denied(facts: Facts, check, error_text):
+def rule_permission_denied(facts: Facts, error_text):
     """The server refused one of the suite's own requests (403): the credentials, not the
     cluster, stopped the check.  Read from the server's answer, which names user, verb and
     resource."""
@@ -60,7 +60,7 @@ def rule_permission_denied(facts: Facts, check, error_text):
             "and rerun; this says nothing about the cluster's DRA.")
 
 
-def rule_admission_denied(facts: Facts, check, error_text):
+def rule_admission_denied(facts: Facts, error_text):
     """The server's answer (to the suite's create, or a controller's, as an event) names the
     admission control that refused it.  A quota the suite set up in the namespace (labelled
     managed-by draconf) is the quota checks' own subject, not an admin's denial; one a policy
@@ -95,7 +95,7 @@ def rule_admission_denied(facts: Facts, check, error_text):
     return None
 
 
-def rule_control_plane(facts: Facts, check, error_text):
+def rule_control_plane(facts: Facts, error_text):
     """Nothing acted on the workload for ``facts.stall_after`` seconds while the API server
     answered: the claim controller generated no claim (controller-manager), or no scheduler
     bound the pods or wrote their PodScheduled condition (scheduler).  Before every

@@ -11,12 +11,12 @@ from draconf.diagnosis.facts import Facts
 RELEASE_GRACE = 30
 
 
-def rule_cleanup(facts: Facts, check, error_text):
+def rule_cleanup(facts: Facts, error_text):
     """Claims that outlive their consumers.  Right after a pod ends its claim is legitimately
     still held for a moment; the cluster shows it is overdue when the claim has been deleting,
     or its owner pod done, for RELEASE_GRACE seconds.  Without such a timestamp (a named claim
-    whose consumer is gone) only the cleanup check knows it waited for the release: that is
-    the one thing this rule takes from the check."""
+    whose consumer is gone) only the failing check knows it waited for the release: that is
+    the one thing this rule takes from it (``facts.failure.waited_for_release``)."""
     # A pod still terminating keeps its claims legitimately: that is the pod's problem (timeout),
     # unless its containers have all stopped: then only its node's cleanup, unpreparing the
     # claims, is left, and a node that never finishes it does not release them.
@@ -30,7 +30,7 @@ def rule_cleanup(facts: Facts, check, error_text):
         stuck = c.is_deleting and c.finalizers
         held = (c.is_allocated or c.reserved_for_names) and not consumers
         owner = next((p for p in facts.pods if p.uid == c.owner_pod_uid or p.name == c.owner_pod), None)
-        overdue = check == "cleanup" or (c.deleting_for or 0) >= RELEASE_GRACE or (
+        overdue = facts.failure.waited_for_release or (c.deleting_for or 0) >= RELEASE_GRACE or (
             owner is not None and (owner.finished_for or 0) >= RELEASE_GRACE)
         if (orphan or stuck or held) and not consumers and overdue:
             leftover.append(c)
@@ -57,7 +57,7 @@ def rule_cleanup(facts: Facts, check, error_text):
             "node (the finalizers name who holds it).")
 
 
-def rule_quota(facts: Facts, check, error_text):
+def rule_quota(facts: Facts, error_text):
     """A quota's status.used, or what the namespace's claims amount to, above its hard limit:
     admission let through what it must refuse."""
     over = [(q, x) for q in facts.quotas for x in q.exceeded()]
@@ -70,7 +70,7 @@ def rule_quota(facts: Facts, check, error_text):
     return None
 
 
-def rule_policy_conflict(facts: Facts, check, error_text):
+def rule_policy_conflict(facts: Facts, error_text):
     """A ClusterPolicy beside the GPUCluster is the cause only where its device plugin competes
     with DRA for the GPUs the failing workload wanted: the ClusterPolicy deploys the device
     plugin, and a node the workload's pods run on (or could use, while pending) offers
