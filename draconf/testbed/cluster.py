@@ -39,7 +39,7 @@ import yaml
 
 from draconf.errors import DraconfError
 from draconf.testbed import build, faults as faults_mod, hostsys, images, kwok_config, network, node as node_mod
-from draconf.testbed import node_config, pins, pki as pki_mod, sandbox, upstream_nvidia
+from draconf.testbed import node_config, pins, pki as pki_mod, sandbox, upstream_chart, upstream_nvidia
 from draconf.testbed.inventory import Inventory
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -422,9 +422,9 @@ class Testbed:
         from draconf.kube import connect  # needs the kubernetes client; lazy
         from draconf.testbed import example_driver
         api = connect(self.kubeconfig)
-        docs = upstream_nvidia.render(bindir / "example" / "helm", upstream,
+        docs = upstream_chart.render(bindir / "example" / "helm", upstream,
                                       *example_driver.cluster_facts(api), workdir=self.dir)
-        upstream_nvidia.install(api, upstream.release, docs)
+        upstream_chart.install(api, upstream.release, docs)
 
     def _start_real_node(self, state, bindir, pki, layout, node, faults, driver, upstream=None) -> None:
         """Write one node's configuration and simulated hardware, then start its supervisor."""

@@ -48,7 +48,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
-from draconf.testbed import example_driver, upstream_nvidia
+from draconf.testbed import example_driver, upstream_chart, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.node_config import NodePaths
 
@@ -225,7 +225,7 @@ def _upgrade_chart(bed, api, objs: DriverObjects, changed: dict | None) -> None:
     bindir = build.ensure_built(log=quiet)
     built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[bed.state()["driver"]],
                                          upstream_nvidia.sources_dir(), bindir, log=quiet)
-    docs = upstream_nvidia.render(bindir / "example" / "helm", built, *example_driver.cluster_facts(api),
+    docs = upstream_chart.render(bindir / "example" / "helm", built, *example_driver.cluster_facts(api),
                                   workdir=bed.dir, changed=changed)
     (plugin,) = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == objs.plugin_daemonset]
     api.apps.replace_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace, plugin)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from draconf.errors import DraconfError
-from draconf.testbed import inventory, upstream_nvidia as up
+from draconf.testbed import inventory, upstream_chart as chart, upstream_nvidia as up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,7 +135,7 @@ def test_the_driver_root_holds_library_profile_nvidia_smi_device_nodes_and_proc(
 
 def test_the_chart_values_are_what_a_user_sets():
     for release in up.RELEASES.values():
-        values = up.chart_values(release)
+        values = chart.chart_values(release)
         assert values["image"] == {"repository": f"draconf.local/{release.image_name}", "tag": release.version,
                                    "pullPolicy": "Never"}
         assert values["nvidiaDriverRoot"] == "/run/nvidia/driver"
@@ -146,7 +146,7 @@ def test_the_chart_values_are_what_a_user_sets():
 
 def test_helm_renders_the_release_in_its_namespace_with_crds_and_the_bed_api_versions():
     release = up.RELEASES["v25.12.0"]
-    args = up.helm_args(release, Path("/chart"), Path("/values.yaml"), "v1.36.3",
+    args = chart.helm_args(release, Path("/chart"), Path("/values.yaml"), "v1.36.3",
                         ["v1", "resource.k8s.io/v1"])
     assert args[:3] == ["template", "nvidia-dra-driver-gpu", "/chart"]
     assert args[args.index("--namespace") + 1] == "nvidia-dra-driver-gpu"
