@@ -21,6 +21,7 @@ import logging
 import pytest
 
 from draconf import reporting, sweep
+from draconf.breaker import trip_breaker
 from draconf.reporting import note
 
 pytestmark = [pytest.mark.every_node, pytest.mark.conformance]
@@ -45,7 +46,7 @@ def pytest_generate_tests(metafunc):
 def swept(request, cluster, profile, run_id, validated_nodes) -> dict:
     """Every target this session collected, proven (draconf.sweep.run): target -> Proof."""
     from draconf.devices import PublishedDevices, class_selectors
-    from draconf.pytest_plugin import make_namespace, trip_breaker
+    from draconf.pytest_plugin import make_namespace
     from draconf.taints import read_slices, tainted_devices
     published_devices = PublishedDevices.read(cluster, profile.driver)
     chosen = sorted({item.callspec.params["target"] for item in request.session.items

@@ -49,6 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import capabilities, cel, manifests, startup, taints, waits
 from draconf import selectors as sel
 from draconf.admission import AdmissionDenied
+from draconf.breaker import trip_breaker
 from draconf.claims import Claim, device_holders
 from draconf.devices import class_selectors
 from draconf.errors import NoVerdict
@@ -409,7 +410,6 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
         # was deployed, so injection and cleanup give no verdict).
         return Start(None, str(missing), cause=startup.FEATURE_MISSING)
     if start.stalled:
-        from draconf.pytest_plugin import trip_breaker
         trip_breaker(request.config, start.stalled, start.failure)
     return start
 
@@ -915,7 +915,6 @@ class TestGpuSharing(test_workloads.TestWorkload):
                                    node=nodes[0], avoid_nodes=avoid)
         start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
         if start.stalled:
-            from draconf.pytest_plugin import trip_breaker
             trip_breaker(request.config, start.stalled, start.failure)
         return start
 

@@ -30,6 +30,7 @@ import pytest
 
 from draconf import manifests
 from draconf import selectors as sel
+from draconf.breaker import trip_breaker
 from draconf.errors import NoVerdict
 from draconf.quantity import format_binary
 from draconf.reporting import diagnosis_prefix, show_templated
@@ -195,7 +196,6 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
     ns = make_namespace(request, cluster, run_id, request.param)
     start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
     if start.stalled:
-        from draconf.pytest_plugin import trip_breaker
         trip_breaker(request.config, start.stalled, start.failure)
     return start
 

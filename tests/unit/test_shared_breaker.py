@@ -10,7 +10,7 @@ TESTS = """
 import time
 from pathlib import Path
 import pytest
-from draconf.pytest_plugin import breaker_cause, trip_breaker
+from draconf.breaker import breaker_cause, trip_breaker
 
 @pytest.mark.xdist_group("one")
 def test_trips(request):
