@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import yaml
 
 from draconf.errors import DraconfError
 from draconf.testbed import build, faults as faults_mod, hostsys, images, kwok_config, network, node as node_mod
-from draconf.testbed import node_config, pins, pki as pki_mod, sandbox, upstream_chart, upstream_nvidia
+from draconf.testbed import node_config, pins, pki as pki_mod, processes, sandbox, upstream_chart, upstream_nvidia
 from draconf.testbed.inventory import Inventory
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -85,53 +84,6 @@ def state_root() -> Path:
     return Path(base) / "testbeds"
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports on 127.0.0.1 (all held open until all are chosen)."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-#: Popen objects of the components started by this process, to report how one exited.
-_CHILDREN: dict[int, subprocess.Popen] = {}
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _child_alive(pid: int) -> bool:
-    """For a component this process started: its own exit status is the authority.
-
-    Its ``/proc`` command line is not: right after ``Popen`` returns, the kernel may not have
-    filled in the new program's arguments yet, and an empty command line looked like an exit.
-    """
-    return _CHILDREN[pid].poll() is None
-
-
-def _pid_alive(pid: int, marker: str) -> bool:
-    """True if ``pid`` runs and is still the process we started (its cmdline names ``marker``)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return marker in cmdline and ") Z " not in stat
-
-
 @dataclass
 class Testbed:
     __test__ = False  # not a pytest test class, whatever its name
@@ -172,8 +124,8 @@ class Testbed:
     def processes(self) -> dict[str, bool]:
         """Component name -> whether its process is running."""
         state = self.state() or {}
-        return {name: _child_alive(proc["pid"]) if proc["pid"] in _CHILDREN
-                else _pid_alive(proc["pid"], proc["marker"])
+        return {name: processes.child_alive(proc["pid"]) if proc["pid"] in processes.CHILDREN
+                else processes.pid_alive(proc["pid"], proc["marker"])
                 for name, proc in state.get("processes", {}).items()}
 
     @property
@@ -241,7 +193,7 @@ class Testbed:
         if inventory.real_nodes and (why := network.check_can_create() or hostsys.check_cgroups()):
             raise DraconfError(f"cannot start real nodes: {why}. Start the bed with KWOK nodes "
                                "instead: `draconf testbed up --node-kind kwok`")
-        if apiserver_port is not None and not port_is_free(apiserver_port):
+        if apiserver_port is not None and not processes.port_is_free(apiserver_port):
             raise DraconfError(f"port {apiserver_port} on 127.0.0.1 is already in use; choose another "
                                "--port or leave it out to pick a free one")
         bindir = build.ensure_built(log=log)
@@ -282,7 +234,7 @@ class Testbed:
         layout = network.Layout.plan(self.dir, [n.name for n in real]) if real else None
         pki = pki_mod.create(self.dir / "pki", extra_server_ips=(network.Layout.apiserver_ip,) if layout else (),
                              nodes={n.name: layout.node(n.name).ip for n in real} if layout else None)
-        server = f"https://127.0.0.1:{apiserver_port or free_ports(1)[0]}"
+        server = f"https://127.0.0.1:{apiserver_port or processes.free_ports(1)[0]}"
         state["server"] = server
         if layout:
             # Inside the bed's own namespace every port is free: use the well-known ones.
@@ -294,7 +246,7 @@ class Testbed:
             netns = layout.control_plane
             internal_server = f"https://127.0.0.1:{network.APISERVER_PORT}"
         else:
-            etcd_client, etcd_peer, kwok = free_ports(3)
+            etcd_client, etcd_peer, kwok = processes.free_ports(3)
             ports = {"etcd-client": etcd_client, "etcd-peer": etcd_peer,
                      "apiserver": int(server.rsplit(":", 1)[1]), "kwok": kwok}
             netns = None
@@ -553,7 +505,7 @@ class Testbed:
         proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=self.dir, env={**GO_RUNTIME_ENV, **env}, start_new_session=True)
         logfile.close()
-        _CHILDREN[proc.pid] = proc
+        processes.CHILDREN[proc.pid] = proc
         state["processes"][name] = {"pid": proc.pid, "marker": marker}
         self._save(state)
 
@@ -565,7 +517,7 @@ class Testbed:
                 hint = ""
                 if "address already in use" in tail:
                     hint = " (a port it needs is taken by another process)"
-                child = _CHILDREN.get(self.state()["processes"][name]["pid"])
+                child = processes.CHILDREN.get(self.state()["processes"][name]["pid"])
                 if child is not None and child.poll() is not None:
                     code = child.returncode
                     hint += f" (exit status {code})" if code >= 0 else f" (killed by signal {-code})"
@@ -573,7 +525,7 @@ class Testbed:
                 if name.startswith("node/"):
                     node_logs = Path(self.state()["real_nodes"][name[5:]]["dir"]) / "logs"
                     for component in ("kubelet", "containerd"):
-                        message += f"\nlast lines of {node_logs / (component + '.log')}:\n" + _tail(
+                        message += f"\nlast lines of {node_logs / (component + '.log')}:\n" + processes.tail(
                             node_logs / f"{component}.log", 8)
                     message += ("\nIf real nodes cannot run on this machine, start the bed with KWOK "
                                 "nodes instead: `draconf testbed up --node-kind kwok`")
@@ -583,7 +535,7 @@ class Testbed:
         return self.logs / f"{name.replace('/', '-')}.log"
 
     def log_tail(self, name: str, lines: int = 15) -> str:
-        return _tail(self._log_path(name), lines)
+        return processes.tail(self._log_path(name), lines)
 
     def _wait_http(self, url: str, name: str, deadline: float, pki=None) -> None:
         context = None
@@ -664,7 +616,7 @@ class Testbed:
         """SIGTERM each process group, wait up to ``grace`` seconds for all, then SIGKILL."""
         for name in names:
             proc = procs[name]
-            if _pid_alive(proc["pid"], proc["marker"]):
+            if processes.pid_alive(proc["pid"], proc["marker"]):
                 try:
                     os.killpg(proc["pid"], signal.SIGTERM)
                 except ProcessLookupError:
@@ -672,33 +624,14 @@ class Testbed:
         deadline = time.monotonic() + grace
         for name in names:
             proc = procs[name]
-            while _pid_alive(proc["pid"], proc["marker"]) and time.monotonic() < deadline:
+            while processes.pid_alive(proc["pid"], proc["marker"]) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _pid_alive(proc["pid"], proc["marker"]):
+            if processes.pid_alive(proc["pid"], proc["marker"]):
                 try:
                     os.killpg(proc["pid"], signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            _reap(proc["pid"])
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "  (no log)"
-    return "\n".join("  " + line[:300] for line in text[-lines:])
-
-
-def _reap(pid: int) -> None:
-    child = _CHILDREN.pop(pid, None)  # a later process may get the same pid
-    if child is not None:
-        child.poll()
-        return
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+            processes.reap(proc["pid"])
 
 
 def _inventory_doc(inventory: Inventory) -> dict:

@@ -23,7 +23,7 @@ from draconf.diagnosis import diagnose
 from draconf.kube import connect
 from draconf.profile import builtin, for_target
 from draconf.testbed import inventory, nvidia
-from draconf.testbed import cluster
+from draconf.testbed import cluster, processes
 from draconf.workload import DeployedWorkload, Workload
 from tests.matrix.faultmatrix import EXPECTED
 
@@ -452,6 +452,6 @@ def test_api_server_unreachable():
     # No bed needed: a port nothing listens on is what a stopped API server looks like.
     from kubernetes import client
     from draconf.kube import Api
-    api = Api(client.ApiClient(client.Configuration(host=f"https://127.0.0.1:{cluster.free_ports(1)[0]}")))
+    api = Api(client.ApiClient(client.Configuration(host=f"https://127.0.0.1:{processes.free_ports(1)[0]}")))
     result = diagnosed(api, "any", "allocation", AssertionError("boom"), "no API server")
     assert result.code == "api-unavailable", result

@@ -21,7 +21,7 @@ import yaml
 
 from draconf import waits
 from draconf.testbed import build, pki as pki_mod
-from draconf.testbed.cluster import free_ports
+from draconf.testbed.processes import free_ports
 
 from .test_cli import draconf
 
