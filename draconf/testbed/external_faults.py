@@ -91,10 +91,11 @@ def driver_objects(driver: str) -> DriverObjects:
         return DriverObjects(example_driver.DEVICE_CLASS, example_driver.DRIVER, example_driver.NAMESPACE,
                              example_driver.PLUGIN_DAEMONSET, example_driver.PLUGIN_SELECTOR)
     release = upstream_nvidia.RELEASES[upstream_nvidia.DRIVER_CHOICES[driver]]
-    # The chart names its objects after the release (templates/kubeletplugin.yaml:
-    # <release>-kubelet-plugin); the DeviceClass is the driver's name (templates/deviceclass-gpu.yaml).
+    # The chart names its DaemonSet after itself, whatever the release is called
+    # (templates/kubeletplugin.yaml: <chart name>-kubelet-plugin); the DeviceClass is the
+    # driver's name (templates/deviceclass-gpu.yaml).
     return DriverObjects("gpu.nvidia.com", "gpu.nvidia.com", release.namespace,
-                         f"{release.release_name}-kubelet-plugin", upstream_nvidia.PLUGIN_SELECTOR,
+                         f"{release.chart_name}-kubelet-plugin", upstream_nvidia.PLUGIN_SELECTOR,
                          nvidia_release=True)
 
 
@@ -220,13 +221,7 @@ def _rollout(api, objs: DriverObjects) -> tuple[int, int, int]:
 def _upgrade_chart(bed, api, objs: DriverObjects, changed: dict | None) -> None:
     """``helm upgrade`` of the release with ``changed`` values (None: the bed's own): the chart
     rendered again, its kubelet-plugin DaemonSet replaced; the DaemonSet rolls its pods."""
-    from draconf.testbed import build
-    quiet = lambda *_: None  # noqa: E731 - both builds are cached by the bed's `up`
-    bindir = build.ensure_built(log=quiet)
-    built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[bed.state()["driver"]],
-                                         upstream_nvidia.sources_dir(), bindir, log=quiet)
-    docs = upstream_chart.render(bindir / "example" / "helm", built, *example_driver.cluster_facts(api),
-                                  workdir=bed.dir, changed=changed)
+    _, docs = upstream_chart.render_on_bed(bed, api, changed)
     (plugin,) = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == objs.plugin_daemonset]
     api.apps.replace_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace, plugin)
 

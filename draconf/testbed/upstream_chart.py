@@ -5,6 +5,7 @@ again with changed values, as ``helm upgrade`` would)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -83,3 +84,20 @@ def install(api, release: Release, docs: list[dict]) -> None:
             if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
                 raise DraconfError(f"applying {doc['kind']} {doc['metadata']['name']} of the "
                                    f"{release.chart_name} chart failed: {err}") from err
+
+
+def render_on_bed(bed, api, changed: dict | None = None, **release_changes) -> tuple[Release, list[dict]]:
+    """The chart of the release ``bed`` runs, rendered again as ``helm upgrade`` (``changed``
+    values) or a second ``helm install`` (``release_changes``: another ``release_name`` or
+    ``namespace``) would: the release so placed, and its objects.  The builds are the bed's
+    own, cached by its ``up``."""
+    from draconf.testbed import build, example_driver, upstream_nvidia
+    quiet = lambda *_: None  # noqa: E731
+    bindir = build.ensure_built(log=quiet)
+    built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[bed.state()["driver"]],
+                                         upstream_nvidia.sources_dir(), bindir, log=quiet)
+    if release_changes:
+        built = dataclasses.replace(built, release=dataclasses.replace(built.release, **release_changes))
+    docs = render(bindir / "example" / "helm", built, *example_driver.cluster_facts(api), workdir=bed.dir,
+                  changed=changed)
+    return built.release, docs

@@ -15,15 +15,20 @@ import json
 
 import pytest
 
-from draconf.testbed import external_faults
+from draconf import namespaces, waits
+from draconf.kube import connect
+from draconf.testbed import external_faults, upstream_chart
 from draconf.testbed.nvidia import ONE_NODE
 from draconf.testbed.upstream_nvidia import sources_dir
 from tests.matrix.faultmatrix import EXPECTED_UPSTREAM, UPSTREAM_RELEASE, judge, run_suite
 
+from . import kubectl
 from .conftest import _start, _stop
 from .test_cli import draconf
 
 RELEASE = UPSTREAM_RELEASE
+#: Where the bed installs the release (its chart's own default, as its docs install it).
+RELEASE_NAMESPACE = "dra-driver-nvidia-gpu"
 ARCHIVE = "dra-driver-nvidia-gpu-v0.4.0.tar.xz"
 
 
@@ -79,3 +84,34 @@ def test_a_fault_from_outside_nvidias_driver_is_caught_with_the_right_diagnosis(
         assert [r["check"] for r in sweep if r["outcome"] != "passed"] == [f"{ONE_NODE}/gpu-1"], sweep
         assert len(sweep) >= 8
     assert external_faults.problems(bed) == []
+
+
+def test_a_release_installed_under_another_name_and_namespace_is_found_where_it_runs(upstream_bed, tmp_path):
+    """The release uninstalled and installed again as ``gpu-dra`` in namespace ``accelerators``,
+    as a platform team may name it: preflight finds its plugin by its pods' label wherever they
+    run, and the sharing checks find its MPS control daemons there (they used to look only in
+    the profile's namespaces: a false red).  Last in the module: the bed stays moved."""
+    bed = upstream_bed
+    api = connect(bed.kubeconfig)
+    _, installed = upstream_chart.render_on_bed(bed, api)
+    # `helm uninstall`: the release's objects (its CRDs stay, as helm keeps them), its namespace.
+    kubectl.delete(api, [d for d in installed if d["kind"] != "CustomResourceDefinition"])
+    namespaces.delete(api, RELEASE_NAMESPACE, wait=120)
+    moved, docs = upstream_chart.render_on_bed(bed, api, release_name="gpu-dra", namespace="accelerators")
+    upstream_chart.install(api, moved, docs)
+    gpu_nodes = set(external_faults.gpu_nodes(bed))
+    waits.wait_until("the moved release to publish every GPU node's devices", lambda: {
+        s.spec.node_name for s in api.resource.list_resource_slice().items
+        if s.spec.driver == "gpu.nvidia.com" and s.spec.devices}, lambda nodes: nodes >= gpu_nodes,
+        timeout=120, interval=1, describe=lambda nodes: f"published on {sorted(nodes)}")
+    result = draconf("run", "--testbed-name", bed.name, "--reports", str(tmp_path),
+                     "-k", "test_preflight or TestGpuSharing", timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    rows = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    sharing = [r for r in rows if r["workload"] == "gpu-sharing"]
+    assert sharing and all(r["outcome"] == "passed" for r in sharing), sharing
+    plugin = [r for r in rows if r["id"].endswith("test_preflight[kubelet-plugin]")]
+    assert [r["outcome"] for r in plugin] == ["passed"], plugin
+    # The sharing check's evidence names the MPS control daemon it found, in the new namespace.
+    assert "accelerators/mps-control-daemon-" in (tmp_path / "junit.xml").read_text()
