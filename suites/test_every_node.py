@@ -23,6 +23,7 @@ import pytest
 from draconf import reporting, sweep
 from draconf.breaker import trip_breaker
 from draconf.reporting import note
+from draconf.reporting.plugin import attach_fleet_picture
 
 pytestmark = [pytest.mark.every_node, pytest.mark.conformance]
 
@@ -43,7 +44,7 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="module")
-def swept(request, cluster, profile, run_id, validated_nodes) -> dict:
+def swept(request, cluster, profile, run_id, validated_nodes):
     """Every target this session collected, proven (draconf.sweep.run): target -> Proof."""
     from draconf.devices import PublishedDevices, class_selectors
     from draconf.pytest_plugin import make_namespace
@@ -66,7 +67,10 @@ def swept(request, cluster, profile, run_id, validated_nodes) -> dict:
     stalled = next((p for p in proofs.values() if p.stalled), None)
     if stalled is not None:
         trip_breaker(request.config, stalled.stalled, str(stalled.outcome))
-    return proofs
+    yield proofs
+    # Once every target's test has its verdict: the fleet picture in the Allure report, on the
+    # sweep's teardown, which Allure shows with each of them (fleet.png is written at the end).
+    attach_fleet_picture(request.config)
 
 
 @pytest.mark.exclusive_capacity

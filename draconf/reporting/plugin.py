@@ -226,7 +226,7 @@ class ReportingPlugin:
     def _draw_fleet(self, reports_dir: Path) -> None:
         """The sweep's picture beside summary.json: fleet.svg, and fleet.png (Pillow)."""
         from draconf.reporting import fleet_picture
-        title = f"draconf fleet sweep: {fleet_picture.summary_line(self.fleet).removeprefix('every-node: ')}"
+        title = fleet_title(self.fleet)
         (reports_dir / "fleet.svg").write_text(fleet_picture.render_svg(self.fleet, title), encoding="utf-8")
         try:
             fleet_picture.render_png(self.fleet, title, reports_dir / "fleet.png")
@@ -289,6 +289,26 @@ class ReportingPlugin:
             mark_junit_interrupted(Path(xmlpath), self.interruption)
         if self.run_verdict is not None:
             mark_junit_verdict(Path(xmlpath), self.run_verdict.line())
+
+
+def fleet_title(fleet: list) -> str:
+    from draconf.reporting.fleet_picture import summary_line
+    return f"draconf fleet sweep: {summary_line(fleet).removeprefix('every-node: ')}"
+
+
+def attach_fleet_picture(config: pytest.Config) -> bool:
+    """The sweep's picture so far (its targets' rows in this process) attached to the Allure
+    report, as an SVG; False when Allure is not recording or there is no sweep row."""
+    from draconf.reporting.fleet_picture import render_svg
+    from draconf.reporting.recording import allure_is_recording
+    plugin = config.pluginmanager.get_plugin("draconf-reporting")
+    fleet = fleet_verdicts(plugin.rows.values()) if plugin is not None else []
+    if not fleet or not allure_is_recording(config):
+        return False
+    import allure
+    allure.attach(render_svg(fleet, fleet_title(fleet)), name="fleet sweep",
+                  attachment_type=allure.attachment_type.SVG)
+    return True
 
 
 def fleet_verdicts(rows) -> list:

@@ -577,3 +577,44 @@ def test_the_terminal_names_each_diagnosed_culprit(inner):
     out = run_inner(inner).stdout.str()
     assert ("  test_cases.py::test_sees_its_gpu: [cdi-wrong-device] pod p/c sees GPU-other on node "
             "gpu-node-a, allocated GPU-mine") in out.split("draconf conformance matrix")[1]
+
+
+SWEEP = """
+import pytest
+from draconf.reporting import record_diagnosis
+from draconf.reporting.plugin import attach_fleet_picture
+
+@pytest.fixture(scope="module")
+def swept(request):
+    yield
+    attach_fleet_picture(request.config)
+
+@pytest.mark.draconf(workload="every-node", check="gpu-node-a/gpu-0")
+def test_first_gpu(swept):
+    pass
+
+@pytest.mark.draconf(workload="every-node", check="gpu-node-a/gpu-1")
+def test_second_gpu(request, swept):
+    record_diagnosis(request.node, "plugin-unhealthy", reason="the node cannot prepare gpu-1")
+    assert False, "the node cannot prepare gpu-1"
+"""
+
+
+def test_the_fleet_picture_is_attached_to_the_allure_report_once_the_sweep_is_judged(pytester, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_sweep=SWEEP)
+    run_inner(pytester, "-p", "allure_pytest.plugin", "--alluredir=allure")
+    allure_dir = pytester.path / "allure"
+    attached = [a for path in allure_dir.glob("*-container.json")
+                for step in json.loads(path.read_text()).get("afters", [])
+                for a in step.get("attachments", []) if a["name"] == "fleet sweep"]
+    assert len(attached) == 1 and attached[0]["type"] == "image/svg+xml", attached
+    svg = (allure_dir / attached[0]["source"]).read_text()
+    # The node failed with its code: the second (last) test's verdict was in before the picture.
+    assert "gpu-node-a" in svg and "plugin-unhealthy" in svg and "1 failed of 1 node" in svg, svg[:400]
+
+
+def test_no_fleet_picture_without_a_sweep(inner):
+    run_inner(inner, "-p", "allure_pytest.plugin", "--alluredir=allure")
+    assert not [p for p in (inner.path / "allure").glob("*-attachment.svg")]
