@@ -30,6 +30,7 @@ from draconf import namespaces, waits
 from draconf.kube import connect
 from draconf.testbed import external_faults, inventory
 from draconf.testbed.nvidia import ONE_NODE, PLUGIN_FAULTS
+from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.cluster import Testbed
 from tests.suite_modules import suite_module
 
@@ -94,7 +95,7 @@ class Expectation:
     ``verdict_seconds``: the longest a catching test may take (a definitive signal is quick).
     ``flaky``: patterns that must fail, be run again and pass then (reported flaky), the failed
     attempt diagnosed as ``diagnosis`` says; ``run_args``: what the run needs for that
-    (``--reruns``).
+    (``--reruns``).  ``reason_names``: what each catching row's reason must name.
     """
     catch: tuple[str, ...]
     diagnosis: dict[str, str]
@@ -103,6 +104,9 @@ class Expectation:
     verdict_seconds: float = 45
     flaky: tuple[str, ...] = ()
     run_args: tuple[str, ...] = ()
+    #: words every catching row's reason (its diagnosis's sentence in summary.json) must hold:
+    #: what the operator has to act on, e.g. the taint to tolerate or remove
+    reason_names: tuple[str, ...] = ()
 
 
 #: The feature workloads of suites/test_features.py (same three checks; admin-access adds
@@ -225,7 +229,8 @@ EXPECTED: dict[str, Expectation] = {
     "gpu-nodes-tainted": Expectation(
         _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
         dragged=("job/*", "quota/*", "failure-modes/*", "device-taint-rule/*") + _features(),
-        no_verdict=_all("cdi-injection") + _all("cleanup"), run_args=("-k", WALKTHROUGH)),
+        no_verdict=_all("cdi-injection") + _all("cleanup"), run_args=("-k", WALKTHROUGH),
+        reason_names=("untolerated taint {key}={value}:{effect}".format(**GPU_NODE_TAINT),)),
     # kube-scheduler with a DRA gate off: the feature's pod is never placed, with the
     # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.
     "extended-resource-off": Expectation(
@@ -512,6 +517,9 @@ def judge(result: RunResult) -> Verdict:
             want = expected.diagnosis.get(pattern)
             if want and row.get("diagnosis") != want:
                 problems.append(f"{row['id']}: diagnosis {row.get('diagnosis')}, expected {want}")
+            for words in expected.reason_names:
+                if words not in (row.get("reason") or ""):
+                    problems.append(f"{row['id']}: its reason does not name {words!r}: {row.get('reason')}")
             if row.get("duration", 0) > expected.verdict_seconds:
                 problems.append(f"{row['id']}: verdict took {row['duration']:.0f}s "
                                 f"(bound {expected.verdict_seconds:.0f}s)")

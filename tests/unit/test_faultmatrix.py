@@ -11,11 +11,16 @@ def row(workload, check, outcome, diagnosis=None, duration=1.0):
             "message": f"{workload}/{check} {outcome}"}
 
 
-def tainted_rows(injection="no-verdict", cleanup="no-verdict"):
+#: The reason the diagnosis gives a pod kept off the tainted GPU nodes (rule_node_excluded).
+TAINT_REASON = ("Pod gpu-pod is kept off every node with a usable GPU (gpu-a100-0: untolerated taint "
+                "dedicated=gpu-reserved:NoSchedule): add the matching toleration/selector to the pod")
+
+
+def tainted_rows(injection="no-verdict", cleanup="no-verdict", reason=TAINT_REASON):
     rows = []
     for w in GPU_WORKLOADS:
-        rows += [row(w, "allocation", "failed", "node-excluded"), row(w, "cdi-injection", injection),
-                 row(w, "cleanup", cleanup)]
+        rows += [dict(row(w, "allocation", "failed", "node-excluded"), reason=reason),
+                 row(w, "cdi-injection", injection), row(w, "cleanup", cleanup)]
     return rows
 
 
@@ -23,6 +28,12 @@ def test_tainted_bed_with_no_verdict_for_injection_and_cleanup_is_as_expected():
     verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(), []))
     assert verdict.ok, verdict.problems
     assert verdict.detected_by == sorted(f"{w}/allocation" for w in GPU_WORKLOADS)
+
+
+def test_a_tainted_bed_whose_reasons_do_not_name_the_taint_is_a_problem():
+    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(reason="3 node(s) had untolerated taint(s)"), []))
+    assert sum("does not name 'untolerated taint dedicated=gpu-reserved:NoSchedule'" in p
+               for p in verdict.problems) == len(GPU_WORKLOADS), verdict.problems
 
 
 def test_a_cleanup_pass_where_nothing_was_allocated_is_a_problem():
