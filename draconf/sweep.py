@@ -43,9 +43,11 @@ DEFAULT_SHARE = 0.1
 
 @dataclass(frozen=True, order=True)
 class Target:
-    """What one sweep test proves: a node, or one GPU (device name) of it."""
+    """What one sweep test proves: a node, or one GPU (device name) of it; ``gpus``: how many
+    GPUs that is (a node's published whole GPUs), for the fleet picture."""
     node: str
     device: str | None = None
+    gpus: int = field(default=1, compare=False)
 
     @property
     def id(self) -> str:
@@ -62,13 +64,13 @@ def targets(devices_per_node: dict[str, list], every_gpu: bool) -> list[Target]:
 
     >>> from types import SimpleNamespace as D
     >>> per_node = {"b": [D(name="gpu-1"), D(name="gpu-0")], "a": [D(name="gpu-0")]}
-    >>> [t.id for t in targets(per_node, every_gpu=False)]
-    ['a', 'b']
+    >>> [(t.id, t.gpus) for t in targets(per_node, every_gpu=False)]
+    [('a', 1), ('b', 2)]
     >>> [t.id for t in targets(per_node, every_gpu=True)]
     ['a/gpu-0', 'b/gpu-0', 'b/gpu-1']
     """
     if not every_gpu:
-        return sorted(Target(node) for node in devices_per_node)
+        return sorted(Target(node, gpus=len(devices)) for node, devices in devices_per_node.items())
     return sorted(Target(node, d.name) for node, devices in devices_per_node.items() for d in devices)
 
 

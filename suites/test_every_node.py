@@ -22,7 +22,7 @@ import pytest
 
 from draconf import reporting, sweep
 from draconf.breaker import trip_breaker
-from draconf.reporting import note
+from draconf.reporting import note, verdict_of
 from draconf.reporting.plugin import attach_fleet_picture
 
 pytestmark = [pytest.mark.every_node, pytest.mark.conformance]
@@ -79,6 +79,7 @@ def test_gpu_is_allocated_injected_and_released(request, target, swept):
     """01-single-gpu.yaml pinned to the target (a node, or one GPU): allocation, injection and
     release, as judged for every workload."""
     proof = swept[target]
+    verdict_of(request.node).gpus = target.gpus  # the picture's squares for a node swept whole
     if proof.namespace:
         # This target's diagnosis reads its own namespace, not the sweep's last one.
         reporting.record_namespace(request, proof.namespace)

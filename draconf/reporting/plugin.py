@@ -314,14 +314,16 @@ def attach_fleet_picture(config: pytest.Config) -> bool:
 def fleet_verdicts(rows) -> list:
     """The sweep's rows (workload ``every-node``, check ``<node>`` or ``<node>/<gpu>``) as the
     fleet picture's nodes: a node's status is its worst GPU's (failed, then no verdict, then
-    busy); a node swept whole counts as one square.
+    busy); a node swept whole is a square per GPU its row says it has (``gpus``), all of the
+    node's status.
 
     >>> rows = [{"workload": "every-node", "check": "n1/gpu-0", "outcome": "passed"},
     ...         {"workload": "every-node", "check": "n1/gpu-1", "outcome": "failed", "diagnosis": "plugin-unhealthy"},
     ...         {"workload": "every-node", "check": "n2", "outcome": "skipped", "message": "busy, not tested: x"},
+    ...         {"workload": "every-node", "check": "n3", "outcome": "passed", "gpus": 3},
     ...         {"workload": "single-gpu", "check": "allocation", "outcome": "passed"}]
     >>> [(n.name, n.gpus, n.status, n.code, n.gpu_status) for n in fleet_verdicts(rows)]
-    [('n1', 2, 'failed', 'plugin-unhealthy', ('passed', 'failed')), ('n2', 1, 'busy', '', ('busy',))]
+    [('n1', 2, 'failed', 'plugin-unhealthy', ('passed', 'failed')), ('n2', 1, 'busy', '', ('busy',)), ('n3', 3, 'passed', '', ('passed', 'passed', 'passed'))]
     """
     from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, NodeVerdict
     from draconf.sweep import BUSY as BUSY_MESSAGE  # how the sweep words a busy target's skip
@@ -341,7 +343,7 @@ def fleet_verdicts(rows) -> list:
     nodes = []
     for name, node_rows in sorted(per_node.items()):
         node_rows.sort(key=lambda r: str(r["check"]))
-        squares = tuple(status(r) for r in node_rows)
+        squares = tuple(status(r) for r in node_rows for _ in range(1 if "/" in str(r["check"]) else r.get("gpus") or 1))
         worst = next(s for s in (FAILED, NO_VERDICT, BUSY, PASSED) if s in squares)
         code = next((str(r.get("diagnosis") or "") for r in node_rows if status(r) == FAILED), "")
         nodes.append(NodeVerdict(name, len(squares), worst, code, squares))

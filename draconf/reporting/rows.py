@@ -87,11 +87,12 @@ def marker_fields(item: pytest.Item) -> tuple[str | None, str | None]:
 
 
 def new_row(nodeid: str, phase: Mapping[str, Any]) -> dict[str, Any]:
-    """A summary.json row, started from a test's setup phase."""
+    """A summary.json row, started from a test's setup phase (``gpus``: only a test that said
+    how many GPUs it proves, a sweep's)."""
     return {"id": nodeid, "workload": phase.get("workload"), "check": phase.get("check"),
             "outcome": phase["outcome"], "duration": 0.0,
             "diagnosis": phase.get("diagnosis"), "reason": phase.get("reason"),
-            "message": phase.get("message")}
+            "message": phase.get("message"), **({"gpus": phase["gpus"]} if phase.get("gpus") else {})}
 
 
 def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duration: float) -> None:
@@ -110,6 +111,8 @@ def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duratio
     row["duration"] = round(row["duration"] + duration, 6)  # microseconds are plenty
     row["diagnosis"] = phase.get("diagnosis") or row["diagnosis"]
     row["reason"] = phase.get("reason") or row.get("reason")
+    if phase.get("gpus"):
+        row["gpus"] = phase["gpus"]
     if when == "setup":
         return  # new_row() already took setup's outcome
     takes_over = (

@@ -58,6 +58,8 @@ class Verdict:
     reason: str | None = None
     #: when ("setup", "call", "teardown") -> the phase as the report carries it.
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: how many GPUs the test proves at once (a sweep's node): its row's ``gpus``; None: not said
+    gpus: int | None = None
 
     def diagnose(self, code: str, reason: str | None = None) -> None:
         require_known_code(code)
@@ -77,7 +79,7 @@ class Verdict:
         which pytest-xdist serialises to its controller)."""
         self.phases[when] = {
             "workload": self.workload, "check": self.check, "outcome": outcome, "message": message,
-            "diagnosis": self.code, "reason": self.reason}
+            "diagnosis": self.code, "reason": self.reason, **({"gpus": self.gpus} if self.gpus else {})}
         return dict(self.phases[when])
 
 

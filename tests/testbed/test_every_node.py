@@ -24,6 +24,13 @@ def test_every_gpu_node_is_one_verdict(healthy_bed, api, tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert sorted(rows) == gpu_nodes(api) and len(rows) >= 3
     assert all(r["workload"] == "every-node" and r["outcome"] == "passed" for r in rows.values()), rows
+    # Each node's row says how many GPUs it proved: the picture draws a square for each.
+    published = {}
+    for s in api.resource.list_resource_slice().items:
+        for d in s.spec.devices or []:
+            if ((d.attributes or {}).get("type") or {}).string == "gpu":
+                published[s.spec.node_name] = published.get(s.spec.node_name, 0) + 1
+    assert {n: r.get("gpus") for n, r in rows.items()} == published, rows
 
 
 def test_a_cordoned_node_is_named_and_the_others_are_still_proven(healthy_bed, api, tmp_path):
