@@ -6,6 +6,9 @@ bed (``draconf/testbed/data/inventories/default.yaml``), which has every feature
 probes: a check skipped there means the bed (or the suite) stopped exercising it, and the run
 fails naming it, as a newcomer's first run would otherwise quietly do less.
 
+**Fast lanes first.**  The doctests and unit tests (a minute, no bed) run before the tests
+that start beds, so a broken unit shows in the first minute, not after the fault matrix.
+
 **Where the time goes**, per test file: CI's lane budget.  With ``DRACONF_CI_TIMINGS=<file>``
 set (``.ci/run`` sets it and prints the file after the run), the run writes the seconds each
 test file took, setup and teardown included (the beds its fixtures start), slowest first.
@@ -30,6 +33,18 @@ def _is_the_projects_run(session) -> bool:
     """The project's own run collects tests/; a ``draconf run`` from the checkout (whose rootdir
     is this directory too) collects suites/ only, and neither rule applies to it."""
     return any(item.nodeid.startswith("tests/") for item in session.items)
+
+
+#: Where the run's fast lane is: doctests of the package and the unit tests.
+_FAST = ("draconf/", "tests/unit/")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not any(item.nodeid.startswith("tests/") for item in items):
+        return
+    # A stable partition: each lane keeps the order pytest and the plugins gave it.
+    items[:] = [i for i in items if i.nodeid.startswith(_FAST)] + \
+        [i for i in items if not i.nodeid.startswith(_FAST)]
 
 
 def pytest_runtest_logreport(report):
