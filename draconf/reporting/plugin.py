@@ -343,7 +343,9 @@ def fleet_verdicts(rows) -> list:
     nodes = []
     for name, node_rows in sorted(per_node.items()):
         node_rows.sort(key=lambda r: str(r["check"]))
-        squares = tuple(status(r) for r in node_rows for _ in range(1 if "/" in str(r["check"]) else r.get("gpus") or 1))
+        # A GPU's row is one square; a node's, one per GPU it proved.
+        squares = tuple(status(r) for r in node_rows
+                        for _ in range(1 if "/" in str(r["check"]) else r.get("gpus") or 1))
         worst = next(s for s in (FAILED, NO_VERDICT, BUSY, PASSED) if s in squares)
         code = next((str(r.get("diagnosis") or "") for r in node_rows if status(r) == FAILED), "")
         nodes.append(NodeVerdict(name, len(squares), worst, code, squares))
