@@ -271,6 +271,12 @@ def failing_gpus(bed) -> list[str]:
     return found
 
 
+def published_nodes(api, driver: str) -> set[str]:
+    """The nodes whose ResourceSlices of ``driver`` hold devices."""
+    return {s.spec.node_name for s in api.resource.list_resource_slice().items
+            if s.spec.driver == driver and s.spec.devices}
+
+
 def problems(bed) -> list[str]:
     """What keeps the bed from being the healthy bed of its driver (empty when it is)."""
     api = connect(bed.kubeconfig)
@@ -286,9 +292,7 @@ def problems(bed) -> list[str]:
     if (status.number_ready or 0) != len(nodes) or (status.updated_number_scheduled or 0) != len(nodes):
         found.append(f"plugin DaemonSet {status.number_ready or 0}/{len(nodes)} ready, "
                      f"{status.updated_number_scheduled or 0} updated")
-    published = {s.spec.node_name for s in api.resource.list_resource_slice().items
-                 if s.spec.driver == objs.driver and s.spec.devices}
-    if missing := sorted(set(nodes) - published):
+    if missing := sorted(set(nodes) - published_nodes(api, objs.driver)):
         found.append(f"no devices published on {', '.join(missing)}")
     for node in api.core.list_node().items:
         if any(t.key == GPU_NODE_TAINT["key"] for t in node.spec.taints or []):

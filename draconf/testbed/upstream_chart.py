@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from draconf.errors import DraconfError
+from draconf.testbed import build, example_driver, upstream_nvidia
 from draconf.testbed.upstream_nvidia import DRIVER_ROOT, FEATURE_GATES, Built, Release, image_ref
 from draconf.testbed.upstream_nvidia import RELEASES  # noqa: F401 - the doctests name a release by it
 
@@ -91,7 +92,6 @@ def render_on_bed(bed, api, changed: dict | None = None, **release_changes) -> t
     values) or a second ``helm install`` (``release_changes``: another ``release_name`` or
     ``namespace``) would: the release so placed, and its objects.  The builds are the bed's
     own, cached by its ``up``."""
-    from draconf.testbed import build, example_driver, upstream_nvidia
     quiet = lambda *_: None  # noqa: E731
     bindir = build.ensure_built(log=quiet)
     built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[bed.state()["driver"]],

@@ -100,10 +100,10 @@ def test_a_release_installed_under_another_name_and_namespace_is_found_where_it_
     moved, docs = upstream_chart.render_on_bed(bed, api, release_name="gpu-dra", namespace="accelerators")
     upstream_chart.install(api, moved, docs)
     gpu_nodes = set(external_faults.gpu_nodes(bed))
-    waits.wait_until("the moved release to publish every GPU node's devices", lambda: {
-        s.spec.node_name for s in api.resource.list_resource_slice().items
-        if s.spec.driver == "gpu.nvidia.com" and s.spec.devices}, lambda nodes: nodes >= gpu_nodes,
-        timeout=120, interval=1, describe=lambda nodes: f"published on {sorted(nodes)}")
+    driver = external_faults.driver_objects(RELEASE).driver
+    waits.wait_until("the moved release to publish every GPU node's devices",
+                     lambda: external_faults.published_nodes(api, driver), lambda nodes: nodes >= gpu_nodes,
+                     timeout=120, interval=1, describe=lambda nodes: f"published on {sorted(nodes)}")
     result = draconf("run", "--testbed-name", bed.name, "--reports", str(tmp_path),
                      "-k", "test_preflight or TestGpuSharing", timeout=900)
     out = result.stdout + result.stderr
