@@ -166,6 +166,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if not SUITES_DIR.is_dir():
         raise DraconfError(f"the suites directory {SUITES_DIR} is missing: this draconf was built "
                            "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
+    run_args.refuse_reserved(pytest_args)  # bad input: before any bed or report
     if args.target == "testbed" and not getattr(args, "image", None):
         args.image = run_args.bed_workload_image(_bed(args))
     reports = Path(args.reports).resolve()

@@ -1,6 +1,7 @@
 """What ``draconf run`` hands to pytest, checked before any cluster is touched: which target
 its cluster options name (:func:`resolve_target`), the plugin's own option names
-(:func:`plugin_args`), what pytest makes of the arguments (:func:`check_selection`), and the
+(:func:`plugin_args`), none of them given again behind its back (:func:`refuse_reserved`),
+what pytest makes of the arguments (:func:`check_selection`), and the
 workload image a bed of NVIDIA's own driver needs (:func:`bed_workload_image`)."""
 
 from __future__ import annotations
@@ -59,6 +60,36 @@ def plugin_args(args) -> list[str]:
     for name in ("expect_feature", "waive_feature"):
         out += [f"--draconf-{name.replace('_', '-')}={v}" for v in getattr(args, name, None) or []]
     return out
+
+
+#: pytest options ``draconf run`` sets itself (where the reports go): given again, pytest would
+#: write some reports where the run does not look for them.
+REPORT_OPTIONS = ("--junitxml", "--junit-xml", "--alluredir", "--log-file", "--draconf-reports")
+
+
+def refuse_reserved(pytest_args: list[str]) -> None:
+    """Bad input: an option the run hands to pytest itself, given again among the arguments
+    for pytest (the later one wins there, so ``--draconf-kubeconfig=F`` would send the run to
+    another cluster than the one it printed; ``--junitxml`` would split the reports).  Said
+    with draconf's own flag for it.
+
+    >>> refuse_reserved(["-k", "mig", "-x"])
+    >>> refuse_reserved(["--draconf-kubeconfig=other"])
+    Traceback (most recent call last):
+    ...
+    draconf.errors.DraconfError: --draconf-kubeconfig is draconf run's own option for pytest: give --kubeconfig instead
+    >>> refuse_reserved(["--junitxml", "x.xml"])
+    Traceback (most recent call last):
+    ...
+    draconf.errors.DraconfError: --junitxml is set by draconf run (the reports go together): give --reports DIR instead
+    """
+    for arg in pytest_args:
+        name = arg.split("=", 1)[0]
+        if name in REPORT_OPTIONS:
+            raise DraconfError(f"{name} is set by draconf run (the reports go together): give --reports DIR instead")
+        if name.startswith("--draconf-"):
+            raise DraconfError(f"{name} is draconf run's own option for pytest: give "
+                               f"--{name.removeprefix('--draconf-')} instead")
 
 
 def check_selection(base: list[str], pytest_args: list[str], judge_selection: bool = True) -> None:

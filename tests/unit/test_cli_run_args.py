@@ -83,3 +83,17 @@ def test_an_option_argparse_refuses_is_bad_input_not_argparse_2(capsys):
         cli.main(["lint", "--no-such-option", "x.yaml"])
     assert exit_.value.code == EXIT_BAD_INPUT
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_an_option_the_run_sets_itself_is_refused_before_any_bed_starts(tmp_path, monkeypatch, capsys):
+    """`--draconf-reports X` given through to pytest wrote summary.json to X and JUnit to the
+    run's reports, then printed the paths of reports it never wrote; `--draconf-kubeconfig`
+    would win over the cluster the run printed.  Refused in one line, nothing written."""
+    monkeypatch.setenv("DRACONF_STATE_DIR", str(tmp_path / "state"))
+    for given, ours in (["--draconf-reports", str(tmp_path / "elsewhere")], "--reports DIR"), \
+                       (["--draconf-kubeconfig=other"], "--kubeconfig"), (["--junitxml=x.xml"], "--reports DIR"):
+        code = cli.main(["run", "--reports", str(tmp_path / "reports"), *given])
+        err = capsys.readouterr().err
+        assert code == EXIT_BAD_INPUT and err.startswith("draconf: error: ") and f"give {ours} instead" in err, err
+    assert not (tmp_path / "state").exists() and not (tmp_path / "reports").exists()
+    assert not (tmp_path / "elsewhere").exists()
