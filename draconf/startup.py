@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf import allocation, availability, refusals, waits
 from draconf.admission import denial_in_text
+from draconf.answers import ServerAnswer
 from draconf.claims import Claim
 from draconf.devices import class_selectors, devices_from_slices
 from draconf.pods import Pod
@@ -124,7 +125,8 @@ class StartVerdicts:
                 if self._standing((pod.uid, "claim-denied"), now) >= VERDICT_AFTER:
                     refusals.book().record("ResourceClaim", denial_in_text(message), message)
                     return self._cause(ADMISSION_DENIED, "admission refused the claim the scheduler creates "
-                                                         f"for pod {pod.name}: {message}")
+                                                         f"for pod {pod.name}: {message}",
+                                       ServerAnswer(None, message, via="the pod's PodScheduled condition"))
             if pod.phase == "Failed":
                 ended = "; ".join(pod.end_reasons) or "no reason given"
                 return self._cause(POD_FAILED, f"pod {pod.name} failed: {pod.summary()} ({ended})")
@@ -150,15 +152,20 @@ class StartVerdicts:
                     return self._cause(PREPARE_REFUSED, f"the node cannot prepare the claims of pod {pod.name} "
                                                         f"on {pod.node}: {refused}")
             if refused := self.claim_not_created(pod, now):
-                return self._cause(CLAIM_NOT_CREATED, refused)
+                return self._cause(CLAIM_NOT_CREATED, refused, self._refused_answer)
         return self._controller_denied(pods)
 
     #: the kind of the last verdict :meth:`verdict` gave (one of the causes above)
     start_cause: str | None = None
+    #: the server's answers behind it, when a refusal is the verdict (draconf.answers)
+    start_answers: tuple = ()
+    _refused_answer: "ServerAnswer | None" = None
 
-    def _cause(self, kind: str, message: str) -> str:
-        """``message``, the verdict, with its kind kept for :class:`draconf.workload.Start`."""
+    def _cause(self, kind: str, message: str, answer: ServerAnswer | None = None) -> str:
+        """``message``, the verdict, with its kind (and the server's answer behind it) kept for
+        :class:`draconf.workload.Start`."""
         self.start_cause = kind
+        self.start_answers = (answer,) if answer is not None else ()
         return message
 
     def claim_not_created(self, pod: Pod, now: float | None = None) -> str | None:
@@ -171,6 +178,7 @@ class StartVerdicts:
         if not refused:
             return None
         refusals.book().record("ResourceClaim", denial_in_text(refused), refused)  # it ends a wait: once
+        self._refused_answer = ServerAnswer(None, refused, via="FailedResourceClaimCreation event")
         return f"the claim of pod {pod.name} cannot be created: {refused}"
 
     def _confirmed_now(self, pod: Pod, message: str) -> str | None:
@@ -255,7 +263,8 @@ class StartVerdicts:
         for event in reversed(self.events()):
             if " FailedCreate " in event and denial_in_text(event):
                 refusals.book().record("Pod", denial_in_text(event), event)
-                return self._cause(ADMISSION_DENIED, f"admission refused the workload's pods: {event}")
+                return self._cause(ADMISSION_DENIED, f"admission refused the workload's pods: {event}",
+                                   ServerAnswer(None, event, via="FailedCreate event"))
         return None
 
     def check_moving(self, pods: list[Pod], now: float | None = None) -> None:

@@ -168,6 +168,19 @@ def verdict_word(proof: Proof) -> str:
     return "failed"
 
 
+def tally(proofs: Iterable[Proof]) -> str:
+    """How many targets ended each way, for the sweep's last progress line.
+
+    >>> tally([Proof(Target("a")), Proof(Target("b")), Proof(Target("c"), outcome=AssertionError("x"))])
+    '2 passed, 1 failed'
+    """
+    counts: dict[str, int] = {}
+    for proof in proofs:
+        word = verdict_word(proof)
+        counts[word] = counts.get(word, 0) + 1
+    return ", ".join(f"{n} {word}" for word, n in counts.items()) or "none"
+
+
 #: How a busy target's skip starts (the picture and the terminal tell it from other skips).
 BUSY = "busy, not tested"
 
@@ -238,11 +251,11 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
         try:
             start.deployed.check_allocation(published)
         except AssertionError as err:
-            pytest.fail(f"{target.id}: the workload never started: {start.failure} "
-                        f"(allocation check: {str(err).removeprefix('allocation is wrong: ')})", pytrace=False)
+            raise start.failed(f"{target.id}: the workload never started: {start.failure} "
+                               f"(allocation check: {str(err).removeprefix('allocation is wrong: ')})")
         raise NoVerdict(f"{target.id}: {start.no_verdict_cause}")
     if start.never_started:
-        pytest.fail(f"{target.id}: the container never got its GPU: {start.failure}", pytrace=False)
+        raise start.failed(f"{target.id}: the container never got its GPU: {start.failure}")
     deployed = start.deployed
     proof.notes += deployed.check_allocation(published)
     proof.notes += deployed.check_injection(published)

@@ -28,6 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf import admission, allocation, manifests, podsecurity, startup, waits
 from draconf.admission import AdmissionDenied
+from draconf import answers
+from draconf.answers import carried_by
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
 from draconf import selectors as sel
@@ -67,6 +69,9 @@ class Start:
     stalled: str | None = None
     #: what kind of reason ``failure`` is (draconf.startup: PREPARE_REFUSED, IMAGE_PULL, ...)
     cause: str | None = None
+    #: the API server's answers that refused the workload's objects (draconf.answers), if that
+    #: is why: what a check failing on this start carries for the diagnosis
+    answers: tuple = ()
 
     @property
     def never_started(self) -> bool:
@@ -88,6 +93,11 @@ class Start:
     @property
     def no_verdict_cause(self) -> str:
         return f"workload never started: {self.failure}"
+
+    def failed(self, message: str) -> BaseException:
+        """The check's failure on this start, ``message`` its text, carrying the server's
+        answers behind it for the diagnosis (``raise start.failed(...)``)."""
+        return answers.failure(message, self.answers)
 
 
 #: API answers to a create that are the cluster's verdict on the workload (validation,
@@ -126,12 +136,13 @@ class DeployedWorkload(StartVerdicts):
         try:
             manifests.create(api, namespace, docs, labels)
         except AdmissionDenied as err:
-            return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED)
+            return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED, answers=carried_by(err))
         except ApiException as err:
             if err.status not in REJECTED_STATUSES:
                 raise
             return Start(deployed, f"the API server rejected the workload's objects: "
-                                   f"{err.status} {err.reason}: {_api_message(err)}", cause=startup.REJECTED)
+                                   f"{err.status} {err.reason}: {_api_message(err)}", cause=startup.REJECTED,
+                         answers=carried_by(err))
         return deployed.started()
 
     def started(self) -> Start:
@@ -141,7 +152,7 @@ class DeployedWorkload(StartVerdicts):
         except ControlPlaneStalled as err:
             return Start(self, str(err), stalled=err.code, cause=startup.STALLED)
         except waits.TerminalState as err:
-            return Start(self, str(err), cause=self.start_cause)
+            return Start(self, str(err), cause=self.start_cause, answers=self.start_answers)
         except waits.WaitFailed as err:
             return Start(self, str(err), cause=startup.TIMEOUT)
         return Start(self)

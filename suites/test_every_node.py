@@ -17,6 +17,7 @@ what is proven and what is left alone on a live cluster (busy, tainted, cordoned
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -63,7 +64,10 @@ def swept(request, cluster, profile, run_id, validated_nodes):
         sweep.prove(cluster, profile, run_id, published_devices, validated_nodes, target, proof,
                     lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel)
 
+    began = time.monotonic()
     proofs = sweep.run(chosen, at_once, prove_one, progress=say)
+    say(f"sweep: {len(proofs)} target(s) done in {time.monotonic() - began:.1f}s "
+        f"({sweep.tally(proofs.values())})")  # the figure benchmarks/sweep_at_scale.py reads
     stalled = next((p for p in proofs.values() if p.stalled), None)
     if stalled is not None:
         trip_breaker(request.config, stalled.stalled, str(stalled.outcome))

@@ -553,8 +553,9 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
     workload = Workload("extended-resource", ["features/40-extended-resource.yaml"], expected_pods=1,
                         extended_resources=True, avoid_nodes=validated_nodes.avoid)
     start = ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
-    assert not start.never_started, (f"a {resource}: 1 pod did not run under a quota of one GPU "
-                                     f"({legacy}: 1, {dra}: 1): {start.failure}")
+    if start.never_started:
+        raise start.failed(f"a {resource}: 1 pod did not run under a quota of one GPU "
+                           f"({legacy}: 1, {dra}: 1): {start.failure}")
     want = {legacy: "1", dra: "1"}
     try:
         used = waits.wait_until(f"quota {name} to charge the pod and its claim one GPU under each key",
@@ -931,7 +932,7 @@ class TestGpuSharing(test_workloads.TestWorkload):
         if started.never_started:
             # The driver refusing the config (or anything else keeping the pod from running) is
             # this check failing; the diagnosis reads the node's FailedPrepareDynamicResources.
-            pytest.fail(f"the sharing workload never ran: {started.failure}", pytrace=False)
+            raise started.failed(f"the sharing workload never ran: {started.failure}")
         deployed = started.deployed
         evidence, problems, summary = sharing_evidence(deployed, profile)
         test_workloads.attach_evidence("sharing", evidence)

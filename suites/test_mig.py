@@ -67,7 +67,8 @@ def smi_list(cluster, profile, ns: str, pod: str, container: str):
 
 def started(cluster, ns, workload, profile, run_id) -> DeployedWorkload:
     start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
-    assert not start.never_started, f"the MIG workload never ran: {start.failure}"
+    if start.never_started:
+        raise start.failed(f"the MIG workload never ran: {start.failure}")
     return start.deployed
 
 

@@ -222,8 +222,8 @@ class TestWorkload:
                     # The cluster's reason is the verdict, and the headline: nothing that never
                     # started was "allocated wrong" (no traceback of this test's code either).
                     found = str(err).removeprefix("allocation is wrong: ")
-                    pytest.fail(f"the workload never started: {started.failure} (allocation check: {found})",
-                                pytrace=False)
+                    raise started.failed(f"the workload never started: {started.failure} "
+                                         f"(allocation check: {found})")
                 raise
             attach_evidence("allocation", evidence)
 
@@ -231,7 +231,7 @@ class TestWorkload:
         if started.refused_by_node:
             # Allocated, and the node's driver will not hand the GPUs to the containers: the
             # promise this check holds is broken (its diagnosis reads the kubelet's events).
-            pytest.fail(f"the containers never got their GPUs: {started.failure}", pytrace=False)
+            raise started.failed(f"the containers never got their GPUs: {started.failure}")
         if started.never_started:
             raise NoVerdict(started.no_verdict_cause)
         with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):

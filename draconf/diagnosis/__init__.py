@@ -12,7 +12,7 @@ The work is split so the rules can be tested without a cluster::
 
     gather.gather(api, profile, namespace) -> Snapshot  (raw dicts, the only part that calls the API)
     facts.build_facts(snapshot, profile)   -> Facts     (plain dataclasses, pure)
-    rules.classify(facts, error_text)      -> (code, reason)  (one function per code, pure)
+    rules.classify(facts)                  -> (code, reason)  (one function per code, pure)
     evidence.evidence(snapshot, facts)     -> {name: text}    (what the report attaches)
 
 and this module is the glue: :func:`diagnose` runs the four, and the pytest hook's
@@ -77,7 +77,7 @@ def diagnose(api, profile, namespace: str | None, error: BaseException | str | N
         facts = build_facts(snap, profile)
         facts.failure = Failure.of(error)
         facts.recorded_allocations = dict(getattr(error, "allocated", None) or {})
-        code, reason = classify(facts, str(error) if error is not None else "")
+        code, reason = classify(facts)
         ev = evidence(snap, facts, code, reason)
     except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
         log.exception("diagnosis failed")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kubernetes.utils import parse_quantity
 
 from draconf import allocation, cel, mig
+from draconf.answers import carried_by
 from draconf.audit import CLAIM_COUNT_KEY, DEVICECLASS_SUFFIX
 from draconf.claims import Claim, DeviceRequest, device_requests
 from draconf.devices import Device, PublishedDevices, devices_from_slices
@@ -133,17 +134,22 @@ class Failure:
     >>> Failure.of(ReleaseIncomplete("cleanup is incomplete: ...")).waited_for_release
     True
     >>> Failure.of("text only")
-    Failure(waited_for_release=False, compared_injection=False)
+    Failure(waited_for_release=False, compared_injection=False, answers=())
     """
     #: it deleted the consumers and waited for their claims to be released (they were not)
     waited_for_release: bool = False
     #: it read what the running containers show and compared it with their allocation
     compared_injection: bool = False
+    #: the API server's answers that turned its requests (or a controller's for its workload)
+    #: away: draconf.answers.ServerAnswer, carried by the exception (draconf.answers.carried_by)
+    answers: tuple = ()
 
     @classmethod
     def of(cls, error) -> "Failure":
+        if not isinstance(error, BaseException):
+            return cls()
         return cls(waited_for_release=isinstance(error, ReleaseIncomplete),
-                   compared_injection=isinstance(error, WrongInjection))
+                   compared_injection=isinstance(error, WrongInjection), answers=carried_by(error))
 
 
 @dataclass

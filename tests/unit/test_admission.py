@@ -7,8 +7,11 @@ import json
 
 from kubernetes.client.exceptions import ApiException
 
+from draconf import startup
 from draconf.admission import AdmissionDenied, denial_in_text, is_refusal
-from draconf.diagnosis import EventFacts, Facts, QuotaFacts, classify
+from draconf.answers import ServerAnswer, carried_by
+from draconf.diagnosis import EventFacts, Facts, Failure, QuotaFacts, classify
+from draconf.workload import Start
 
 #: Recorded: kube-apiserver's 403 for a pod a ValidatingAdmissionPolicy denies.
 VAP_403 = ("pods \"single-gpu\" is forbidden: ValidatingAdmissionPolicy 'draconf-deny-gpu-pods' with binding "
@@ -47,30 +50,45 @@ def test_admission_denied_is_a_failure_without_traceback_naming_the_policy():
 
 
 def test_rule_names_the_policy_from_the_servers_answer_and_reads_it():
-    code, reason = classify(Facts(admission_policies=POLICIES),
-                            f"found 0 pods (the workload never started: {VAP_403})")
+    """The check that failed on the refused start carries the server's answer; its own wording
+    ("the workload never started") says nothing to the rule."""
+    start = Start(None, "refused", cause=startup.ADMISSION_DENIED,
+                  answers=carried_by(AdmissionDenied("Pod", "single-gpu", 403, VAP_403)))
+    failed = Failure.of(start.failed(f"found 0 pods (the workload never started: {start.failure})"))
+    code, reason = classify(Facts(admission_policies=POLICIES, failure=failed))
     assert code == "admission-denied" and "these namespaces (the policy" in reason
     assert "draconf-deny-gpu-pods" in reason and "managed-by=draconf" in reason
 
 
 def test_rule_reads_a_controllers_failed_create_event():
     facts = Facts(events=[EventFacts("FailedCreate", JOB_EVENT, kind="Job", name="gpu-job")])
-    code, reason = classify(facts, "job gpu-job did not complete")
+    code, reason = classify(facts)
     assert code == "admission-denied" and "draconf-deny-gpu-pods" in reason
 
 
 def test_rbac_forbidden_stays_permission_denied():
-    assert classify(Facts(), RBAC_403)[0] == "permission-denied"
+    assert classify(Facts(failure=Failure.of(api_error(403, RBAC_403))))[0] == "permission-denied"
+
+
+def test_without_the_servers_answer_the_suites_words_are_not_a_denial():
+    assert classify(Facts(admission_policies=POLICIES, failure=Failure.of(AssertionError(VAP_403))))[0] \
+        != "admission-denied"
 
 
 def test_the_suites_own_quota_is_not_an_admission_denial():
     text = 'resourceclaims "gpu-claim-b" is forbidden: exceeded quota: gpu-quota, requested: x=1'
-    own = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"}, managed_by_draconf=True)])
-    assert classify(own, text)[0] != "admission-denied"
-    assert classify(Facts(), text)[0] == "admission-denied"
+    # The claim controller's create, refused: the check concluded on its event.
+    failed = Failure(answers=(ServerAnswer(None, text, via="FailedResourceClaimCreation event"),))
+    own = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"}, managed_by_draconf=True)],
+                failure=failed)
+    assert classify(own)[0] != "admission-denied"
+    assert classify(Facts(failure=failed))[0] == "admission-denied"
     # The same quota in the namespace, put there by a policy engine (not labelled as draconf's).
-    theirs = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"})])
-    assert classify(theirs, text)[0] == "admission-denied"
+    theirs = Facts(quotas=[QuotaFacts("gpu-quota", "ns", {"x": "1"}, {"x": "1"})], failure=failed)
+    assert classify(theirs)[0] == "admission-denied"
+    # Only in the events, a quota is a controller waiting for room, not a denial for good.
+    waiting = Facts(events=[EventFacts("FailedResourceClaimCreation", text, kind="Pod", name="p")])
+    assert classify(waiting)[0] != "admission-denied"
 
 
 def test_denial_in_text_names_limitrange():

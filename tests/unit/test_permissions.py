@@ -3,14 +3,16 @@ and the preflight row and diagnosis that name what is missing."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from draconf import permissions, preflight
-from draconf.diagnosis import Facts, classify
+from draconf.diagnosis import Facts, Failure, classify
 from draconf.errors import DraconfError
 from draconf.permissions import Permission, evaluate, gate_text, needed, permissions_of
 
@@ -162,22 +164,23 @@ def test_the_permissions_check_is_registered_right_after_server_version():
     assert names.index("permissions") == names.index("server-version") + 1
 
 
-# A 403 as the Python client raises it (ApiException's text with the server's Status body).
-FORBIDDEN = ('(403)\nReason: Forbidden\nHTTP response headers: HTTPHeaderDict({})\n'
-             'HTTP response body: {"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
-             '"message":"resourceclaims.resource.k8s.io is forbidden: User \\"draconf-suite\\" cannot '
-             'create resource \\"resourceclaims\\" in API group \\"resource.k8s.io\\" in the namespace '
-             '\\"draconf-x\\"","reason":"Forbidden","details":{"group":"resource.k8s.io",'
-             '"kind":"resourceclaims"},"code":403}\n')
+def forbidden(message: str) -> Failure:
+    """What a check failing on a 403 carries: the client's ApiException with the server's Status."""
+    err = ApiException(status=403, reason="Forbidden")
+    err.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "reason": "Forbidden",
+                           "code": 403})
+    return Failure.of(err)
 
 
 def test_a_forbidden_request_is_diagnosed_permission_denied_with_verb_and_resource():
-    code, reason = classify(Facts(), FORBIDDEN)
+    code, reason = classify(Facts(failure=forbidden(
+        'resourceclaims.resource.k8s.io is forbidden: User "draconf-suite" cannot create resource '
+        '"resourceclaims" in API group "resource.k8s.io" in the namespace "draconf-x"')))
     assert code == "permission-denied"
     assert "user draconf-suite `create` on resourceclaims.resource.k8s.io" in reason
 
 
 def test_a_forbidden_subresource_is_named():
     text = 'pods "p" is forbidden: User "u" cannot create resource "pods/exec" in API group "" in the namespace "n"'
-    code, reason = classify(Facts(), text)
+    code, reason = classify(Facts(failure=forbidden(text)))
     assert code == "permission-denied" and "`create` on pods/exec" in reason

@@ -1,6 +1,6 @@
 """The rules: which diagnosis code these facts show, first match wins (see :func:`classify`).
 
-Each rule is a small function ``(facts, error_text) -> (code, reason) | None`` in the
+Each rule is a small function ``(facts) -> (code, reason) | None`` in the
 module of its family: :mod:`.access` (API server, RBAC, admission, control plane),
 :mod:`.inventory` (classes, slices, attributes, device taints, features), :mod:`.placement`
 (scheduling and allocation), :mod:`.node` (image, kubelet plugin, CDI), :mod:`.lifecycle`
@@ -56,7 +56,8 @@ timeout              nothing definitive: the last observed state is the evidence
 
 A new code: its meaning in ``draconf.reporting.DIAGNOSES``, its rule in the module of its
 family, placed in :data:`RULES` by priority (reading facts, never the wording of the suite's own
-assertion messages), a unit test in tests/unit/test_diagnosis.py.
+assertion messages: what the server answered is ``facts.failure.answers``), a unit test in
+tests/unit/test_diagnosis.py.
 """
 
 from __future__ import annotations
@@ -77,17 +78,17 @@ from draconf.diagnosis.rules.placement import (rule_allocation, rule_allocation_
                                                rule_scheduler_without_dra)
 
 
-def classify(facts: Facts, error_text: str) -> tuple[str, str]:
+def classify(facts: Facts) -> tuple[str, str]:
     """The diagnosis code and one operator-facing sentence for these facts (first rule wins).
 
-    What the failing check did is a fact (``facts.failure``); which check it was is not."""
-    error_text = error_text or ""
+    What the failing check did, and what the API server answered it, are facts
+    (``facts.failure``); which check it was, and how its message is worded, are not."""
     for rule in RULES:
-        verdict = rule(facts, error_text)
+        verdict = rule(facts)
         if verdict:
             break
     else:
-        verdict = rule_timeout(facts, error_text)
+        verdict = rule_timeout(facts)
     return verdict
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 
+from draconf.admission import denial_in_text
 from draconf.diagnosis.facts import Facts
 from draconf.pods import Pod
 
 
-def rule_api(facts: Facts, error_text):
+def rule_api(facts: Facts):
     if facts.api_error:
         return ("api-unavailable", f"The API server did not answer ({facts.api_error}): check that "
                 "it is running and reachable with this kubeconfig.")
@@ -20,39 +21,29 @@ def rule_api(facts: Facts, error_text):
     return None
 
 
-#: The client's text of a 429 or 5xx answer that stood after the retries (kube.API_RETRY):
-#: ``(429)\nReason: Too Many Requests``, or the one-line ``answered 429 Too Many Requests``.
-_THROTTLED = re.compile(r"\((?:429|50[234])\)\s*Reason:|answered (?:429|50[234]) ")
-
-
-def rule_api_throttled(facts: Facts, error_text):
+def rule_api_throttled(facts: Facts):
     """The server's answer to one of the suite's requests was still "too many requests" (or a
     5xx) after the client's retries: a busy server, not a cluster failure."""
-    m = _THROTTLED.search(error_text)
-    if not m:
+    busy = next((a for a in facts.failure.answers if a.throttled), None)
+    if busy is None:
         return None
     return ("api-throttled", "The API server kept turning the suite's requests away ("
-            + " ".join(error_text[m.start():].split())[:200] + ") after retries with backoff: it is "
+            + " ".join(str(busy).split())[:200] + ") after retries with backoff: it is "
             "overloaded or API Priority and Fairness limits this user; rerun when it is less busy.")
 
 
-#: The API server's 403 text (its answer, quoted in the exception, not the suite's own words) (apiserver endpoints/handlers/responsewriters: forbiddenMessage),
-#: also as it appears JSON-escaped in an ApiException's body.
-_FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
-                        r'(?: in API group \\?"([^"\\]*)\\?")?')
-
-
-def rule_permission_denied(facts: Facts, error_text):
+def rule_permission_denied(facts: Facts):
     """The server refused one of the suite's own requests (403): the credentials, not the
     cluster, stopped the check.  Read from the server's answer, which names user, verb and
     resource."""
-    denied = []
-    for user, verb, resource, group in _FORBIDDEN.findall(error_text):
-        base, _, sub = resource.partition("/")
-        name = (f"{base}.{group}" if group else base) + (f"/{sub}" if sub else "")
-        item = f"`{verb}` on {name}"
-        if item not in denied:
-            denied.append(item)
+    denied, user = [], None
+    for answer in facts.failure.answers:
+        for user, verb, resource, group in answer.forbidden():
+            base, _, sub = resource.partition("/")
+            name = (f"{base}.{group}" if group else base) + (f"/{sub}" if sub else "")
+            item = f"`{verb}` on {name}"
+            if item not in denied:
+                denied.append(item)
     if not denied:
         return None
     return ("permission-denied", f"The API server refused user {user} {', '.join(denied)} (403 "
@@ -60,22 +51,22 @@ def rule_permission_denied(facts: Facts, error_text):
             "and rerun; this says nothing about the cluster's DRA.")
 
 
-def rule_admission_denied(facts: Facts, error_text):
+def rule_admission_denied(facts: Facts):
     """The server's answer (to the suite's create, or a controller's, as an event) names the
     admission control that refused it.  A quota the suite set up in the namespace (labelled
     managed-by draconf) is the quota checks' own subject, not an admin's denial; one a policy
     engine put there is."""
-    from draconf.admission import denial_in_text
-
-    # A controller held back by a quota retries until there is room (the quota checks wait
-    # for that): only a policy, webhook or LimitRange in its events is a denial for good.
-    texts = [(error_text, True)] + [(e.message, False) for e in reversed(facts.events)
-                                    if e.reason in ("FailedCreate", "FailedResourceClaimCreation")]
+    # The answers the failing check concluded on are its verdict, whoever made the request.  A
+    # controller held back by a quota retries until there is room (the quota checks wait for
+    # that): in the events alone, only a policy, webhook or LimitRange is a denial for good.
+    texts = [(a.message, True) for a in facts.failure.answers] + [
+        (e.message, False) for e in reversed(facts.events)
+        if e.reason in ("FailedCreate", "FailedResourceClaimCreation")]
     own_quotas = {q.name for q in facts.quotas if q.managed_by_draconf}
-    for text, direct in texts:
+    for text, concluded in texts:
         by = denial_in_text(text)
         if not by or (by.startswith("ResourceQuota ")
-                      and (not direct or by.split(" ", 1)[1] in own_quotas)):
+                      and (not concluded or by.split(" ", 1)[1] in own_quotas)):
             continue
         policy = re.search(r"ValidatingAdmissionPolicy '([^']+)'", by)
         hook = re.search(r'admission webhook "([^"]+)"', by)
@@ -86,8 +77,6 @@ def rule_admission_denied(facts: Facts, error_text):
             detail = f" (the webhook is {facts.admission_webhooks[hook.group(1)]})"
         said = " ".join(text.split())
         quoted = said[said.find("denied"):] if "denied" in said else said
-        while quoted.endswith(")") and quoted.count(")") > quoted.count("("):
-            quoted = quoted[:-1]  # the close of a wrapping "(the workload never started: ...)"
         return ("admission-denied",
                 f"{by} refused the suite's objects: {quoted[:300]}{detail}: this is the cluster's "
                 "admission control, set up outside draconf; exempt draconf's namespaces (label "
@@ -95,7 +84,7 @@ def rule_admission_denied(facts: Facts, error_text):
     return None
 
 
-def rule_control_plane(facts: Facts, error_text):
+def rule_control_plane(facts: Facts):
     """Nothing acted on the workload for ``facts.stall_after`` seconds while the API server
     answered: the claim controller generated no claim (controller-manager), or no scheduler
     bound the pods or wrote their PodScheduled condition (scheduler).  Before every

@@ -5,7 +5,7 @@ from __future__ import annotations
 from draconf.diagnosis.facts import Facts
 
 
-def rule_timeout(facts: Facts, error_text):
+def rule_timeout(facts: Facts):
     state = [p.summary() for p in facts.pods] or ["no pods"]
     state += [c.summary() for c in facts.claims]
     warnings = [e.line() for e in facts.events if e.type == "Warning"][-2:]

@@ -14,7 +14,7 @@ _MISSING_CLASS = re.compile(r"device class (\S+?)[,:]? does not exist")
 _NO_SUCH_KEY = re.compile(r"no such key:? ?([\w./-]+)")
 
 
-def rule_missing_class(facts: Facts, error_text):
+def rule_missing_class(facts: Facts):
     if facts.device_classes is None:
         return None
     referenced: dict[str, str] = {}
@@ -40,7 +40,7 @@ def rule_missing_class(facts: Facts, error_text):
             "(resources.gpus.enabled), and check `kubectl get deviceclasses`.")
 
 
-def rule_no_slices(facts: Facts, error_text):
+def rule_no_slices(facts: Facts):
     if facts.devices:
         return None
     if "resourceslices" in facts.errors:
@@ -62,7 +62,7 @@ def rule_no_slices(facts: Facts, error_text):
             "and the nodes' GPU driver, then `kubectl get resourceslices`.")
 
 
-def rule_attribute_missing(facts: Facts, error_text):
+def rule_attribute_missing(facts: Facts):
     cel_errors = [m for m in facts.scheduler_messages() if "CEL runtime error" in m]
     if cel_errors:
         keys = sorted({k.rstrip(".,") for m in cel_errors for k in _NO_SUCH_KEY.findall(m)})
@@ -98,7 +98,7 @@ def rule_attribute_missing(facts: Facts, error_text):
     return None
 
 
-def rule_device_tainted(facts: Facts, error_text):
+def rule_device_tainted(facts: Facts):
     """A device tainted NoSchedule/NoExecute (by its slice or a DeviceTaintRule) was allocated to
     a claim whose request does not tolerate the taint: the scheduler ignores device taints; or a
     pod still runs on a device tainted NoExecute that it does not tolerate: nothing evicts it."""
@@ -119,7 +119,7 @@ def rule_device_tainted(facts: Facts, error_text):
     return None
 
 
-def rule_feature_disabled(facts: Facts, error_text):
+def rule_feature_disabled(facts: Facts):
     """The API server kept a DRA field that the scheduler does not act on: its feature gate is
     off there (a scheduler behind the API server, or started with the gate off)."""
     for pod in pending_pods(facts):
@@ -140,7 +140,7 @@ def rule_feature_disabled(facts: Facts, error_text):
     return None
 
 
-def rule_inventory_mismatch(facts: Facts, error_text):
+def rule_inventory_mismatch(facts: Facts):
     """A container lists its MIG device under a GPU other than the one the device's published
     ``parentUUID`` names, and that GPU is the one the ResourceSlice pool itself says the device
     is carved from (they consume one counter set): the driver publishes a wrong parentUUID.

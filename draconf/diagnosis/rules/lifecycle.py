@@ -11,7 +11,7 @@ from draconf.diagnosis.facts import Facts
 RELEASE_GRACE = 30
 
 
-def rule_cleanup(facts: Facts, error_text):
+def rule_cleanup(facts: Facts):
     """Claims that outlive their consumers.  Right after a pod ends its claim is legitimately
     still held for a moment; the cluster shows it is overdue when the claim has been deleting,
     or its owner pod done, for RELEASE_GRACE seconds.  Without such a timestamp (a named claim
@@ -57,7 +57,7 @@ def rule_cleanup(facts: Facts, error_text):
             "node (the finalizers name who holds it).")
 
 
-def rule_quota(facts: Facts, error_text):
+def rule_quota(facts: Facts):
     """A quota's status.used, or what the namespace's claims amount to, above its hard limit:
     admission let through what it must refuse."""
     over = [(q, x) for q in facts.quotas for x in q.exceeded()]
@@ -70,7 +70,7 @@ def rule_quota(facts: Facts, error_text):
     return None
 
 
-def rule_policy_conflict(facts: Facts, error_text):
+def rule_policy_conflict(facts: Facts):
     """A ClusterPolicy beside the GPUCluster is the cause only where its device plugin competes
     with DRA for the GPUs the failing workload wanted: the ClusterPolicy deploys the device
     plugin, and a node the workload's pods run on (or could use, while pending) offers

@@ -10,7 +10,7 @@ from draconf.diagnosis.facts import Facts
 
 
 
-def rule_image_pull(facts: Facts, error_text):
+def rule_image_pull(facts: Facts):
     for pod in facts.pods:
         if pod.image_pull_failures and not pod.is_deleting:
             return ("image-pull-failed",
@@ -54,7 +54,7 @@ def held_by_another_claim(message: str, claims) -> bool:
     return named and bool(set(_OBJECT_UID.findall(message)) - own)
 
 
-def rule_admin_access_unsupported(facts: Facts, error_text):
+def rule_admin_access_unsupported(facts: Facts):
     """The driver refuses to prepare a device allocated with adminAccess because another claim
     holds it: it treats admin access as exclusive (KEP-5018 says such devices are shared)."""
     for pod in stuck_pods(facts):
@@ -88,7 +88,7 @@ CONFIG_REFUSALS = ("error decoding config parameters", "error validating GPU con
 MPS_DAEMON_UNREADY = re.compile(r"MPS control daemon\b[^:]{0,120}?\bnot (?:yet )?ready")
 
 
-def rule_mps_daemon_unready(facts: Facts, error_text):
+def rule_mps_daemon_unready(facts: Facts):
     """The driver accepted a claim's MPS config but the MPS control daemon it starts for it (a
     Deployment mps-control-daemon-<claim UID>-* in the driver's namespace) never became ready,
     so it refuses to prepare the claim.  The config is not at fault (the message also carries
@@ -112,7 +112,7 @@ def rule_mps_daemon_unready(facts: Facts, error_text):
     return None
 
 
-def rule_config_rejected(facts: Facts, error_text):
+def rule_config_rejected(facts: Facts):
     """The driver refuses to prepare a claim that carries opaque config for it, and says the
     config is why (its FailedPrepareDynamicResources message)."""
     for pod in stuck_pods(facts):
@@ -132,7 +132,7 @@ def rule_config_rejected(facts: Facts, error_text):
     return None
 
 
-def rule_plugin_unhealthy(facts: Facts, error_text):
+def rule_plugin_unhealthy(facts: Facts):
     for pod in stuck_pods(facts):
         failed = facts.events_for(pod.name, "FailedPrepareDynamicResources")
         leaked = [e for e in failed if held_by_another_claim(e.message, facts.pod_claims(pod))]
@@ -170,7 +170,7 @@ def rule_plugin_unhealthy(facts: Facts, error_text):
     return None
 
 
-def rule_cdi(facts: Facts, error_text):
+def rule_cdi(facts: Facts):
     """What the containers saw of their GPUs (``nvidia-smi -L`` run in them by the diagnosis,
     or a finished container's log and end state), against the UUIDs of the devices allocated
     to the claims each lists: a UUID it was not given is cdi-wrong-device; none, or fewer, is
@@ -209,7 +209,7 @@ def rule_cdi(facts: Facts, error_text):
     return None
 
 
-def rule_intermittent(facts: Facts, error_text):
+def rule_intermittent(facts: Facts):
     """The injection check saw a container without its GPUs, but the diagnosis, reading every
     container again moments later, found each showing exactly the devices allocated to it:
     the failure did not persist (an exec or NVML initialisation that failed once).  Only for

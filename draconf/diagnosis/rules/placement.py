@@ -9,7 +9,7 @@ from draconf.diagnosis.facts import Facts
 from draconf.diagnosis.scheduling import node_exclusions
 
 
-def rule_scheduler_without_dra(facts: Facts, error_text):
+def rule_scheduler_without_dra(facts: Facts):
     """A pod bound to a node while a claim it uses is unallocated, or not even generated: a
     scheduler running DRA allocates (and reserves) every claim before it binds, so whatever
     bound this pod did not."""
@@ -27,7 +27,7 @@ def rule_scheduler_without_dra(facts: Facts, error_text):
     return None
 
 
-def rule_partition_overlap(facts: Facts, error_text):
+def rule_partition_overlap(facts: Facts):
     """A GPU and a MIG device of it held by two claims: the shared counters (KEP-4815) were not
     kept (before allocation-invalid, which would also list it, as one broken promise of many)."""
     if not facts.partition_overlaps:
@@ -39,7 +39,7 @@ def rule_partition_overlap(facts: Facts, error_text):
             "(DRAPartitionableDevices).")
 
 
-def rule_allocation_invalid(facts: Facts, error_text):
+def rule_allocation_invalid(facts: Facts):
     """The namespace's scheduled pods hold allocations that break DRA's promises (the same
     judgement as the allocation check, :mod:`draconf.allocation`, over the gathered objects)."""
     if not facts.allocation_problems:
@@ -52,7 +52,7 @@ def rule_allocation_invalid(facts: Facts, error_text):
             "devices (a driver publishing one GPU twice, a slice naming the wrong node).")
 
 
-def rule_node_excluded(facts: Facts, error_text):
+def rule_node_excluded(facts: Facts):
     for pod in pending_pods(facts):
         nodes, _ = candidate_nodes(facts, pod)
         known = [n for name in sorted(nodes) if (n := facts.node(name)) is not None]
@@ -67,7 +67,7 @@ def rule_node_excluded(facts: Facts, error_text):
     return None
 
 
-def rule_allocation(facts: Facts, error_text):
+def rule_allocation(facts: Facts):
     pending = [p for p in pending_pods(facts)
                if "cannot allocate" in (p.unschedulable_message or "")
                or any(not c.is_allocated for c in facts.pod_claims(p))]
