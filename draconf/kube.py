@@ -64,6 +64,9 @@ def _client(configuration: client.Configuration) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+_DYNAMIC_LOCK = threading.Lock()
+
+
 @dataclass
 class Api:
     """Typed API groups sharing one connection."""
@@ -110,6 +113,16 @@ class Api:
     @cached_property
     def resource(self) -> client.ResourceV1Api:
         return client.ResourceV1Api(self.api_client)
+
+    @cached_property
+    def dynamic(self):
+        """The dynamic client (any kind the server serves), made once per connection: making
+        one reads the server's discovery, or its cache file, which threads making their own at
+        the same time tear (the sweep's, 80 at once: "load cache error", and discovery again
+        for every create)."""
+        from kubernetes.dynamic import DynamicClient
+        with _DYNAMIC_LOCK:
+            return DynamicClient(self.api_client)
 
     @cached_property
     def resource_beta(self) -> client.ResourceV1beta2Api:

@@ -15,7 +15,6 @@ import functools
 
 import yaml
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from draconf import bundle, refusals
 from draconf.admission import AdmissionDenied, denial_in_text, is_refusal, server_message
@@ -55,7 +54,7 @@ def create(api, namespace: str, docs: list[dict], labels: dict[str, str] | None 
     LimitRange) raises :class:`draconf.admission.AdmissionDenied` with the server's message: a
     failure at once, not a wait.  Other API errors (RBAC 403, 409, 5xx) propagate as they are."""
     refusals.check(docs)  # a policy that refused this kind throughout the run: not tried again
-    dynamic = DynamicClient(api.api_client)
+    dynamic = api.dynamic
     created = []
     for doc in docs:
         body = copy.deepcopy(doc)
