@@ -35,8 +35,11 @@ _WEBHOOK = re.compile(r'admission webhook \\?"([^"\\]+)\\?" denied the request')
 _LIMITRANGE = re.compile(r"(?:maximum|minimum) \S+ usage per (?:Container|Pod) is|"
                          r"must be less than or equal to \S+ limit|LimitRange")
 _QUOTA = re.compile(r"exceeded quota: ([\w.-]+)")
-#: The credentials' 403 (apiserver forbiddenMessage): the permission gate's, not admission's.
-_RBAC = re.compile(r'User \\?"[^"\\]*\\?" cannot \w+ resource')
+#: The credentials' 403 (apiserver endpoints/handlers/responsewriters: forbiddenMessage), also
+#: as it appears JSON-escaped in a body: the permission gate's, not admission's.  Its groups:
+#: user, verb, resource, API group (draconf.answers.ServerAnswer.forbidden).
+FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
+                       r'(?: in API group \\?"([^"\\]*)\\?")?')
 
 
 def server_message(err) -> str:
@@ -73,7 +76,7 @@ def is_refusal(err) -> bool:
     if status not in REFUSAL_STATUSES:
         return False
     message = server_message(err)
-    if status == 403 and (_RBAC.search(message) or not denial_in_text(message)):
+    if status == 403 and (FORBIDDEN.search(message) or not denial_in_text(message)):
         return False
     return True
 

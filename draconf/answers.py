@@ -6,8 +6,8 @@ workload (seen in an event or a pod's condition).  Kept as data on the exception
 
 >>> from kubernetes.client.exceptions import ApiException
 >>> answer = ServerAnswer.of(ApiException(status=429, reason="Too Many Requests"))
->>> answer.throttled, answer.denied_by
-(True, None)
+>>> answer.throttled, answer.forbidden()
+(True, [])
 >>> err = failure("the workload never started: ...", [answer])
 >>> carried_by(err) == (answer,)
 True
@@ -22,16 +22,11 @@ from typing import Iterable
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from draconf.admission import AdmissionDenied, denial_in_text, server_message
+from draconf.admission import FORBIDDEN, AdmissionDenied, server_message
 
 #: Statuses of a server too busy to serve the request (what kube.API_RETRY retries), kept when
 #: they stood after the retries.
 BUSY_STATUSES = frozenset({429, 502, 503, 504})
-
-#: The API server's 403 for the credentials (apiserver endpoints/handlers/responsewriters:
-#: forbiddenMessage), also as it appears JSON-escaped in a body.
-_FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
-                        r'(?: in API group \\?"([^"\\]*)\\?")?')
 
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
 
@@ -71,11 +66,6 @@ class ServerAnswer:
     def throttled(self) -> bool:
         return self.status in BUSY_STATUSES
 
-    @property
-    def denied_by(self) -> str | None:
-        """The admission control the server names as refusing (draconf.admission.denial_in_text)."""
-        return denial_in_text(self.message)
-
     def forbidden(self) -> list[tuple[str, str, str, str]]:
         """``(user, verb, resource, group)`` the credentials may not do, from a 403's message.
 
@@ -84,7 +74,7 @@ class ServerAnswer:
         """
         if self.status not in (403, None):
             return []
-        return _FORBIDDEN.findall(self.message)
+        return FORBIDDEN.findall(self.message)
 
     def __str__(self) -> str:
         head = f"{self.status} {self.reason}".strip() if self.direct else self.via

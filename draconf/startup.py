@@ -151,15 +151,15 @@ class StartVerdicts:
                 if refused:
                     return self._cause(PREPARE_REFUSED, f"the node cannot prepare the claims of pod {pod.name} "
                                                         f"on {pod.node}: {refused}")
-            if refused := self.claim_not_created(pod, now):
-                return self._cause(CLAIM_NOT_CREATED, refused, self._refused_answer)
+            if refused := self.claim_refusal(pod, now):
+                return self._cause(CLAIM_NOT_CREATED, claim_not_created_text(pod, refused),
+                                   ServerAnswer(None, refused, via="FailedResourceClaimCreation event"))
         return self._controller_denied(pods)
 
     #: the kind of the last verdict :meth:`verdict` gave (one of the causes above)
     start_cause: str | None = None
     #: the server's answers behind it, when a refusal is the verdict (draconf.answers)
     start_answers: tuple = ()
-    _refused_answer: "ServerAnswer | None" = None
 
     def _cause(self, kind: str, message: str, answer: ServerAnswer | None = None) -> str:
         """``message``, the verdict, with its kind (and the server's answer behind it) kept for
@@ -170,16 +170,20 @@ class StartVerdicts:
 
     def claim_not_created(self, pod: Pod, now: float | None = None) -> str | None:
         """Why the claim the resourceclaim controller makes for ``pod`` (from its template) is
-        not created, once that has stood VERDICT_AFTER seconds (a quota, an admission policy):
-        the reason is only in a FailedResourceClaimCreation event."""
+        not created, once that has stood VERDICT_AFTER seconds (a quota, an admission policy)."""
+        refused = self.claim_refusal(pod, now)
+        return claim_not_created_text(pod, refused) if refused else None
+
+    def claim_refusal(self, pod: Pod, now: float | None = None) -> str | None:
+        """The FailedResourceClaimCreation event behind :meth:`claim_not_created` (the reason is
+        only there): the server's answer to the claim controller's create."""
         if pod.phase != "Pending" or pod.node or pod.claim_names() or not pod.spec.get("resourceClaims"):
             return None
         refused = self._standing_event(pod, "FailedResourceClaimCreation", time.monotonic() if now is None else now)
         if not refused:
             return None
         refusals.book().record("ResourceClaim", denial_in_text(refused), refused)  # it ends a wait: once
-        self._refused_answer = ServerAnswer(None, refused, via="FailedResourceClaimCreation event")
-        return f"the claim of pod {pod.name} cannot be created: {refused}"
+        return refused
 
     def _confirmed_now(self, pod: Pod, message: str) -> str | None:
         """:meth:`confirm_unschedulable` for :meth:`verdict`: asked once per pod and message
@@ -333,6 +337,10 @@ class StartVerdicts:
             return False
         return any(c.metadata.namespace in ours and c.status and c.status.allocation
                    for c in self.api.resource.list_resource_claim_for_all_namespaces().items)
+
+
+def claim_not_created_text(pod: Pod, refused: str) -> str:
+    return f"the claim of pod {pod.name} cannot be created: {refused}"
 
 
 def allocated_once_freed(api, namespace: str, claim: str, pod: str, freed: str, timeout: float) -> Claim:

@@ -21,6 +21,7 @@ for its own test to raise (suites/test_every_node.py).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -174,10 +175,7 @@ def tally(proofs: Iterable[Proof]) -> str:
     >>> tally([Proof(Target("a")), Proof(Target("b")), Proof(Target("c"), outcome=AssertionError("x"))])
     '2 passed, 1 failed'
     """
-    counts: dict[str, int] = {}
-    for proof in proofs:
-        word = verdict_word(proof)
-        counts[word] = counts.get(word, 0) + 1
+    counts = Counter(verdict_word(proof) for proof in proofs)
     return ", ".join(f"{n} {word}" for word, n in counts.items()) or "none"
 
 

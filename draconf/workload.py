@@ -29,7 +29,6 @@ from kubernetes.client.exceptions import ApiException
 from draconf import admission, allocation, manifests, podsecurity, startup, waits
 from draconf.admission import AdmissionDenied
 from draconf import answers
-from draconf.answers import carried_by
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
 from draconf import selectors as sel
@@ -136,13 +135,13 @@ class DeployedWorkload(StartVerdicts):
         try:
             manifests.create(api, namespace, docs, labels)
         except AdmissionDenied as err:
-            return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED, answers=carried_by(err))
+            return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED, answers=answers.carried_by(err))
         except ApiException as err:
             if err.status not in REJECTED_STATUSES:
                 raise
             return Start(deployed, f"the API server rejected the workload's objects: "
                                    f"{err.status} {err.reason}: {_api_message(err)}", cause=startup.REJECTED,
-                         answers=carried_by(err))
+                         answers=answers.carried_by(err))
         return deployed.started()
 
     def started(self) -> Start:
