@@ -17,6 +17,7 @@ gpu-operator/plugin-x on n1: not Ready (Running)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from draconf.pods import Pod
@@ -29,6 +30,11 @@ PLUGIN_DAEMONSETS = (("dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu-kubelet-pl
 #: Pod label selectors of the kubelet plugin (current and older chart prefix), any namespace.
 PLUGIN_POD_SELECTORS = ("dra-driver-nvidia-gpu-component=kubelet-plugin",
                         "nvidia-dra-driver-gpu-component=kubelet-plugin")
+
+
+#: A log line that reports an error rather than mentions one.
+_ERROR_REPORT = re.compile(r"^(error|fatal|panic)\b|^[EF]\d{4} |\blevel=(error|fatal)\b|\"level\":\"(error|fatal)\"",
+                           re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -48,9 +54,13 @@ class PluginPod:
     restarts: int = 0
     #: the end of its log, when it was read (the diagnosis reads it for pods not ready)
     log_tail: str | None = None
-    #: the first of its containers that is not ready and has restarted (a crash loop): whose
-    #: previous run's log says why
+    #: the first of its containers that is not ready and has crashed (restarted, or ended with
+    #: a non-zero exit before its first restart): whose log says why
     crashed_container: str | None = None
+    #: whether that crash's log is the previous run's (``kubectl logs --previous``): a container
+    #: that has restarted runs again, or waits in CrashLoopBackOff; one that ended and has not yet
+    #: restarted keeps its crash in its current log
+    crash_log_previous: bool = True
 
     @classmethod
     def from_raw(cls, raw: dict) -> "PluginPod":
@@ -58,7 +68,7 @@ class PluginPod:
         ``ApiClient.sanitize_for_serialization``)."""
         pod = Pod(raw)
         status = raw.get("status") or {}
-        problems, reasons, restarts, crashed = [], [], 0, None
+        problems, reasons, restarts, crashed, previous = [], [], 0, None, True
         for kind, statuses in (("init", status.get("initContainerStatuses")), ("", status.get("containerStatuses"))):
             for cs in statuses or []:
                 restarts += cs.get("restartCount") or 0
@@ -79,29 +89,40 @@ class PluginPod:
                 last = (cs.get("lastState") or {}).get("terminated")
                 if last:
                     extra.append(f"last exit {last.get('exitCode')} {last.get('reason') or ''}".rstrip())
-                if cs.get("restartCount") and crashed is None:
+                if crashed is None and cs.get("restartCount"):
                     crashed = cs.get("name")
+                elif crashed is None and ended and ended.get("exitCode"):
+                    # The first run just ended: a moment before the kubelet restarts it.
+                    crashed, previous = cs.get("name"), False
                 label = f"{'init container ' if kind else ''}{cs.get('name')}"
                 problems.append(f"{label}: {what}" + (f" ({', '.join(extra)})" if extra else ""))
         return cls(pod.namespace or "", pod.name or "", pod.node, status.get("phase"), pod.is_ready,
-                   tuple(problems), tuple(reasons), restarts, crashed_container=crashed)
+                   tuple(problems), tuple(reasons), restarts, crashed_container=crashed,
+                   crash_log_previous=previous)
 
     def with_log(self, tail: str | None) -> "PluginPod":
         return replace(self, log_tail=tail)
 
     @property
     def last_error(self) -> str | None:
-        """The log tail's last line that says error (else its last line), shortened: what a
-        crashing plugin said as it ended.
+        """What a crashing plugin said as it ended, shortened: the log tail's last line that
+        reads as an error report (``Error: ...``, ``fatal``, ``panic``, a klog ``E``/``F`` line, a
+        structured ``level=error``), else its last line mentioning an error, else its last line.
+        A usage text printed on a bad flag mentions "error" too, and the kubelet may interleave
+        it after the error line (stdout and stderr are two streams), so the first kind wins.
 
-        >>> PluginPod("ns", "p", "n", "Running", False, log_tail="usage: ...\\nError: unrecognized "
-        ...           "feature gate: X\\n\\n").last_error
+        >>> PluginPod("ns", "p", "n", "Running", False, log_tail="Error: unrecognized feature gate: X\\n"
+        ...           "usage: ...\\n  --split  write error messages to stderr\\n\\n").last_error
         'Error: unrecognized feature gate: X'
+        >>> PluginPod("ns", "p", "n", "Running", False, log_tail="starting\\nopen /dev/nvidiactl: "
+        ...           "an error\\n").last_error
+        'open /dev/nvidiactl: an error'
         """
         lines = [line.strip() for line in (self.log_tail or "").splitlines() if line.strip()]
         if not lines or lines[0].startswith("(logs unavailable"):
             return None
-        said = [line for line in lines if "error" in line.lower()] or lines
+        said = ([line for line in lines if _ERROR_REPORT.search(line)]
+                or [line for line in lines if "error" in line.lower()] or lines)
         return said[-1][:300]
 
     def summary(self) -> str:

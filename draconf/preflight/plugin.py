@@ -71,11 +71,13 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
 
 
 def with_crash_log(api, pod: PluginPod) -> PluginPod:
-    """``pod`` with the log of its crashed container's previous run (``kubectl logs --previous``):
-    why it crash-loops.  Unreadable logs leave it as it was (logs are a bonus)."""
+    """``pod`` with the log of its crashed container's run that crashed (``kubectl logs
+    --previous`` once it has restarted): why it crash-loops.  Unreadable logs leave it as it
+    was (logs are a bonus)."""
     try:
         return pod.with_log(api.core.read_namespaced_pod_log(
-            pod.name, pod.namespace, container=pod.crashed_container, previous=True, tail_lines=20,
+            pod.name, pod.namespace, container=pod.crashed_container, previous=pod.crash_log_previous,
+            tail_lines=200, limit_bytes=64 * 1024,
             _request_timeout=5))
     except Exception:  # noqa: BLE001 - e.g. no pods/log permission, or no previous run kept
         return pod

@@ -48,6 +48,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
+from draconf.plugins import PluginPod
 from draconf.testbed import example_driver, upstream_chart, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.node_config import NodePaths
@@ -159,6 +160,12 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
         waits.wait_until("the upgraded plugin pods to replace the old ones", lambda: _rollout(api, objs),
                          lambda r: r[0] >= r[1] and not r[2], timeout=timeout, interval=1,
                          describe=lambda r: f"{r[0]}/{r[1]} updated, {r[2]} ready")
+        # A crash loop is made once each new pod has crashed: before that a pod is only "not
+        # Ready yet", and the suite would read a plugin that is still starting.
+        waits.wait_until("every upgraded plugin pod to have crashed", lambda: _crashed(api, objs),
+                         lambda pods: pods and all(pods.values()), timeout=timeout, interval=1,
+                         describe=lambda pods: ", ".join(f"{n} {'crashed' if c else 'not yet'}"
+                                                         for n, c in pods.items()) or "no pods")
     elif fault == "gpu-fallen-off-bus":
         node, index = fallen_gpu(bed)
         _update_overrides(bed, node, lambda doc: doc.setdefault("devices", {}).setdefault(str(index), {})
@@ -210,6 +217,13 @@ def gpu_nodes(bed) -> list[str]:
 def _plugin_pods(api, objs: DriverObjects) -> list[str]:
     return [p.metadata.name for p in api.core.list_namespaced_pod(
         objs.namespace, label_selector=objs.plugin_selector).items]
+
+
+def _crashed(api, objs: DriverObjects) -> dict[str, bool]:
+    """The plugin's pods: whether each has a crashed container."""
+    pods = api.core.list_namespaced_pod(objs.namespace, label_selector=objs.plugin_selector).items
+    return {p.name: p.crashed_container is not None
+            for p in (PluginPod.from_raw(api.api_client.sanitize_for_serialization(raw)) for raw in pods)}
 
 
 def _rollout(api, objs: DriverObjects) -> tuple[int, int, int]:

@@ -233,10 +233,12 @@ def test_no_devices_is_not_applicable():
 
 # --- kubelet plugin --------------------------------------------------------------------------
 
-def v1pod(name, node, ready=True, waiting=None, restarts=0, last_exit=None, phase="Running"):
+def v1pod(name, node, ready=True, waiting=None, restarts=0, last_exit=None, phase="Running", exited=None):
     state = (client.V1ContainerState(waiting=client.V1ContainerStateWaiting(
         reason=waiting, message="back-off 5m0s restarting failed container"))
-        if waiting else client.V1ContainerState(running=client.V1ContainerStateRunning()))
+        if waiting else client.V1ContainerState(terminated=client.V1ContainerStateTerminated(
+            exit_code=exited, reason="Error")) if exited is not None
+        else client.V1ContainerState(running=client.V1ContainerStateRunning()))
     last = (client.V1ContainerState(terminated=client.V1ContainerStateTerminated(
         exit_code=last_exit, reason="Error")) if last_exit is not None else None)
     return client.V1Pod(
@@ -256,6 +258,17 @@ def test_plugin_pod_from_crash_looping_model():
     assert not p.ready and p.node == "n1" and p.reasons == ("CrashLoopBackOff",)
     assert p.problems == ("gpus: CrashLoopBackOff: back-off 5m0s restarting failed container "
                           "(restarts 7, last exit 1 Error)",)
+
+
+def test_a_plugin_crashed_before_its_first_restart_is_read_from_its_current_log():
+    """The moment between the first crash and the kubelet's restart: no previous run is kept
+    yet, the crash is in the container's current log."""
+    first = pf.plugin_pod(v1pod("plugin-x", "n1", ready=False, exited=1))
+    assert first.crashed_container == "gpus" and not first.crash_log_previous
+    looping = pf.plugin_pod(v1pod("plugin-x", "n1", ready=False, waiting="CrashLoopBackOff", restarts=2))
+    assert looping.crashed_container == "gpus" and looping.crash_log_previous
+    starting = pf.plugin_pod(v1pod("plugin-x", "n1", ready=False))
+    assert starting.crashed_container is None
 
 
 def test_plugin_pod_ready():
