@@ -54,6 +54,15 @@ def cmd_testbed_up(args) -> int:
 
 
 def cmd_testbed_upgrade(args) -> int:
+    if args.driver:
+        if args.driver_version or args.bad:
+            raise DraconfError("--driver upgrades NVIDIA's released driver to another release; "
+                               "--driver-version and --bad roll the simulated driver: give one or the other")
+        from draconf.testbed import upstream_upgrade
+        release = upstream_upgrade.upgrade(_bed(args), args.driver, sources=args.upstream_sources)
+        print(f"test bed {args.name!r}: {release.module} {release.version} from its chart "
+              f"{release.chart_name}, release {release.release_name} in {release.namespace}")
+        return 0
     from draconf.testbed.upgrade import upgrade
     version = upgrade(_bed(args), driver_version=args.driver_version, bad=args.bad)
     print(f"test bed {args.name!r}: driver upgraded to {version}"
@@ -646,7 +655,15 @@ def build_parser() -> argparse.ArgumentParser:
     from draconf.testbed.upgrade import BAD_UPGRADES
     p = with_name(tsub.add_parser(
         "upgrade", help="roll the simulated NVIDIA driver to a new version, as a chart upgrade "
-                        "would (plugin pods restart, slices republished)"))
+                        "would (plugin pods restart, slices republished); on a bed of NVIDIA's "
+                        "release, --driver upgrades it to a later release"))
+    p.add_argument("--driver", choices=sorted(DRIVER_CHOICES), metavar="RELEASE",
+                   help="on a `--driver nvidia-v25.12.0` bed: upgrade in place to this release "
+                        f"({', '.join(sorted(DRIVER_CHOICES))}) as the release's "
+                        "docs/upgrade.md says (new CRDs, helm upgrade with nameOverride)")
+    p.add_argument("--upstream-sources", metavar="DIR",
+                   help=f"where the upstream source archives are (default: ${SOURCES_ENV}, else "
+                        "../shared/upstream beside the repository)")
     p.add_argument("--driver-version", help="the new driver version (default: the next one)")
     p.add_argument("--bad", choices=sorted(BAD_UPGRADES), metavar="KIND",
                    help="a bad upgrade: " + "; ".join(f"{k}: {v}" for k, v in BAD_UPGRADES.items()))

@@ -82,8 +82,9 @@ class DriverObjects:
     nvidia_release: bool = False
 
 
-def driver_objects(driver: str) -> DriverObjects:
-    """The objects of the bed's ``driver`` (``example`` or one of NVIDIA's releases).
+def driver_objects(driver: str, state: dict | None = None) -> DriverObjects:
+    """The objects of the bed's ``driver`` (``example`` or one of NVIDIA's releases), placed
+    as the bed's ``state`` says (an upgraded release keeps its predecessor's names).
 
     >>> driver_objects("nvidia-v0.4.0").plugin_daemonset
     'dra-driver-nvidia-gpu-kubelet-plugin'
@@ -91,12 +92,12 @@ def driver_objects(driver: str) -> DriverObjects:
     if driver == "example":
         return DriverObjects(example_driver.DEVICE_CLASS, example_driver.DRIVER, example_driver.NAMESPACE,
                              example_driver.PLUGIN_DAEMONSET, example_driver.PLUGIN_SELECTOR)
-    release = upstream_nvidia.RELEASES[upstream_nvidia.DRIVER_CHOICES[driver]]
-    # The chart names its DaemonSet after itself, whatever the release is called
-    # (templates/kubeletplugin.yaml: <chart name>-kubelet-plugin); the DeviceClass is the
+    release = upstream_nvidia.installed_release({**(state or {}), "driver": driver})
+    # The chart names its DaemonSet after itself (or its nameOverride), whatever the release
+    # is called (templates/kubeletplugin.yaml: <name>-kubelet-plugin); the DeviceClass is the
     # driver's name (templates/deviceclass-gpu.yaml).
     return DriverObjects("gpu.nvidia.com", "gpu.nvidia.com", release.namespace,
-                         f"{release.chart_name}-kubelet-plugin", upstream_nvidia.PLUGIN_SELECTOR,
+                         f"{release.object_prefix}-kubelet-plugin", upstream_nvidia.PLUGIN_SELECTOR,
                          nvidia_release=True)
 
 
@@ -127,7 +128,7 @@ def validate(bed, fault: str) -> DriverObjects:
                            f"its chart over NVIDIA's mock NVML); test bed {bed.name!r} runs {driver}")
     if not bed.is_up:
         raise DraconfError(f"test bed {bed.name!r} is not up")
-    return driver_objects(driver)
+    return driver_objects(driver, bed.state())
 
 
 def apply(bed, fault: str, timeout: float = 60) -> None:
@@ -294,7 +295,7 @@ def published_nodes(api, driver: str) -> set[str]:
 def problems(bed) -> list[str]:
     """What keeps the bed from being the healthy bed of its driver (empty when it is)."""
     api = connect(bed.kubeconfig)
-    objs = driver_objects((bed.state() or {}).get("driver", "example"))
+    objs = driver_objects((bed.state() or {}).get("driver", "example"), bed.state())
     found = []
     if objs.device_class not in {c.metadata.name for c in api.resource.list_device_class().items}:
         found.append(f"DeviceClass {objs.device_class} missing")
@@ -342,7 +343,7 @@ def wait_control_plane_acts(bed, timeout: float = 90) -> float:
     from draconf.testbed import images
     started = time.monotonic()
     api = connect(bed.kubeconfig)
-    objs = driver_objects((bed.state() or {}).get("driver", "example"))
+    objs = driver_objects((bed.state() or {}).get("driver", "example"), bed.state())
     ns = namespaces.create(api, namespaces.RunId("selftest"), "control-plane-probe", sa_timeout=timeout)
     try:
         api.resource.create_namespaced_resource_claim_template(ns, {

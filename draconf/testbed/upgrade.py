@@ -53,8 +53,10 @@ def upgrade(bed, driver_version: str | None = None, bad: str | None = None, log=
     if not bed.is_up or state is None:
         raise DraconfError(f"test bed {bed.name!r} is not up; start it with `draconf testbed up`")
     if state.get("driver", "nvidia") != "nvidia":
-        raise DraconfError("upgrade rolls the simulated NVIDIA driver; this bed runs "
-                           f"{state.get('driver')} (upgrade its chart with helm instead)")
+        hint = ("give --driver with the release to upgrade to" if str(state.get("driver")).startswith("nvidia-")
+                else "upgrade its chart with helm instead")
+        raise DraconfError("--driver-version and --bad roll the simulated NVIDIA driver; this bed runs "
+                           f"{state.get('driver')} ({hint})")
     roots = {name: node_config.NodePaths(Path(node["dir"])).driver_root
              for name, node in sorted(state.get("real_nodes", {}).items())}
     records = {name: root / nvidia.NVML_DATA for name, root in roots.items() if (root / nvidia.NVML_DATA).is_file()}

@@ -28,11 +28,14 @@ def chart_values(release: Release) -> dict:
     'draconf.local/dra-driver-nvidia-gpu'
     """
     repository, tag = image_ref(release).rsplit(":", 1)
-    return {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-            "nvidiaDriverRoot": DRIVER_ROOT,
-            "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
-            "gpuResourcesEnabledOverride": True,
-            "featureGates": dict(FEATURE_GATES)}
+    values = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+              "nvidiaDriverRoot": DRIVER_ROOT,
+              "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+              "gpuResourcesEnabledOverride": True,
+              "featureGates": dict(FEATURE_GATES)}
+    if release.name_override:
+        values["nameOverride"] = release.name_override
+    return values
 
 
 def helm_args(release: Release, chart: Path, values_file: Path, kube_version: str,
@@ -94,10 +97,11 @@ def render_on_bed(bed, api, changed: dict | None = None, **release_changes) -> t
     own, cached by its ``up``."""
     quiet = lambda *_: None  # noqa: E731
     bindir = build.ensure_built(log=quiet)
-    built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[bed.state()["driver"]],
+    state = bed.state()
+    built = upstream_nvidia.ensure_built(upstream_nvidia.DRIVER_CHOICES[state["driver"]],
                                          upstream_nvidia.sources_dir(), bindir, log=quiet)
-    if release_changes:
-        built = dataclasses.replace(built, release=dataclasses.replace(built.release, **release_changes))
+    placed = upstream_nvidia.installed_release(state)
+    built = dataclasses.replace(built, release=dataclasses.replace(placed, **release_changes))
     docs = render(bindir / "example" / "helm", built, *example_driver.cluster_facts(api), workdir=bed.dir,
                   changed=changed)
     return built.release, docs

@@ -41,7 +41,7 @@ import subprocess
 import tarfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -90,10 +90,18 @@ class Release:
     #: Where ``helm install`` would put it (the release's own docs and tests use these).
     namespace: str
     release_name: str
+    #: The chart's ``nameOverride``: the prefix of its objects' names when not the chart's own
+    #: (an upgrade across the chart's rename keeps the old names by it; see upstream_upgrade).
+    name_override: str = ""
 
     @property
     def chart_name(self) -> str:
         return self.chart_dir.rsplit("/", 1)[1]
+
+    @property
+    def object_prefix(self) -> str:
+        """What the chart names its objects after (``<prefix>-kubelet-plugin``, templates/_helpers.tpl)."""
+        return self.name_override or self.chart_name
 
 
 RELEASES = {
@@ -110,6 +118,23 @@ RELEASES = {
 #: (and ``testbed status``) says which release runs, and the choices sit beside ``nvidia``
 #: (the simulated driver) and ``example`` without a second flag meaningless for those.
 DRIVER_CHOICES = {f"nvidia-{version}": version for version in RELEASES}
+
+
+#: Where a bed's state records how its release is placed when that differs from a fresh
+#: install of it (after ``draconf testbed upgrade``): release name, namespace, nameOverride.
+PLACEMENT_KEY = "upstream_release"
+
+
+def installed_release(state: dict) -> Release:
+    """The release a bed's state says runs, as it is placed there.
+
+    >>> installed_release({"driver": "nvidia-v0.4.0"}).object_prefix
+    'dra-driver-nvidia-gpu'
+    >>> installed_release({"driver": "nvidia-v0.4.0", PLACEMENT_KEY: {
+    ...     "namespace": "nvidia-dra-driver-gpu", "name_override": "nvidia-dra-driver-gpu"}}).object_prefix
+    'nvidia-dra-driver-gpu'
+    """
+    return replace(RELEASES[DRIVER_CHOICES[state["driver"]]], **state.get(PLACEMENT_KEY, {}))
 
 
 def image_ref(release: Release) -> str:
