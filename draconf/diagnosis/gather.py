@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from draconf.pods import Pod
-from draconf.plugins import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS
+from draconf.plugins import PLUGIN_DAEMONSETS, PLUGIN_POD_SELECTORS, PluginPod
 
 #: Where the NVIDIA kubelet plugin runs, and how its pods are labelled: preflight's, defined
 #: once there, and the GPU Operator-managed DaemonSet's pod label (preflight reaches those
@@ -209,13 +209,18 @@ def _gather_plugin(api, snap: Snapshot, kw, plugin=None) -> None:
     snap.plugin_pods = sorted(found.values(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
     snap.plugin_pods_known = "kubelet-plugin pods" not in snap.errors
     # Log tails of the unready ones (the real driver's logs say why); kwok nodes serve none.
+    # A crashed container's log is its last run's, as preflight reads it (kubectl logs
+    # --previous): the current run of a crash-looping plugin has not said why yet.
     for raw in [p for p in snap.plugin_pods if not Pod(p).is_ready][:3]:
         meta = raw["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
+        plugin = PluginPod.from_raw(raw)
+        container = plugin.crashed_container or (raw.get("spec", {}).get("containers") or [{}])[0].get("name")
+        previous = bool(plugin.crashed_container) and plugin.crash_log_previous
         try:
             snap.plugin_logs[key] = api.core.read_namespaced_pod_log(
-                meta["name"], meta["namespace"], tail_lines=40, _request_timeout=5,
-                container=(raw.get("spec", {}).get("containers") or [{}])[0].get("name"))
+                meta["name"], meta["namespace"], container=container, previous=previous,
+                tail_lines=200, limit_bytes=64 * 1024, _request_timeout=5)
         except Exception as err:  # noqa: BLE001 - logs are a bonus
             snap.plugin_logs[key] = f"(logs unavailable: {describe_error(err)})"
 
