@@ -153,6 +153,17 @@ class ImageConfig:
         return config
 
 
+def import_command(ctr, address, archive) -> list[str]:
+    """``ctr images import`` of ``archive`` into the containerd at ``address``, as a node
+    imports its images at start and an upgrade imports a new one into a running node.
+
+    >>> import_command("ctr", "/run/containerd/containerd.sock", "a.tar")[3:]
+    ['-n', 'k8s.io', 'images', 'import', '--platform', 'linux/amd64', '--snapshotter', 'overlayfs', 'a.tar']
+    """
+    return [str(ctr), "--address", str(address), "-n", "k8s.io", "images", "import",
+            "--platform", "linux/amd64", "--snapshotter", "overlayfs", str(archive)]
+
+
 class ImageArchive(NamedTuple):
     """An OCI archive on disk and the reference ``ctr import`` gives the image."""
     path: Path

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from draconf.testbed import hostsys
+from draconf.testbed import hostsys, images
 from draconf.testbed.node_config import CONTAINERD_SOCKET, NodePaths
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -95,10 +95,8 @@ class Supervisor:
             time.sleep(0.05)
         for archive in self.spec["images"]:
             started = time.monotonic()
-            proc = subprocess.run(
-                [str(self.bindir / "ctr"), "--address", CONTAINERD_SOCKET, "-n", "k8s.io", "images", "import",
-                 "--platform", "linux/amd64", "--snapshotter", "overlayfs", archive],
-                capture_output=True, text=True)
+            proc = subprocess.run(images.import_command(self.bindir / "ctr", CONTAINERD_SOCKET, archive),
+                                  capture_output=True, text=True)
             if proc.returncode:
                 raise RuntimeError(f"importing {archive} failed: {proc.stderr.strip() or proc.stdout.strip()}")
             _log(f"imported {Path(archive).name} in {time.monotonic() - started:.1f}s")

@@ -94,15 +94,21 @@ def upgrade(bed, driver_version: str | None = None, bad: str | None = None, log=
     return version
 
 
+def rolled_out(ds) -> bool:
+    """The DaemonSet's controller has seen its latest spec and every pod it wants is updated
+    and ready (what ``kubectl rollout status`` waits for)."""
+    s = ds.status
+    return (s.observed_generation == ds.metadata.generation
+            and s.updated_number_scheduled == s.desired_number_scheduled == s.number_ready)
+
+
 def _wait_rolled_out(api, nodes: list[str], version: str, timeout: float) -> None:
     """Every plugin pod replaced and ready, and every node's slice republished with ``version``."""
     started = time.monotonic()
 
     def observe():
         ds = api.apps.read_namespaced_daemon_set(nvidia.PLUGIN_DAEMONSET, nvidia.PLUGIN_NAMESPACE)
-        s = ds.status
-        rolled = (s.observed_generation == ds.metadata.generation
-                  and s.updated_number_scheduled == s.desired_number_scheduled == s.number_ready)
+        rolled = rolled_out(ds)
         published = {sl.spec.node_name for sl in api.resource.list_resource_slice().items
                      if sl.spec.driver == nvidia.DRIVER and sl.metadata.creation_timestamp
                      and any((d.attributes or {}).get("driverVersion") is not None

@@ -30,7 +30,8 @@ from kubernetes.client.exceptions import ApiException
 
 from draconf import waits
 from draconf.errors import DraconfError
-from draconf.testbed import build, example_driver, upstream_chart, upstream_nvidia
+from draconf.testbed import build, example_driver, images, upstream_chart, upstream_nvidia
+from draconf.testbed.upgrade import rolled_out
 from draconf.testbed.upstream_nvidia import DRIVER_CHOICES, PLACEMENT_KEY, Release
 
 #: Upgrades the releases support, (from, to) -> why the other direction is refused.
@@ -89,9 +90,7 @@ def _import_image(bed, archive: Path, log) -> None:
     ctr = build.ensure_built(log=lambda *_: None) / "ctr"
     for name, node in sorted((bed.state().get("real_nodes") or {}).items()):
         sock = Path(node["dir"]) / "run-containerd" / "containerd.sock"
-        proc = subprocess.run([str(ctr), "--address", str(sock), "-n", "k8s.io", "images", "import",
-                               "--platform", "linux/amd64", "--snapshotter", "overlayfs", str(archive)],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(images.import_command(ctr, sock, archive), capture_output=True, text=True, timeout=300)
         if proc.returncode:
             raise DraconfError(f"importing {archive.name} into {name}'s containerd failed: "
                                f"{proc.stderr.strip() or proc.stdout.strip()}")
@@ -152,15 +151,12 @@ def _wait_rolled_out(api, release: Release, image: str, nodes: set[str], timeout
         pods = []
         for raw in api.core.list_namespaced_pod(release.namespace, label_selector=upstream_nvidia.PLUGIN_SELECTOR).items:
             plain = api.api_client.sanitize_for_serialization(raw)
-            images = {c["image"] for c in plain["spec"]["containers"]}
-            pods.append((PluginPod.from_raw(plain), image in images))
+            pods.append((PluginPod.from_raw(plain), image in {c["image"] for c in plain["spec"]["containers"]}))
         return ds, pods, _published_nodes(api)
 
     def done(seen) -> bool:
         ds, pods, published = seen
-        s = ds.status
-        return (s.observed_generation == ds.metadata.generation and (s.desired_number_scheduled or 0) > 0
-                and s.updated_number_scheduled == s.desired_number_scheduled == s.number_ready
+        return (rolled_out(ds) and (ds.status.desired_number_scheduled or 0) > 0
                 and all(new and pod.ready for pod, new in pods) and nodes <= published)
 
     def describe(seen) -> str:
