@@ -84,17 +84,16 @@ def _key(doc: dict) -> tuple[str, str, str, str]:
     return doc["apiVersion"], doc["kind"], meta.get("namespace") or "", meta["name"]
 
 
-def _import_image(bed, archive: Path, log) -> None:
-    """``ctr images import`` of ``archive`` into every real node's containerd, as the node does
-    at start (node.py)."""
-    ctr = build.ensure_built(log=lambda *_: None) / "ctr"
-    for name, node in sorted((bed.state().get("real_nodes") or {}).items()):
+def _import_image(ctr: Path, real_nodes: dict, archive: Path, log) -> None:
+    """``ctr images import`` of ``archive`` into the containerd of every real node (the bed
+    state's ``real_nodes``), as each node does at start (node.py)."""
+    for name, node in sorted(real_nodes.items()):
         sock = Path(node["dir"]) / "run-containerd" / "containerd.sock"
         proc = subprocess.run(images.import_command(ctr, sock, archive), capture_output=True, text=True, timeout=300)
         if proc.returncode:
             raise DraconfError(f"importing {archive.name} into {name}'s containerd failed: "
                                f"{proc.stderr.strip() or proc.stdout.strip()}")
-    log(f"imported {archive.name} into {len(bed.state().get('real_nodes') or {})} nodes' containerd")
+    log(f"imported {archive.name} into {len(real_nodes)} nodes' containerd")
 
 
 def _apply(api, docs: list[dict], previous: list[dict], namespace: str) -> tuple[int, int, int]:
@@ -208,7 +207,7 @@ def upgrade(bed, target: str, log=print, timeout: float = 180, sources: str | Pa
     new_docs = upstream_chart.render(helm, dataclasses.replace(new_built, release=release), *facts,
                                      workdir=bed.dir)
     nodes = _published_nodes(api)
-    _import_image(bed, new_built.image, log)
+    _import_image(bindir / "ctr", state.get("real_nodes") or {}, new_built.image, log)
     log(f"helm upgrade {release.release_name} -n {release.namespace}: chart {previous.chart_name} "
         f"{previous.version} -> {release.chart_name} {release.version}"
         + (f" (nameOverride={release.name_override})" if release.name_override else ""))
