@@ -202,23 +202,61 @@ def kwok_nodes(api) -> set[str]:
             if KWOK_NODE_ANNOTATION in (n.metadata.annotations or {})}
 
 
-def gpu_sharing(api, profile, published, avoid=frozenset(), gpus: int = 2) -> tuple[Capability, list[str]]:
-    """:func:`sharing_nodes` with the cluster's KWOK nodes read."""
-    return sharing_nodes(profile, published, kwok_nodes(api) if profile.capabilities.gpu_sharing else set(),
-                         avoid, gpus)
+def gpu_sharing(api, profile, published, avoid=frozenset(), gpus: int = 2,
+                needs_gates: bool = True) -> tuple[Capability, list[str]]:
+    """:func:`sharing_nodes` with the cluster's KWOK nodes read, and (``needs_gates``: a
+    workload that must be applied, not refused) the driver's plugin pods, for their gates."""
+    if not profile.capabilities.gpu_sharing:
+        return sharing_nodes(profile, published, set(), avoid, gpus)
+    plugin_pods = None
+    if needs_gates and profile.capabilities.sharing_gates:
+        from draconf.preflight.nodes import read_plugin_pods
+        plugin_pods = read_plugin_pods(api, profile.plugin)[1]
+    return sharing_nodes(profile, published, kwok_nodes(api), avoid, gpus, plugin_pods)
+
+
+def gates_off(profile, pod) -> list[str]:
+    """The feature gates sharing needs (``capabilities.sharingGates``) that kubelet-plugin
+    ``pod`` runs without, each with where that shows; none when its gates cannot be read.
+
+    >>> from draconf.plugins import PluginPod
+    >>> from draconf.profile import builtin
+    >>> pod = PluginPod("ns", "p", "n", "Running", True, feature_gates=(("MPSSupport", True),))
+    >>> gates_off(builtin("nvidia"), pod)
+    ['TimeSlicingSettings (not set: off by default)']
+    >>> gates_off(builtin("nvidia"), PluginPod("ns", "p", "n", "Running", True,
+    ...           feature_gates=(("MPSSupport", False), ("TimeSlicingSettings", True))))
+    ['MPSSupport (set false)']
+    >>> gates_off(builtin("nvidia"), PluginPod("ns", "p", "n", "Running", True, gates_known=False))
+    []
+    """
+    if not pod.gates_known:
+        return []
+    off = []
+    for gate, default in profile.capabilities.sharing_gates:
+        on = pod.gate(gate)
+        if on is False:
+            off.append(f"{gate} (set false)")
+        elif on is None and not default:
+            off.append(f"{gate} (not set: off by default)")
+    return off
 
 
 def sharing_nodes(profile, published, kwok: set[str], avoid=frozenset(),
-                  gpus: int = 2) -> tuple[Capability, list[str]]:
+                  gpus: int = 2, plugin_pods=None) -> tuple[Capability, list[str]]:
     """GpuConfig sharing (TimeSlicing, MPS): the profile's driver takes it
     (``capabilities.gpuSharing``), and some node that runs containers (not a KWOK node, not left
     out of the run) publishes at least ``gpus`` full GPUs.  With the capability, those nodes,
     most GPUs first.
 
-    A driver with the sharing feature gates off still has the capability: it refuses the config
-    when it prepares the claim, which the suite reports (config-rejected) rather than skips.
+    ``plugin_pods`` (None: not read) also leaves out the nodes whose kubelet plugin runs with a
+    gate sharing needs off (``capabilities.sharingGates``; NVIDIA's are Alpha, off by default):
+    such a driver refuses the sharing config it was never told to take, which is not a
+    promise the cluster made.  A node without a plugin pod, or whose pod's gates cannot be
+    read, stays: its driver is judged on what it does.
 
     >>> from draconf.devices import Device
+    >>> from draconf.plugins import PluginPod
     >>> from draconf.profile import builtin
     >>> gpu = lambda node, n: Device("gpu.nvidia.com", node, f"gpu-{n}", node,
     ...                              {"gpu.nvidia.com/type": "gpu"})
@@ -230,6 +268,16 @@ def sharing_nodes(profile, published, kwok: set[str], avoid=frozenset(),
     (False, [], 'no node that runs containers publishes 2 gpu.nvidia.com GPUs (per node: a: 2 (KWOK), b: 3 (KWOK), c: 1); KWOK nodes run no container, so what the driver does to a GPU cannot be observed there')
     >>> sharing_nodes(builtin("example"), published, kwok=set())[0].skip_reason
     'GPU sharing (GpuConfig TimeSlicing/MPS) is not available on this cluster: profile example: driver gpu.example.com takes no GpuConfig sharing config (capabilities.gpuSharing)'
+    >>> on = (("MPSSupport", True), ("TimeSlicingSettings", True))
+    >>> pods = [PluginPod("d", "plugin-a", "a", "Running", True, feature_gates=on),
+    ...         PluginPod("d", "plugin-b", "b", "Running", True)]
+    >>> sharing_nodes(builtin("nvidia"), published, set(), plugin_pods=pods)[1]
+    ['a']
+    >>> sharing_nodes(builtin("nvidia"), published, set(), plugin_pods=pods[1:])[1]  # a: no pod read
+    ['a']
+    >>> pods[0] = PluginPod("d", "plugin-a", "a", "Running", True, feature_gates=on[:1])
+    >>> print(sharing_nodes(builtin("nvidia"), published, set(), plugin_pods=pods)[0].evidence)
+    the driver's kubelet plugin runs without the feature gates GPU sharing needs, on every node that could host it: a: pod d/plugin-a: TimeSlicingSettings (not set: off by default); b: pod d/plugin-b: TimeSlicingSettings (not set: off by default), MPSSupport (not set: off by default). Such a driver refuses TimeSlicing and MPS configs; the chart's featureGates turn them on (TimeSlicingSettings=true, MPSSupport=true)
     """
     name = "GPU sharing (GpuConfig TimeSlicing/MPS)"
     if not profile.capabilities.gpu_sharing:
@@ -244,6 +292,19 @@ def sharing_nodes(profile, published, kwok: set[str], avoid=frozenset(),
             counts[device.node] = counts.get(device.node, 0) + 1
     nodes = sorted((n for n, c in counts.items() if c >= gpus and n not in kwok and n not in avoid),
                    key=lambda n: (-counts[n], n))
+    if nodes and plugin_pods is not None:
+        gated = {}
+        for pod in plugin_pods:
+            off = gates_off(profile, pod)
+            if pod.node in nodes and off:
+                gated[pod.node] = f"pod {pod.namespace}/{pod.name}: {', '.join(off)}"
+        if gated and all(n in gated for n in nodes):
+            return Capability(name, False, (
+                "the driver's kubelet plugin runs without the feature gates GPU sharing needs, on every "
+                f"node that could host it: {'; '.join(f'{n}: {why}' for n, why in sorted(gated.items()))}. "
+                "Such a driver refuses TimeSlicing and MPS configs; the chart's featureGates turn them on ("
+                + ", ".join(f"{g}=true" for g, _ in profile.capabilities.sharing_gates) + ")")), []
+        nodes = [n for n in nodes if n not in gated]
     if nodes:
         return Capability(name, True, f"{', '.join(nodes)} publish {gpus}+ GPUs and run containers"), nodes
     seen = ", ".join(f"{n}: {c}{' (KWOK)' if n in kwok else ''}{' (left out)' if n in avoid else ''}"

@@ -37,6 +37,56 @@ _ERROR_REPORT = re.compile(r"^(error|fatal|panic)\b|^[EF]\d{4} |\blevel=(error|f
                            re.IGNORECASE)
 
 
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``NAME=true,NAME=false`` (a trailing comma, as the chart renders it) as a dict; an entry
+    that is not NAME=BOOL is left out (the driver itself refuses to start on it).
+
+    >>> parse_feature_gates("MPSSupport=true,TimeSlicingSettings=false,")
+    {'MPSSupport': True, 'TimeSlicingSettings': False}
+    >>> parse_feature_gates(" DynamicMIG = True , bad, X=maybe")
+    {'DynamicMIG': True}
+    """
+    gates = {}
+    for entry in text.split(","):
+        name, _, value = entry.partition("=")
+        if name.strip() and value.strip().lower() in ("true", "false"):
+            gates[name.strip()] = value.strip().lower() == "true"
+    return gates
+
+
+def feature_gates_of(containers: list[dict]) -> tuple[dict[str, bool], bool]:
+    """The feature gates a pod's containers are given, and whether all of them could be read.
+    A container's ``--feature-gates`` argument replaces its ``FEATURE_GATES`` variable (the
+    variable is only the flag's default); a gate some container runs on is on.
+
+    >>> feature_gates_of([{"name": "gpus", "env": [{"name": "FEATURE_GATES", "value": "MPSSupport=true,"}]},
+    ...                   {"name": "cd", "args": ["--feature-gates=MPSSupport=false,DynamicMIG=true"]}])
+    ({'MPSSupport': True, 'DynamicMIG': True}, True)
+    >>> feature_gates_of([{"name": "gpus", "args": ["-v", "6", "--feature-gates", "TimeSlicingSettings=true"],
+    ...                    "env": [{"name": "FEATURE_GATES", "value": "MPSSupport=true"}]}])
+    ({'TimeSlicingSettings': True}, True)
+    >>> feature_gates_of([{"name": "gpus", "env": [{"name": "FEATURE_GATES", "valueFrom": {"configMapKeyRef": {}}}]}])
+    ({}, False)
+    """
+    gates: dict[str, bool] = {}
+    known = True
+    for container in containers:
+        words = list(container.get("command") or []) + list(container.get("args") or [])
+        flags = [word.split("=", 1)[1] for word in words if word.startswith("--feature-gates=")]
+        flags += [after for word, after in zip(words, words[1:]) if word == "--feature-gates"]
+        own: dict[str, bool] = {}
+        if flags and "$(" not in flags[-1]:  # "$(FEATURE_GATES)": the kubelet puts the variable in
+            own = parse_feature_gates(flags[-1])
+        else:
+            for var in container.get("env") or []:
+                if var.get("name") == "FEATURE_GATES":
+                    known = known and not var.get("valueFrom")
+                    own.update(parse_feature_gates(var.get("value") or ""))
+        for name, on in own.items():
+            gates[name] = gates.get(name, False) or on
+    return gates, known
+
+
 @dataclass(frozen=True)
 class PluginPod:
     """A kubelet-plugin pod, reduced to what its health says."""
@@ -61,6 +111,13 @@ class PluginPod:
     #: that has restarted runs again, or waits in CrashLoopBackOff; one that ended and has not yet
     #: restarted keeps its crash in its current log
     crash_log_previous: bool = True
+    #: the driver's feature gates as its containers are told them (``FEATURE_GATES`` in the
+    #: environment, as NVIDIA's chart renders ``featureGates``, or a ``--feature-gates`` argument,
+    #: which wins): (name, on) pairs; a gate not named runs at the driver's default
+    feature_gates: tuple[tuple[str, bool], ...] = ()
+    #: whether any container could be read for them: False when a value comes from a
+    #: ConfigMap or Secret (``valueFrom``), so what the driver runs with is not known
+    gates_known: bool = True
 
     @classmethod
     def from_raw(cls, raw: dict) -> "PluginPod":
@@ -96,9 +153,16 @@ class PluginPod:
                     crashed, previous = cs.get("name"), False
                 label = f"{'init container ' if kind else ''}{cs.get('name')}"
                 problems.append(f"{label}: {what}" + (f" ({', '.join(extra)})" if extra else ""))
+        gates, known = feature_gates_of((raw.get("spec") or {}).get("containers") or [])
         return cls(pod.namespace or "", pod.name or "", pod.node, status.get("phase"), pod.is_ready,
                    tuple(problems), tuple(reasons), restarts, crashed_container=crashed,
-                   crash_log_previous=previous)
+                   crash_log_previous=previous, feature_gates=tuple(sorted(gates.items())),
+                   gates_known=known)
+
+    def gate(self, name: str) -> bool | None:
+        """Whether the driver runs with feature gate ``name`` on, off, or None when the pod
+        does not say (the driver's default applies)."""
+        return dict(self.feature_gates).get(name)
 
     def with_log(self, tail: str | None) -> "PluginPod":
         return replace(self, log_tail=tail)

@@ -155,6 +155,12 @@ class Capabilities:
     #: the driver takes an opaque GpuConfig (resource.nvidia.com/v1beta1) with a TimeSlicing or
     #: MPS sharing strategy (the gpu-sharing workload); a driver without it skips them
     gpu_sharing: bool = True
+    #: the driver's feature gates the gpu-sharing workload needs, each with its default (what
+    #: a plugin pod that names no value runs with): NVIDIA's TimeSlicingSettings and MPSSupport
+    #: are Alpha, off unless the chart's featureGates turn them on.  A plugin running with one
+    #: off does not offer GPU sharing: the workload is skipped, or fails where the run expects
+    #: it (``--expect-feature gpu-sharing``)
+    sharing_gates: tuple[tuple[str, bool], ...] = (("TimeSlicingSettings", False), ("MPSSupport", False))
 
 
 @dataclass(frozen=True)
@@ -279,7 +285,8 @@ _INJECTION_KEYS = {"command": "command", "format": "format", "variable": "variab
 _PLUGIN_KEYS = {"daemonSets": "daemonsets", "podSelectors": "pod_selectors",
                 "gpuNodeLabels": "gpu_node_labels"}
 _CAPABILITY_KEYS = {"gpuCluster": "gpu_cluster", "clusterPolicy": "cluster_policy",
-                    "extendedResource": "extended_resource", "gpuSharing": "gpu_sharing"}
+                    "extendedResource": "extended_resource", "gpuSharing": "gpu_sharing",
+                    "sharingGates": "sharing_gates"}
 
 
 def _strings(value) -> bool:
@@ -438,4 +445,11 @@ def _capabilities(value, base: Capabilities, fail) -> Capabilities:
             raise fail("`capabilities.extendedResource` must be a resource name such as "
                        "nvidia.com/gpu, or null")
         fields["extended_resource"] = er
+    if "sharingGates" in value:
+        gates = value["sharingGates"] or {}
+        if not isinstance(gates, dict) or not all(isinstance(k, str) and k.strip() and isinstance(v, bool)
+                                                  for k, v in gates.items()):
+            raise fail("`capabilities.sharingGates` must map the driver's feature gate names to their "
+                       "default (true or false), e.g. {MPSSupport: false}")
+        fields["sharing_gates"] = tuple(gates.items())
     return dataclasses.replace(base, **fields)

@@ -891,10 +891,12 @@ class SharingWorkload(Workload):
         return docs
 
 
-def sharing_target(request, cluster, profile, published, avoid, gpus: int) -> list[str]:
+def sharing_target(request, cluster, profile, published, avoid, gpus: int, needs_gates: bool = True) -> list[str]:
     """The nodes the sharing scenarios may run on, or a skip with the reason (a failure where
-    the run expects GPU sharing: ``--expect-feature gpu-sharing``)."""
-    capability, nodes = capabilities.gpu_sharing(cluster, profile, published, avoid, gpus)
+    the run expects GPU sharing: ``--expect-feature gpu-sharing``).  ``needs_gates``: only
+    nodes whose plugin runs with the driver's sharing gates on (a config meant to be refused
+    is refused with them off too)."""
+    capability, nodes = capabilities.gpu_sharing(cluster, profile, published, avoid, gpus, needs_gates)
     request.getfixturevalue("expected_features").require("gpu-sharing", capability)
     return nodes
 
@@ -908,7 +910,12 @@ class TestGpuSharing(test_workloads.TestWorkload):
     def started(cls, request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
         from draconf.pytest_plugin import make_namespace
         avoid, published = validated_nodes.avoid, validated_nodes.devices(published_devices)
-        nodes = sharing_target(request, cluster, profile, published, avoid, gpus=2)
+        try:
+            nodes = sharing_target(request, cluster, profile, published, avoid, gpus=2)
+        except FeatureMissing as missing:
+            # As for the other feature workloads: allocation fails with it, the rest have
+            # nothing deployed to judge.
+            return Start(None, str(missing), cause=startup.FEATURE_MISSING)
         ns = make_namespace(request, cluster, run_id, SHARING_WORKLOAD)
         # One pod, two GPUs: on a node that runs containers (a KWOK node would be as good to
         # the scheduler).
@@ -929,6 +936,8 @@ class TestGpuSharing(test_workloads.TestWorkload):
         """Both containers of each request see the same GPU, and the request's config reached
         the driver: TimeSlicing GPUs in compute mode Default with the configured time slice, MPS
         GPUs in Exclusive_Process with the control daemon's pipe directory in the containers."""
+        if started.cause == startup.FEATURE_MISSING:
+            raise NoVerdict(started.no_verdict_cause)
         if started.never_started:
             # The driver refusing the config (or anything else keeping the pod from running) is
             # this check failing; the diagnosis reads the node's FailedPrepareDynamicResources.
@@ -1031,7 +1040,7 @@ def one_gpu_sharing_nodes(request, cluster, profile, validated_nodes, published_
     """The nodes a one-GPU sharing scenario may run on, or a skip with the reason.  Asked for
     before ``namespace``: a test skipped for want of them creates nothing."""
     return sharing_target(request, cluster, profile, validated_nodes.devices(published_devices), validated_nodes.avoid,
-                          gpus=1)
+                          gpus=1, needs_gates=False)
 
 
 @pytest.mark.conformance

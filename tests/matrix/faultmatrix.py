@@ -268,14 +268,16 @@ EXPECTED: dict[str, Expectation] = {
         ("gpu-sharing/sharing", "gpu-sharing/invalid-config"),
         {"gpu-sharing/sharing": "config-ignored", "gpu-sharing/invalid-config": "config-ignored"},
         run_args=FEATURES_ONLY),
-    # The chart's default featureGates: the plugin refuses gpu-test5's TimeSlicing config in the
-    # driver's words; the pod never starts: its containers never get their GPUs (injection fails
-    # with the same diagnosis), and cleanup has nothing to judge.  The invalid configs are
-    # refused as on a healthy bed.
+    # The chart's default featureGates: the plugin runs without TimeSlicingSettings and
+    # MPSSupport (Alpha, off by default), so the cluster does not offer GPU sharing.  Unasked,
+    # gpu-test5 is skipped naming the gates (tests/testbed/test_faults.py); a run that expects
+    # sharing (--expect-feature gpu-sharing) fails feature-disabled, naming them.  The invalid
+    # configs are refused as on a healthy bed.
     "sharing-gates-off": Expectation(
-        ("gpu-sharing/sharing",), {"gpu-sharing/sharing": "config-rejected"},
-        dragged=("gpu-sharing/cdi-injection",),
-        no_verdict=("gpu-sharing/cleanup",), run_args=FEATURES_ONLY),
+        ("gpu-sharing/allocation",), {"gpu-sharing/allocation": "feature-disabled"},
+        no_verdict=("gpu-sharing/cdi-injection", "gpu-sharing/cleanup", "gpu-sharing/sharing"),
+        run_args=FEATURES_ONLY + ("--expect-feature", "gpu-sharing"),
+        reason_names=("TimeSlicingSettings", "MPSSupport")),
     # The MPS control daemon the plugin starts for gpu-test5's MPS request exits at once: the
     # plugin refuses to prepare the claim (the daemon "is not ready"), the pod never
     # starts; the diagnosis points at the daemon, not the config (plugin-unhealthy).  The

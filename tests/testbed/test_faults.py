@@ -12,7 +12,7 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from draconf import namespaces, selectors, waits
+from draconf import capabilities, namespaces, selectors, waits
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import delete_pods, exec_in_container, parse_nvidia_smi_uuids
@@ -309,6 +309,12 @@ def test_sharing_gates_off(start_fault_bed):
                            for e in events), timeout=60)
     assert any('sharing strategy "TimeSlicing" needs the TimeSlicingSettings feature gate' in e
                for e in events), events
+    # The suite reads the same from the plugin's pods: GPU sharing is not offered here (a skip
+    # naming both gates; a failure only where the run expects it).
+    capability, nodes = capabilities.gpu_sharing(api, PROFILE, PublishedDevices.read(api, PROFILE.driver).devices)
+    assert not capability.available and nodes == [], capability
+    assert "TimeSlicingSettings (not set: off by default)" in capability.evidence
+    assert "MPSSupport (not set: off by default)" in capability.evidence
 
 
 def test_mps_daemon_fails(start_fault_bed):
