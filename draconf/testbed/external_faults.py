@@ -16,6 +16,9 @@ mended again:
 - ``plugin-crashloop`` (NVIDIA's release only): the chart upgraded with a misspelt feature gate
   (``featureGates.MPSSuport``); the release's plugin refuses an unknown gate at start, so the
   DaemonSet's new pods crash-loop while its rollout stalls;
+- ``sharing-gates-off`` (NVIDIA's release only): the chart upgraded with
+  ``featureGates.TimeSlicingSettings`` and ``MPSSupport`` false, as the release runs by
+  default: its plugin runs, and refuses TimeSlicing and MPS configs;
 - ``gpu-fallen-off-bus`` (NVIDIA's release only): the last GPU of the first GPU node falls off
   the bus, through NVIDIA's mock NVML's own runtime control: a ``failure`` of mode
   ``fallen_off_bus`` for that device in ``overrides.yaml`` beside the node's mock config, which
@@ -48,7 +51,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
-from draconf.plugins import PluginPod
+from draconf.plugins import PluginPod, feature_gates_of
 from draconf.testbed import example_driver, upstream_chart, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.node_config import NodePaths
@@ -64,10 +67,14 @@ EXTERNAL: dict[str, str] = {
 RELEASE_FAULTS: dict[str, str] = {
     "gpu-fallen-off-bus": "the last GPU of the first GPU node fallen off the bus (mock NVML overrides.yaml)",
     "plugin-crashloop": "the chart upgraded with a misspelt feature gate: the new plugin pods crash at start",
+    "sharing-gates-off": "the chart upgraded with its GPU sharing gates (TimeSlicingSettings, MPSSupport) set false",
 }
 #: A value an admin could set by a typo (MPSSupport misspelt): a gate the release does not know,
 #: which its plugin refuses at start ("unrecognized feature gate").
 BAD_CHART_VALUES = {"featureGates": {"MPSSuport": True}}
+#: The gates GPU sharing needs, switched off as an admin would who never asked for sharing (the
+#: release's defaults: both Alpha, off).
+SHARING_OFF_VALUES = {"featureGates": {gate: False for gate in upstream_nvidia.FEATURE_GATES}}
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,12 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
                          lambda pods: pods and all(pods.values()), timeout=timeout, interval=1,
                          describe=lambda pods: ", ".join(f"{n} {'crashed' if c else 'not yet'}"
                                                          for n, c in pods.items()) or "no pods")
+    elif fault == "sharing-gates-off":
+        _upgrade_chart(bed, api, objs, SHARING_OFF_VALUES)
+        # Made once every plugin pod runs the new spec and is Ready: the driver runs, without sharing.
+        waits.wait_until("the upgraded plugin pods to be Ready", lambda: _rollout(api, objs),
+                         lambda r: r[1] and r[0] >= r[1] and r[2] >= r[1], timeout=timeout, interval=1,
+                         describe=lambda r: f"{r[0]}/{r[1]} updated, {r[2]} ready")
     elif fault == "gpu-fallen-off-bus":
         node, index = fallen_gpu(bed)
         _update_overrides(bed, node, lambda doc: doc.setdefault("devices", {}).setdefault(str(index), {})
@@ -202,7 +215,7 @@ def restore(bed, fault: str, timeout: float = 90) -> None:
             kept = [t for t in taints if (t["key"], t["effect"]) != (GPU_NODE_TAINT["key"], GPU_NODE_TAINT["effect"])]
             if kept != taints:
                 api.core.patch_node(node, {"spec": {"taints": kept or None}})
-    elif fault == "plugin-crashloop":
+    elif fault in ("plugin-crashloop", "sharing-gates-off"):
         _upgrade_chart(bed, api, objs, None)
     elif fault == "gpu-fallen-off-bus":
         for node in gpu_nodes(bed):
@@ -304,6 +317,9 @@ def problems(bed) -> list[str]:
     if ds.spec.template.spec.node_selector:
         found.append(f"plugin DaemonSet has nodeSelector {ds.spec.template.spec.node_selector}")
     status = ds.status
+    if (status.observed_generation or 0) < (ds.metadata.generation or 0):
+        # Just replaced: its counts are still those of the spec before.
+        found.append("plugin DaemonSet's new spec not yet seen by its controller")
     if (status.number_ready or 0) != len(nodes) or (status.updated_number_scheduled or 0) != len(nodes):
         found.append(f"plugin DaemonSet {status.number_ready or 0}/{len(nodes)} ready, "
                      f"{status.updated_number_scheduled or 0} updated")
@@ -317,6 +333,11 @@ def problems(bed) -> list[str]:
     if not any(a.startswith("--enable-admission-plugins=") and "ResourceQuota" in a.split("=", 1)[1].split(",")
                for a in argv):
         found.append("kube-apiserver runs without the ResourceQuota admission plugin")
+    if objs.nvidia_release:
+        containers = api.api_client.sanitize_for_serialization(ds.spec.template.spec.containers)
+        gates, _ = feature_gates_of(containers)
+        if off := sorted(g for g in upstream_nvidia.FEATURE_GATES if not gates.get(g)):
+            found.append(f"plugin DaemonSet runs without feature gate(s) {', '.join(off)}")
     if objs.nvidia_release and (failing := failing_gpus(bed)):
         found.append(f"mock NVML fails GPU(s) {', '.join(failing)}")
     return found

@@ -354,6 +354,9 @@ EXPECTED_UPSTREAM: dict[str, Expectation] = {
     # A misspelt feature gate in a chart upgrade: every new plugin pod crash-loops, as the
     # simulated bed's plugin-unhealthy; the nodes' slices go too, a while after the old pods.
     "plugin-crashloop": EXPECTED["plugin-unhealthy"],
+    # The release's plugin told its sharing gates are false: the suite reads that from its pods,
+    # as on the simulated bed's fault of that name.
+    "sharing-gates-off": EXPECTED["sharing-gates-off"],
     "gpu-fallen-off-bus": Expectation(
         (f"every-node/{ONE_NODE}/gpu-1",), {f"every-node/{ONE_NODE}/gpu-1": "plugin-unhealthy"},
         run_args=EVERY_GPU),

@@ -56,7 +56,9 @@ def test_the_suite_passes_unchanged_against_nvidias_released_driver(upstream_bed
 #: fault -> the pytest arguments its run adds to its expectation's ``run_args`` (None: nothing;
 #: a preflight fault then runs the whole suite, which the preflight gate makes quick).
 #: The other external faults (no-resourceslices, quota, tainted nodes) are the matrix's.
-SELECTION = {"missing-deviceclass": None, "plugin-crashloop": None, "gpu-fallen-off-bus": None}
+SELECTION = {"missing-deviceclass": None, "plugin-crashloop": None, "gpu-fallen-off-bus": None,
+             # the sharing checks alone (the expectation's -k runs every feature workload)
+             "sharing-gates-off": ["-k", "test_preflight or TestGpuSharing or invalid_sharing"]}
 
 
 @pytest.mark.parametrize("fault", list(SELECTION))
@@ -78,6 +80,12 @@ def test_a_fault_from_outside_nvidias_driver_is_caught_with_the_right_diagnosis(
         # The cause, quoted from the crashed plugin's previous run: what the operator must fix.
         (row,) = [r for r in result.rows if r["id"].endswith("test_preflight[kubelet-plugin]")]
         assert "last said: " in row["message"] and "unrecognized feature gate: MPSSuport" in row["message"], row
+    if fault == "sharing-gates-off":
+        # The release's real refusal was never needed: the suite read the gates off its pods,
+        # and the invalid configs were still refused by the driver itself.
+        (row,) = [r for r in result.rows if r["id"].endswith("TestGpuSharing::test_allocation[gpu-sharing]")]
+        assert "MPSSupport (set false)" in row["message"] and "TimeSlicingSettings (set false)" in row["message"], row
+        assert [r["outcome"] for r in result.rows if r["check"] == "invalid-config"] == ["passed"], result.rows
     if fault == "gpu-fallen-off-bus":
         # Exactly that GPU: every other one the sweep reached passed.
         sweep = [r for r in result.rows if r["workload"] == "every-node"]
