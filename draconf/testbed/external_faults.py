@@ -52,7 +52,7 @@ from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
 from draconf.plugins import PluginPod, feature_gates_of
-from draconf.testbed import example_driver, upstream_chart, upstream_nvidia
+from draconf.testbed import example_driver, upgrade, upstream_chart, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.node_config import NodePaths
 
@@ -176,10 +176,15 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
                                                          for n, c in pods.items()) or "no pods")
     elif fault == "sharing-gates-off":
         _upgrade_chart(bed, api, objs, SHARING_OFF_VALUES)
-        # Made once every plugin pod runs the new spec and is Ready: the driver runs, without sharing.
-        waits.wait_until("the upgraded plugin pods to be Ready", lambda: _rollout(api, objs),
-                         lambda r: r[1] and r[0] >= r[1] and r[2] >= r[1], timeout=timeout, interval=1,
-                         describe=lambda r: f"{r[0]}/{r[1]} updated, {r[2]} ready")
+        # Made once every plugin pod runs the new spec and is Ready: the driver runs, without
+        # sharing.  rolled_out also waits for the controller to see the new spec: right after
+        # the replace, the counts are still those of the old one.
+        waits.wait_until("the upgraded plugin pods to be Ready",
+                         lambda: api.apps.read_namespaced_daemon_set(objs.plugin_daemonset, objs.namespace),
+                         upgrade.rolled_out, timeout=timeout, interval=1,
+                         describe=lambda ds: f"{ds.status.updated_number_scheduled or 0}/"
+                                             f"{ds.status.desired_number_scheduled or 0} updated, "
+                                             f"{ds.status.number_ready or 0} ready")
     elif fault == "gpu-fallen-off-bus":
         node, index = fallen_gpu(bed)
         _update_overrides(bed, node, lambda doc: doc.setdefault("devices", {}).setdefault(str(index), {})
