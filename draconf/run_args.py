@@ -97,7 +97,6 @@ def check_selection(base: list[str], pytest_args: list[str], judge_selection: bo
     know (``-n 4`` without pytest-xdist), or a selection that collects nothing, is bad input
     said in one line, with no bed started and no report written.  A collection in a process of
     its own (a second session in this one would see this one's imports): about a second."""
-    import subprocess
     parallel = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args)
     # -n N is checked (pytest-xdist must be there), but the collection is not spread over N
     # workers: a last -n 0 wins.

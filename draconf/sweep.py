@@ -20,7 +20,6 @@ for its own test to raise (suites/test_every_node.py).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -250,7 +249,7 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
             start.deployed.check_allocation(published)
         except AssertionError as err:
             raise start.failed(f"{target.id}: the workload never started: {start.failure} "
-                               f"(allocation check: {str(err).removeprefix('allocation is wrong: ')})")
+                               f"(allocation check: {str(err).removeprefix('allocation is wrong: ')})") from None
         raise NoVerdict(f"{target.id}: {start.no_verdict_cause}")
     if start.never_started:
         raise start.failed(f"{target.id}: the container never got its GPU: {start.failure}")

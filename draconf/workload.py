@@ -403,7 +403,7 @@ class DeployedWorkload(StartVerdicts):
             pods, current = s
             if pods:
                 return False
-            for name, claim in current.items():
+            for claim in current.values():
                 if claim.is_generated or claim.is_allocated or claim.reserved_for_uids:
                     return False
             return True

@@ -394,7 +394,7 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
             taken = sorted({h for key in freed for h in holders.get(key, []) if not h.startswith(f"{namespace}/")})
             if taken:
                 raise NoVerdict(f"{victim} released {', '.join(freed)}, but {', '.join(taken)} got it "
-                                f"before {extra_name}, which still waits: {extra.describe()}")
+                                f"before {extra_name}, which still waits: {extra.describe()}") from None
         raise AssertionError(f"{extra_name} did not run after {victim} released its GPU: {err}"
                              + (f"; {victim}'s claim is still there: "
                                 + "; ".join(c.summary() for c in left) if left else "")) from None

@@ -91,7 +91,6 @@ def finished_job(request, cluster, profile, run_id, validated_nodes) -> Finished
     try:
         waits.wait_until(f"job {JOB_NAME} to complete", observe, lambda s: _condition(s[0], "Complete"),
                          timeout=profile.timeouts.running, describe=describe, verdict=verdict)
-        error = None
     except waits.WaitFailed as err:
         return FinishedJob(deployed, allocated, str(err), deployed.start_cause
                            if isinstance(err, waits.TerminalState) else startup.TIMEOUT)

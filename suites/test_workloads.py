@@ -223,7 +223,7 @@ class TestWorkload:
                     # started was "allocated wrong" (no traceback of this test's code either).
                     found = str(err).removeprefix("allocation is wrong: ")
                     raise started.failed(f"the workload never started: {started.failure} "
-                                         f"(allocation check: {found})")
+                                         f"(allocation check: {found})") from None
                 raise
             attach_evidence("allocation", evidence)
 

@@ -601,7 +601,7 @@ class Testbed:
                  + [n for n in reversed(names) if n != "nvidia-dra-driver" and not n.startswith("node/")])
         self._terminate([n for n in order if n == "nvidia-dra-driver" or n.startswith("node/")], procs,
                         grace=NODE_STOP_GRACE)
-        for name, node in state.get("real_nodes", {}).items():
+        for node in state.get("real_nodes", {}).values():
             node_mod.sweep(Path(node["dir"]), node["cgroup_root"])
         # Everything else is thrown away afterwards, so a short grace is enough (kube-apiserver
         # would otherwise drain its watches for up to a minute).

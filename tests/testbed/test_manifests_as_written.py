@@ -97,7 +97,7 @@ def docs(name: str) -> list[dict]:
 
 def header(name: str) -> str:
     lines = (MANIFESTS / name).read_text().splitlines()
-    return "\n".join(line for line in lines[:next(i for i, l in enumerate(lines) if not l.startswith("#"))])
+    return "\n".join(line for line in lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))])
 
 
 def pod_state(pod: Pod) -> str:

@@ -20,7 +20,7 @@ from draconf.kube import connect
 from draconf.testbed import external_faults, upstream_chart
 from draconf.testbed.nvidia import ONE_NODE
 from draconf.testbed.upstream_nvidia import sources_dir
-from tests.matrix.faultmatrix import EXPECTED_UPSTREAM, UPSTREAM_RELEASE, judge, run_suite
+from tests.matrix.faultmatrix import UPSTREAM_RELEASE, judge, run_suite
 
 from . import kubectl
 from .conftest import _start, _stop

@@ -707,7 +707,7 @@ def test_cdi_codes_come_from_what_the_container_saw_not_from_the_message():
     facts.containers = [saw(["GPU-gpu-h100-0-0"])]
     # The check's message claims a wrong device, the container shows the right one: no CDI
     # code; what the check saw did not persist.
-    message = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
+    # (the check said: "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']")
     facts.failure = COMPARED_INJECTION  # the injection check's WrongInjection
     assert classify(facts)[0] == "intermittent"
     # ...and a container that saw another GPU is caught whatever the check was.
@@ -750,7 +750,7 @@ def test_finished_job_whose_claim_is_gone_needs_the_checks_record_for_a_wrong_de
     # (WrongInjection.allocated); the message's wording is never read back.
     pod = fake_pod("gpu-pod", "ns", uid="p1", phase="Succeeded", node="gpu-h100-0", claims={"gpu": "gone"})
     facts = dataclasses.replace(healthy(), pods=[pod], containers=[saw(["GPU-b"], expected=None)])
-    record = "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']"
+    # (the check said: "CDI injection is wrong: gpu-pod/workload sees ['GPU-b'], allocated ['GPU-a']")
     assert classify(facts)[0] == "timeout"
     facts.recorded_allocations = {"gpu-pod/workload": ["GPU-a"]}
     assert classify(facts)[0] == "cdi-wrong-device"
@@ -902,7 +902,7 @@ def test_plugin_unhealthy_beats_cdi_when_the_pod_never_ran():
     pod, claim = bound_not_running()
     facts = with_workload(healthy(), pod, claim)
     facts.events = [EventFacts("FailedPrepareDynamicResources", "prepare failed", name="gpu-pod")]
-    error = "injection cannot be checked: timed out waiting for 1 pod(s) of single-gpu to run"
+    # (the check said: "injection cannot be checked: timed out waiting for 1 pod(s) of single-gpu to run")
     assert classify(facts)[0] == "plugin-unhealthy"
 
 

@@ -191,8 +191,8 @@ def test_gpu_nodes_start_every_container_with_the_mock_profile_mounted(tmp_path)
     assert [m["destination"] for m in spec["mounts"]] == ["/proc", "/config"]
     assert default["mounts"][1]["destination"] == "/run"  # the default is left as it was
     paths = node_config.NodePaths(tmp_path / "n")
-    runc = lambda text: tomllib.loads(text)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"][
-        "runtimes"]["runc"]
+    def runc(text):
+        return tomllib.loads(text)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]
     assert "base_runtime_spec" not in runc(node_config.containerd_toml(paths, Path("/b"), "p:1"))
     with_spec = node_config.containerd_toml(paths, Path("/b"), "p:1", base_runtime_spec=Path("/n/spec.json"))
     assert runc(with_spec)["base_runtime_spec"] == "/n/spec.json"

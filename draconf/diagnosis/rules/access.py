@@ -38,7 +38,8 @@ def rule_permission_denied(facts: Facts):
     resource."""
     denied, user = [], None
     for answer in facts.failure.answers:
-        for user, verb, resource, group in answer.forbidden():
+        for who, verb, resource, group in answer.forbidden():
+            user = who  # the answers name one identity: the suite's own
             base, _, sub = resource.partition("/")
             name = (f"{base}.{group}" if group else base) + (f"/{sub}" if sub else "")
             item = f"`{verb}` on {name}"
