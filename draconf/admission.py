@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
+from _pytest.outcomes import Failed  # pytest.fail.Exception, by a name a type checker follows
 
 #: HTTP statuses of an admission or validation refusal of a create.
 REFUSAL_STATUSES = frozenset({400, 403, 422})
@@ -81,7 +81,7 @@ def is_refusal(err) -> bool:
     return True
 
 
-class AdmissionDenied(pytest.fail.Exception):
+class AdmissionDenied(Failed):
     """The server refused an object the suite created; a test failure whose message is the
     server's answer (pytest prints no traceback for it)."""
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-import pytest
+from _pytest.outcomes import Failed  # pytest.fail.Exception
 from kubernetes.client.exceptions import ApiException
 
 from draconf.admission import FORBIDDEN, AdmissionDenied, server_message
@@ -104,6 +104,11 @@ def carried_by(error: BaseException | None) -> tuple[ServerAnswer, ...]:
 
 def failure(message: str, answers: Iterable[ServerAnswer]) -> BaseException:
     """A check's failure (pytest's, no traceback) that carries the server's answers behind it."""
-    err = pytest.fail.Exception(msg=message, pytrace=False)
+    err = CheckFailed(msg=message, pytrace=False)
     err.answers = tuple(answers)
     return err
+
+
+class CheckFailed(Failed):
+    """pytest's failure outcome, with the server's answers that decided it."""
+    answers: tuple[ServerAnswer, ...] = ()

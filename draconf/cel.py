@@ -53,7 +53,7 @@ import logging
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Iterable
+from typing import Any, Iterable
 
 import celpy
 import celpy.celtypes as ct
@@ -438,7 +438,7 @@ _KEY = re.compile(r"no such (?:member in mapping|key): '?([^']*)'?")
 
 @dataclass(frozen=True)
 class _Compiled:
-    program: object | None
+    program: Any  # celpy's Runner; None when the expression did not compile
     error: str | None
 
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 
 from draconf.kube import seconds_since
@@ -94,7 +95,7 @@ class Claim:
         return cls(api.api_client.sanitize_for_serialization(obj))
 
     @classmethod
-    def list(cls, api, namespace: str) -> list["Claim"]:
+    def list(cls, api, namespace: str) -> builtins.list["Claim"]:
         items = api.resource.list_namespaced_resource_claim(namespace).items
         return [cls(api.api_client.sanitize_for_serialization(i)) for i in items]
 
@@ -109,16 +110,16 @@ class Claim:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def requests(self) -> list[dict]:
+    def requests(self) -> builtins.list[dict]:
         return (self.raw.get("spec") or {}).get("devices", {}).get("requests", [])
 
     @property
-    def device_requests(self) -> list[list[DeviceRequest]]:
+    def device_requests(self) -> builtins.list[builtins.list[DeviceRequest]]:
         """Each request as its alternatives (see :func:`device_requests`)."""
         return device_requests(self.raw.get("spec") or {})
 
     @property
-    def device_classes(self) -> list[str]:
+    def device_classes(self) -> builtins.list[str]:
         """The DeviceClasses its requests name, sorted.
 
         >>> Claim({"spec": {"devices": {"requests": [{"name": "f", "firstAvailable": [
@@ -145,7 +146,7 @@ class Claim:
                 return r.get("exactly") or {}
         return None
 
-    def request_selectors(self, request: str) -> tuple[str | None, list[str]]:
+    def request_selectors(self, request: str) -> tuple[str | None, builtins.list[str]]:
         """The DeviceClass and CEL selectors of the request an allocation result names
         (``req`` of ``exactly``, or ``req/sub`` of a ``firstAvailable`` alternative).
 
@@ -204,14 +205,14 @@ class Claim:
                      if ref.get("kind") == "Pod" and ref.get("controller")), None)
 
     @property
-    def results(self) -> list[AllocationResult]:
+    def results(self) -> builtins.list[AllocationResult]:
         alloc = self.status.get("allocation") or {}
         return [AllocationResult(r.get("request", ""), r["driver"], r["pool"], r["device"],
                                  bool(r.get("adminAccess")))
                 for r in (alloc.get("devices") or {}).get("results") or []]
 
     @property
-    def request_devices(self) -> dict[str, list[str]]:
+    def request_devices(self) -> dict[str, builtins.list[str]]:
         """Allocated devices (driver/pool/device) by the request their result names (``req`` or
         ``req/sub``): a container that lists one request of the claim gets only those.
 
@@ -220,13 +221,13 @@ class Claim:
         ...     {"request": "mps", "driver": "d", "pool": "n", "device": "gpu-1"}]}}}}).request_devices
         {'ts': ['d/n/gpu-0'], 'mps': ['d/n/gpu-1']}
         """
-        out: dict[str, list[str]] = {}
+        out: dict[str, builtins.list[str]] = {}
         for r in self.results:
             out.setdefault(r.request, []).append(r.key)
         return out
 
     @property
-    def opaque_config_drivers(self) -> list[str]:
+    def opaque_config_drivers(self) -> builtins.list[str]:
         """The drivers the claim gives opaque configuration to (``spec.devices.config[].opaque``).
 
         >>> Claim({"spec": {"devices": {"config": [{"opaque": {"driver": "gpu.nvidia.com",
@@ -237,12 +238,12 @@ class Claim:
         return sorted({(c.get("opaque") or {}).get("driver") or "" for c in configs if c.get("opaque")})
 
     @property
-    def device_keys(self) -> list[str]:
+    def device_keys(self) -> builtins.list[str]:
         """The allocated devices as ``driver/pool/device``."""
         return [r.key for r in self.results]
 
     @property
-    def admin_device_keys(self) -> list[str]:
+    def admin_device_keys(self) -> builtins.list[str]:
         """The allocated devices given with adminAccess (shared with other claims)."""
         return [r.key for r in self.results if r.admin_access]
 
@@ -251,12 +252,12 @@ class Claim:
         return {r.get("uid") for r in self.status.get("reservedFor") or []}
 
     @property
-    def reserved_for_names(self) -> list[str]:
+    def reserved_for_names(self) -> builtins.list[str]:
         """The consumers in ``status.reservedFor`` by name (pods), in order."""
         return [r.get("name", "") for r in self.status.get("reservedFor") or []]
 
     @property
-    def finalizers(self) -> list[str]:
+    def finalizers(self) -> builtins.list[str]:
         return list(self.meta.get("finalizers") or [])
 
     def summary(self) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from draconf.errors import DraconfError
 from draconf.tables import plain_lines
@@ -77,7 +77,7 @@ def pass_rates(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(table.values())
 
 
-def render(rates: list[Mapping[str, Any]]) -> str:
+def render(rates: Sequence[Mapping[str, Any]]) -> str:
     """The pass rates as an aligned table."""
     rows = [[r["workload"], r["check"], r["passed"], r["runs"], f"{100 * r['passed'] // r['runs']}%", r["last"]]
             for r in rates]

@@ -19,7 +19,9 @@
 
 from __future__ import annotations
 
+import builtins
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import yaml
@@ -70,7 +72,7 @@ class Pod:
         return cls(api.api_client.sanitize_for_serialization(obj))
 
     @classmethod
-    def list(cls, api, namespace: str, selector: str | None = None) -> list["Pod"]:
+    def list(cls, api, namespace: str, selector: str | None = None) -> builtins.list["Pod"]:
         items = api.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [cls(api.api_client.sanitize_for_serialization(i)) for i in items]
 
@@ -132,7 +134,7 @@ class Pod:
     node_selector = property(lambda self: dict(self.spec.get("nodeSelector") or {}))
 
     @property
-    def required_node_terms(self) -> list[dict]:
+    def required_node_terms(self) -> builtins.list[dict]:
         """The required node affinity's nodeSelectorTerms (ORed), each {matchExpressions, matchFields}.
 
         >>> Pod({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -176,7 +178,7 @@ class Pod:
         return not self.node and self.condition("PodScheduled") is None and not self.is_deleting
 
     @property
-    def template_claims_not_generated(self) -> list[str]:
+    def template_claims_not_generated(self) -> builtins.list[str]:
         """Pod-level claim names from a ResourceClaimTemplate whose claim the controller has not
         named in ``status.resourceClaimStatuses`` yet.
 
@@ -189,7 +191,7 @@ class Pod:
                 if r.get("resourceClaimTemplateName") and r["name"] not in known]
 
     @property
-    def waiting_reasons(self) -> list[str]:
+    def waiting_reasons(self) -> builtins.list[str]:
         """``"container: Reason"`` for each waiting init or app container."""
         reasons = []
         for cs in (self.status.get("initContainerStatuses") or []) + (self.status.get("containerStatuses") or []):
@@ -199,7 +201,7 @@ class Pod:
         return reasons
 
     @property
-    def end_reasons(self) -> list[str]:
+    def end_reasons(self) -> builtins.list[str]:
         """Why a pod ended: the kubelet's reason and message for the pod (an admission
         rejection, an eviction) and each container's terminated state.
 
@@ -236,7 +238,7 @@ class Pod:
                        for cs in self.status.get("containerStatuses") or [])
 
     @property
-    def image_pull_failures(self) -> list[str]:
+    def image_pull_failures(self) -> builtins.list[str]:
         """``"container: image (Reason: message)"`` for each container whose image cannot be pulled.
 
         >>> Pod({"spec": {"containers": [{"name": "c", "image": "ubuntu:24.04"}]}, "status": {
@@ -274,21 +276,21 @@ class Pod:
         return (self.status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
 
     @property
-    def extended_request_mappings(self) -> list[dict]:
+    def extended_request_mappings(self) -> builtins.list[dict]:
         """``{containerName, resourceName, requestName}`` for each container's extended resource
         that the scheduler mapped to a request of :attr:`extended_claim_name`."""
         return list((self.status.get("extendedResourceClaimStatus") or {}).get("requestMappings") or [])
 
-    def generated_claim_names(self) -> list[str]:
+    def generated_claim_names(self) -> builtins.list[str]:
         templated = {r["name"] for r in self.spec.get("resourceClaims") or []
                      if r.get("resourceClaimTemplateName")}
         return [n for k, n in self.claim_names().items() if k in templated]
 
     @property
-    def containers(self) -> list[str]:
+    def containers(self) -> builtins.list[str]:
         return [c["name"] for c in self.spec.get("containers") or []]
 
-    def container_claims(self, container: str) -> list[str]:
+    def container_claims(self, container: str) -> builtins.list[str]:
         """Pod-level claim names a container lists in ``resources.claims``."""
         for c in self.spec.get("containers") or []:
             if c["name"] == container:
@@ -298,7 +300,7 @@ class Pod:
                 return listed
         raise KeyError(container)
 
-    def container_claim_requests(self, container: str) -> list[tuple[str, str | None]]:
+    def container_claim_requests(self, container: str) -> builtins.list[tuple[str, str | None]]:
         """Like :meth:`container_claims`, with the request each entry names
         (``resources.claims[].request``: the container gets only that request's devices; None:
         every request of the claim).
@@ -324,7 +326,7 @@ class Pod:
 
 def describe_pod(namespace: str, name: str, phase: str, node: str | None = None, *,
                  ready: bool = True, unschedulable: str | None = None,
-                 waiting: list[str] = (), deleting: bool = False) -> str:
+                 waiting: Sequence[str] = (), deleting: bool = False) -> str:
     """One line of pod state for failure messages, shared by waits and diagnoses.
 
     >>> describe_pod("ns", "gpu-pod", "Pending", unschedulable="0/4 nodes are available")
@@ -398,6 +400,11 @@ def delete_pods(api, namespace: str, name: str | None = None, selector: str | No
 CONTAINER_SETTLE_SECONDS = 5.0
 
 
+def _last_outcome(state):
+    """What the last attempt gave, once the settle time is over: its answer, not tenacity's RetryError."""
+    return state.outcome.result()
+
+
 def exec_in_container(api, namespace: str, pod: str, container: str, command: list[str],
                       timeout: float = 30, settle: float = CONTAINER_SETTLE_SECONDS) -> ExecResult:
     """Run ``command`` like ``kubectl exec``; see :func:`_exec_once`.  A kubelet answering
@@ -407,7 +414,7 @@ def exec_in_container(api, namespace: str, pod: str, container: str, command: li
     policy = Retrying(stop=stop_after_delay(settle), wait=wait_fixed(0.5),
                       retry=retry_if_result(lambda r: "container not found" in r.error)
                       | retry_if_exception(is_transient),
-                      retry_error_callback=lambda state: state.outcome.result())
+                      retry_error_callback=_last_outcome)
     return policy(_exec_once, api, namespace, pod, container, command, timeout)
 
 

@@ -30,6 +30,7 @@ import dataclasses
 import re
 from dataclasses import replace, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -412,7 +413,7 @@ def _injection(value, base: Injection, fail) -> Injection:
 
 def _plugin(value, base: Plugin, fail) -> Plugin:
     _require_section("plugin", value, _PLUGIN_KEYS, fail)
-    fields = {}
+    fields: dict[str, Any] = {}
     if "daemonSets" in value:
         ds = value["daemonSets"]
         if not _strings(ds) or not all(s.count("/") == 1 for s in ds):
@@ -433,7 +434,7 @@ def _plugin(value, base: Plugin, fail) -> Plugin:
 
 def _capabilities(value, base: Capabilities, fail) -> Capabilities:
     _require_section("capabilities", value, _CAPABILITY_KEYS, fail)
-    fields = {}
+    fields: dict[str, Any] = {}
     for key in ("gpuCluster", "clusterPolicy", "gpuSharing"):
         if key in value:
             if not isinstance(value[key], bool):

@@ -33,7 +33,8 @@ from draconf import expectations, namespaces, reporting
 from draconf.breaker import BREAKER_FILE_ENV, breaker_cause, namespace_controller_stalled, trip_breaker
 from draconf.errors import DraconfError, TargetUnusable
 from draconf.kube import connect, connect_target
-from draconf.profile import for_target, resolve as resolve_profile
+from draconf.devices import PublishedDevices
+from draconf.profile import Profile, for_target, resolve as resolve_profile
 
 log = logging.getLogger("draconf")
 
@@ -51,7 +52,7 @@ def cluster_api(config):
 
 
 #: The driver profile of the run (``--profile`` for ``--target``), resolved at configure time.
-PROFILE = pytest.StashKey["Profile"]()
+PROFILE = pytest.StashKey[Profile]()
 
 
 def run_target(config) -> str:
@@ -339,7 +340,7 @@ def pytest_sessionstart(session):
 
 #: ``--all-models``: the devices published when the session started, which the workload classes
 #: are collected from (each pytest process, xdist workers too, reads them once).
-COLLECTED_DEVICES = pytest.StashKey["PublishedDevices"]()
+COLLECTED_DEVICES = pytest.StashKey[PublishedDevices]()
 
 
 def sweeping(config) -> bool:

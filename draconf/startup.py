@@ -14,6 +14,7 @@ cluster retries, so most states become verdicts only once they have stood a whil
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -24,6 +25,9 @@ from draconf.claims import Claim
 from draconf.devices import class_selectors, devices_from_slices
 from draconf.pods import Pod
 from draconf.profile import Profile
+
+if TYPE_CHECKING:
+    from draconf.workload import Workload
 
 #: Scheduler messages that will not change by waiting (see dra-facts §2 and the seeds).
 DEFINITIVE_UNSCHEDULABLE = ("cannot allocate all claims", "does not exist", "untolerated taint",
@@ -103,6 +107,19 @@ class StartVerdicts:
     """The verdicts of a workload that has not started; mixed into DeployedWorkload, whose
     ``api``, ``namespace``, ``workload``, ``profile``, ``run_selector``, ``pods()``, ``claims()``,
     ``events()`` and ``describe()`` it reads, and whose ``_unschedulable_since`` holds its clocks."""
+
+    if TYPE_CHECKING:  # what the host class provides (for the type checker; nothing at run time)
+        api: Any
+        namespace: str
+        workload: Workload
+        profile: Profile
+        run_selector: str | None
+        _unschedulable_since: dict
+
+        def pods(self, include_deleting: bool = False) -> list[Pod]: ...
+        def claims(self) -> dict[str, Claim]: ...
+        def events(self) -> list[str]: ...
+        def describe(self, pods: list[Pod] | None = None) -> str: ...
 
     def verdict(self, pods: list[Pod]) -> str | None:
         """Why the pods will not run, once the cluster says so for good (None: keep waiting);

@@ -32,7 +32,7 @@ from draconf import answers
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
 from draconf import selectors as sel
-from draconf.kube import label_selector
+from draconf.kube import Api, label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.injection import Seen, WrongInjection, judge as judge_injection
@@ -106,7 +106,7 @@ REJECTED_STATUSES = {400, 404, 409, 422}
 
 @dataclass
 class DeployedWorkload(StartVerdicts):
-    api: object
+    api: Api
     namespace: str
     workload: Workload
     profile: Profile
@@ -519,7 +519,7 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
     by_node: dict[str, list] = {}
     for device in devices:
         by_node.setdefault(device.node or device.pool, []).append(device)
-    evidence = []
+    evidence: list = []
     for node, group in sorted(by_node.items()):
         uuids = sorted(d.attribute(uuid_attr) for d in group)
         rule = sel.uuid_in(profile.domain, uuid_attr, uuids)

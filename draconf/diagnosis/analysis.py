@@ -94,7 +94,7 @@ def pending_requests(facts: Facts, pods: list[Pod] | None = None):
 
 def _extended_asks(pod: Pod, mapped: dict[str, str]) -> list[tuple[str, int]]:
     """(resource, count) of the pod's container limits that a DeviceClass maps."""
-    asks = {}
+    asks: dict[str, int] = {}
     for container in pod.spec.get("containers") or []:
         limits = (container.get("resources") or {}).get("limits") or {}
         for resource, value in limits.items():

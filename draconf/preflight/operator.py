@@ -17,7 +17,7 @@ GPUCLUSTER_NAME = "gpu-cluster"
 CLUSTERPOLICY = ("nvidia.com", "v1", "clusterpolicies")
 
 
-def evaluate_gpu_cluster(gpuclusters: list[Mapping] | None,
+def evaluate_gpu_cluster(gpuclusters: Sequence[Mapping] | None,
                          plugin_pods: Sequence[PluginPod] = ()) -> CheckResult:
     """``gpuclusters``: the GPUCluster objects, or None when the CRD is not installed;
     ``plugin_pods``: the driver's kubelet-plugin pods, which say whose failure a GPUCluster that
@@ -64,8 +64,8 @@ def evaluate_gpu_cluster(gpuclusters: list[Mapping] | None,
                                "gpu-cluster` and `kubectl get pods -n gpu-operator`", "plugin-unhealthy", evidence)
 
 
-def evaluate_policy_conflict(clusterpolicies: list[Mapping] | None,
-                             gpuclusters: list[Mapping] | None) -> CheckResult:
+def evaluate_policy_conflict(clusterpolicies: Sequence[Mapping] | None,
+                             gpuclusters: Sequence[Mapping] | None) -> CheckResult:
     """A cluster has a GPUCluster (DRA) or a ClusterPolicy (device plugin), never both."""
     policies = sorted((o.get("metadata") or {}).get("name", "?") for o in clusterpolicies or [])
     clusters = sorted((o.get("metadata") or {}).get("name", "?") for o in gpuclusters or [])

@@ -379,7 +379,7 @@ def _draw_png(draw, shape: _Shape, fonts: dict) -> None:
                            outline=shape.outline)
     elif isinstance(shape, _Line):
         draw.line((shape.x1, shape.y1, shape.x2, shape.y2), fill=shape.colour, width=shape.width)
-    else:
+    elif isinstance(shape, _Text):  # a group arrives as its shapes (see the caller)
         font, text = _font(shape.size, fonts), shape.text
         # The layout counts characters of a monospace font. The default font is proportional,
         # so a label of wide letters is cut further until it fits under its tile.

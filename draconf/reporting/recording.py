@@ -14,7 +14,7 @@ from draconf.reporting.diagnoses import require_known_code
 from draconf.reporting.verdict import verdict_of
 
 #: Run metadata collected by set_run_info(); lives on the config so any code can add to it.
-RUN_INFO_KEY = pytest.StashKey[dict]()
+RUN_INFO_KEY = pytest.StashKey[dict[str, Any]]()
 #: The namespace a fixture made for the tests of its scope (see record_namespace()).
 NAMESPACE_KEY = pytest.StashKey[str]()
 
@@ -126,7 +126,8 @@ def set_run_info(config: pytest.Config, **info: Any) -> None:
 
 def get_run_info(config: pytest.Config) -> dict[str, Any]:
     """A copy of everything given to :func:`set_run_info` so far."""
-    return dict(config.stash.get(RUN_INFO_KEY, {}))
+    info = config.stash.get(RUN_INFO_KEY, None)
+    return dict(info) if info else {}
 
 
 def allure_is_recording(config: pytest.Config) -> bool:

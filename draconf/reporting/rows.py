@@ -5,7 +5,7 @@ one row per test."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import pytest
 
@@ -124,7 +124,7 @@ def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duratio
         row["message"] = phase.get("message")
 
 
-def mark_reruns(row: dict[str, Any], failed_attempts: list[Mapping[str, Any]]) -> None:
+def mark_reruns(row: dict[str, Any], failed_attempts: Sequence[Mapping[str, Any]]) -> None:
     """A test that failed and was run again: a pass is **flaky**, never plain passed; any
     outcome keeps its earlier failures.
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import urllib3
+from _pytest._code.code import ExceptionRepr  # a failure's traceback, which takes report sections
 from kubernetes.client.exceptions import ApiException
 
 from draconf.errors import DraconfError
@@ -195,7 +196,7 @@ def annotate_report(report: pytest.TestReport, verdict: Verdict) -> None:
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None and isinstance(crash.message, str):
         crash.message = with_code(crash.message, verdict.code, typed=True)
-    if hasattr(longrepr, "addsection"):
+    if isinstance(longrepr, ExceptionRepr):  # a failure's traceback: the section goes with it
         if (SECTION, line, "-") not in longrepr.sections:
             longrepr.addsection(SECTION, line)
     else:  # a bare text (a crashed xdist worker, a collection-style repr): a report section

@@ -346,7 +346,8 @@ class Agent:
             candidates = self.pods.items()
         else:
             candidates = [pod for key in keys if (pod := self.pods.get(*key)) is not None]
-        waiting, left, missed = [], set(), []
+        waiting: list = []
+        left, missed = set(), []
         for pod in candidates:
             meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
             if (spec.get("nodeName") in self.gpu_nodes

@@ -171,7 +171,7 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
         # A crash loop is made once each new pod has crashed: before that a pod is only "not
         # Ready yet", and the suite would read a plugin that is still starting.
         waits.wait_until("every upgraded plugin pod to have crashed", lambda: _crashed(api, objs),
-                         lambda pods: pods and all(pods.values()), timeout=timeout, interval=1,
+                         lambda pods: bool(pods) and all(pods.values()), timeout=timeout, interval=1,
                          describe=lambda pods: ", ".join(f"{n} {'crashed' if c else 'not yet'}"
                                                          for n, c in pods.items()) or "no pods")
     elif fault == "sharing-gates-off":

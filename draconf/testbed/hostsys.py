@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Collection
 from pathlib import Path
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -89,7 +90,7 @@ def kill_until_gone(find, timeout: float = 5, between=lambda: None) -> list[int]
     ``between`` runs after each round (a parent reaps its children there).  Returns the PIDs
     still there at the end (none, normally) and logs them, so a teardown that goes on without
     them says so."""
-    rounds = []
+    rounds: list[None] = []
 
     def kill_round() -> list[int]:
         if rounds:
@@ -198,7 +199,7 @@ def remove_created_dirs() -> list[str]:
     return removed
 
 
-def running_node_supervisors(exclude: set[int] = frozenset()) -> list[int]:
+def running_node_supervisors(exclude: Collection[int] = frozenset()) -> list[int]:
     """PIDs of real-node supervisors of any bed on this machine (``draconf.testbed.node``)."""
     found = []
     for entry in Path("/proc").iterdir():

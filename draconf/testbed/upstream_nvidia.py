@@ -606,11 +606,11 @@ def install_driver_root(root: Path, node, built: Built, mps_control: Path | None
     for source, path in ((mps_control, "usr/bin/nvidia-cuda-mps-control"), (shell, "bin/busybox")):
         if source is None:
             continue
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        shutil.copyfile(source, target)
-        target.chmod(0o755)
+        dest = root / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.unlink(missing_ok=True)
+        shutil.copyfile(source, dest)
+        dest.chmod(0o755)
     if shell is not None:
         for tool in DRIVER_ROOT_TOOLS:
             (root / "bin" / tool).unlink(missing_ok=True)

@@ -87,9 +87,9 @@ def rule_attribute_missing(facts: Facts):
                         f"(e.g. {', '.join(devices[:3])}): fix the selector or the driver version; "
                         "see `kubectl get resourceslices -o yaml`.")
     if not facts.pods and not facts.claims and facts.required_attributes:
-        lacking = lacking_attributes(facts.devices, facts.required_attributes)
-        if lacking:
-            name, lacking_devices = sorted(lacking.items())[0]
+        lacking_by_name = lacking_attributes(facts.devices, facts.required_attributes)
+        if lacking_by_name:
+            name, lacking_devices = sorted(lacking_by_name.items())[0]
             devices = [str(d) for d in lacking_devices]
             return ("attribute-missing",
                     f"{len(devices)} of {len(facts.devices)} published device(s) lack the attribute "

@@ -3,6 +3,8 @@ affinity), or no node with enough matching, free devices."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from draconf.diagnosis.analysis import (analyse, candidate_nodes, class_devices, pending_pods,
                                        pending_requests, per_node, selectors_text)
 from draconf.diagnosis.facts import Facts
@@ -86,8 +88,9 @@ def rule_allocation(facts: Facts):
                 enough = {n: ds for n, ds in by_node.items() if ds}
                 free_ok = any(all(free(d) for d in ds) for ds in enough.values())
             else:
-                enough = {n: ds for n, ds in by_node.items() if len(ds) >= analysis.needed}
-                free_ok = any(sum(free(d) for d in ds) >= analysis.needed for ds in enough.values())
+                needed = cast(int, analysis.needed)  # a count: mode All is the branch above
+                enough = {n: ds for n, ds in by_node.items() if len(ds) >= needed}
+                free_ok = any(sum(free(d) for d in ds) >= needed for ds in enough.values())
             if not enough:
                 verdicts.append(("unmatched", req, analysis))
             elif not free_ok:
