@@ -1,7 +1,7 @@
 """DRA features a GPU cluster on Kubernetes 1.36 uses beyond the walkthrough, as three more workloads.
 
 Each is applied from ``manifests/features/`` and gets the same three checks as the six
-walkthrough workloads (``suites/test_workloads.py``: allocation, cdi-injection, cleanup), plus
+walkthrough workloads (``draconf/scenarios/walkthrough.py``: allocation, cdi-injection, cleanup), plus
 what the feature itself promises:
 
 * **extended-resource** (``40-extended-resource.yaml``) - a pod asking for ``nvidia.com/gpu: 1``
@@ -38,16 +38,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from draconf import capabilities, cel, manifests, startup, taints, waits
-from draconf import selectors as sel
 from draconf.admission import AdmissionDenied
 from draconf.breaker import trip_breaker
 from draconf.claims import Claim, device_holders
@@ -56,341 +52,22 @@ from draconf.errors import NoVerdict
 from draconf.expectations import FeatureMissing
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
-from draconf.startup import VERDICT_AFTER, allocated_once_freed, wait_scheduler_answer
-from draconf.workload import REJECTED_STATUSES, DeployedWorkload, Start, Workload
+from draconf.startup import allocated_once_freed, wait_scheduler_answer
+from draconf.scenarios.admin_access import start_admin_access
+from draconf.scenarios.device_taints import (TOLERATING_CLAIM, UNTOLERATED_CLAIM, UNTOLERATED_VERDICT_TIMEOUT,
+                                             start_device_taints, taint_workload, tainted_target,
+                                             tolerations_for, untolerated_answer)
+from draconf.scenarios.extended_resource import ExtendedResourceWorkload, start_extended_resource
+from draconf.scenarios.features import FEATURES, feature_allocation
+from draconf.scenarios.prioritized_list import start_prioritized_list
+from draconf.scenarios.walkthrough import (attach_evidence, check_allocation, check_cdi_injection,
+                                           check_cleanup)
+from draconf.workload import DeployedWorkload, Start, Workload
 
-
-
-def _walkthrough_module():
-    """suites/test_workloads.py, whose three checks these workloads get too: the module pytest
-    imported (``--import-mode=importlib`` names it ``suites.test_workloads``), else loaded
-    under that name so pytest finds it there instead of importing it twice."""
-    import importlib.util
-    import sys
-    for name in ("suites.test_workloads", "test_workloads"):
-        if name in sys.modules:
-            return sys.modules[name]
-    spec = importlib.util.spec_from_file_location("suites.test_workloads",
-                                                  Path(__file__).with_name("test_workloads.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-test_workloads = _walkthrough_module()
 log = logging.getLogger("draconf")
 
-FEATURES = ["extended-resource", "prioritized-list", "admin-access", "device-taints"]
 
-
-# --- extended resources ------------------------------------------------------------------------
-
-class ExtendedResourceWorkload(DeployedWorkload):
-    """A workload whose pods ask for an extended resource: the scheduler's ``Insufficient
-    nvidia.com/gpu``, standing while the DeviceClass maps that resource, is its verdict (the
-    scheduler does not serve the resource through DRA), not a wait for the timeout."""
-
-    def verdict(self, pods):
-        found = super().verdict(pods)
-        if found:
-            return found
-        resource = self.profile.capabilities.extended_resource
-        now = time.monotonic()
-        for pod in pods:
-            message = pod.unschedulable_message or ""
-            if resource and f"Insufficient {resource}" in message and "cannot allocate" not in message:
-                first = self._unschedulable_since.setdefault((pod.uid, "insufficient"), now)
-                if now - first >= VERDICT_AFTER:
-                    return self._cause(startup.UNSCHEDULABLE, (
-                        f"the scheduler cannot place pod {pod.name}: {message} (DeviceClass "
-                        f"{self.profile.device_class} maps {resource}, but the scheduler does not "
-                        "serve it through DRA: is DRAExtendedResource on in kube-scheduler?)"))
-        return None
-
-
-def start_extended_resource(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
-    from draconf.pytest_plugin import make_namespace
-    capability = capabilities.extended_resource(cluster, profile.device_class,
-                                                profile.capabilities.extended_resource)
-    request.getfixturevalue("expected_features").require("extended-resource", capability)
-    resource = profile.capabilities.extended_resource
-    plugin_nodes = capabilities.device_plugin_nodes(cluster, resource)
-    if plugin_nodes:
-        # Where a node advertises the resource itself, the scheduler gives the device plugin's
-        # GPUs there, and DRA serves only the other nodes (KEP-5004).
-        pytest.skip(f"{resource} is also advertised by a device plugin on {', '.join(plugin_nodes)}: "
-                    "pods asking for it are not served through DRA there")
-    ns = make_namespace(request, cluster, run_id, "extended-resource")
-    workload = Workload("extended-resource", ["features/40-extended-resource.yaml"], expected_pods=1,
-                        extended_resources=True, avoid_nodes=avoid)
-    return ExtendedResourceWorkload.start(cluster, ns, workload, profile, run_id.labels)
-
-
-def extended_claim_problems(pod, claim: Claim, resource: str, device_class: str) -> list[str]:
-    """What the scheduler's claim must say about the pod's request: one request per
-    (container, resource) mapping, of the container's count, in the mapped class.
-
-    >>> from draconf.pods import Pod
-    >>> pod = Pod({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "w", "resources": {
-    ...   "limits": {"nvidia.com/gpu": 1}}}]}, "status": {"extendedResourceClaimStatus": {
-    ...   "resourceClaimName": "c", "requestMappings": [{"containerName": "w",
-    ...   "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}}})
-    >>> claim = Claim({"spec": {"devices": {"requests": [{"name": "container-0-request-0",
-    ...   "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}})
-    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu", "gpu.nvidia.com")
-    []
-    >>> claim.requests[0]["exactly"]["count"] = 2
-    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu", "gpu.nvidia.com")
-    ['container w asks for nvidia.com/gpu=1, its request container-0-request-0 is for 2 device(s)']
-    >>> extended_claim_problems(pod, claim, "nvidia.com/gpu", "mig.nvidia.com")[0]
-    'request container-0-request-0 is for DeviceClass gpu.nvidia.com, not mig.nvidia.com, which maps nvidia.com/gpu'
-    """
-    requests = {r["name"]: r.get("exactly") or {} for r in claim.requests}
-    mappings = {(m.get("containerName"), m.get("resourceName")): m.get("requestName")
-                for m in pod.extended_request_mappings}
-    problems = []
-    for container in pod.spec.get("containers") or []:
-        asked = ((container.get("resources") or {}).get("limits") or {}).get(resource)
-        if asked is None:
-            continue
-        name = mappings.get((container["name"], resource))
-        if name is None:
-            problems.append(f"container {container['name']} asks for {resource}={asked}, but "
-                            "status.extendedResourceClaimStatus.requestMappings maps none of it")
-            continue
-        if name not in requests:
-            problems.append(f"request {name} mapped for container {container['name']} is not in "
-                            f"claim {claim.name}")
-            continue
-        if requests[name].get("deviceClassName") != device_class:
-            problems.append(f"request {name} is for DeviceClass {requests[name].get('deviceClassName')}, "
-                            f"not {device_class}, which maps {resource}")
-        count = requests[name].get("count", 1)
-        if str(count) != str(asked):
-            problems.append(f"container {container['name']} asks for {resource}={asked}, its request "
-                            f"{name} is for {count} device(s)")
-    return problems
-
-
-# --- prioritized list --------------------------------------------------------------------------
-
-@dataclass
-class PrioritizedWorkload(Workload):
-    """41-prioritized-list.yaml with the fallback subrequest's model set to ``fallback_model``."""
-    fallback_model: str = ""
-
-    def documents(self, profile):
-        docs = super().documents(profile)
-        for doc in docs:
-            if doc["kind"] != "ResourceClaimTemplate":
-                continue
-            for request in doc["spec"]["spec"]["devices"]["requests"]:
-                subs = request.get("firstAvailable") or []
-                for sub in subs:
-                    sub["deviceClassName"] = profile.device_class
-                # The profile's attribute for the model: a selector reading an attribute the
-                # driver lacks is a CEL runtime error, which fails the claim instead of falling back.
-                subs[0]["selectors"] = [{"cel": {"expression": model_equals(profile, PREFERRED_MODEL)}}]
-                if len(subs) > 1 and self.fallback_model:
-                    subs[-1]["selectors"] = [{"cel": {"expression": model_equals(profile, self.fallback_model)}}]
-        return docs
-
-
-#: The first alternative of 41-prioritized-list.yaml (absent on the bed and most clusters).
-PREFERRED_MODEL = "NVIDIA B200"
-
-
-def model_equals(profile, product: str) -> str:
-    """>>> from draconf.profile import builtin
-    >>> model_equals(builtin("nvidia"), "NVIDIA B200")
-    "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"
-    """
-    return f"device.attributes['{profile.domain}'].{profile.attributes['model']} == '{product}'"
-
-
-def subrequests(docs: list[dict]) -> list[dict]:
-    template = manifests.find(docs, "ResourceClaimTemplate")
-    return template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
-
-
-def satisfiable(sub: dict, published, class_cel: list[str]) -> list:
-    """The published devices that satisfy a subrequest's class and its own selectors."""
-    own = [s["cel"]["expression"] for s in sub.get("selectors") or []]
-    return [d for d in published if cel.evaluate_all(class_cel + own, d).matched]
-
-
-def start_prioritized_list(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
-    from draconf.pytest_plugin import make_namespace
-    if not profile.has("model"):
-        pytest.skip(f"prioritized-list selects by the model attribute: {profile.lacks('model')}")
-    fallback = test_workloads.choose_model(published, profile)
-    ns = make_namespace(request, cluster, run_id, "prioritized-list")
-    capability = capabilities.prioritized_list(cluster, ns, profile.device_class)
-    request.getfixturevalue("expected_features").require("prioritized-list", capability)
-    workload = PrioritizedWorkload("prioritized-list", ["features/41-prioritized-list.yaml"],
-                                   expected_pods=1, fallback_model=fallback, avoid_nodes=avoid)
-    class_cel = class_selectors(cluster, profile.device_class) or []
-    first = subrequests(workload.documents(profile))[0]
-    if satisfiable(first, published, class_cel):
-        pytest.skip(f"the first alternative ({first['name']}) is published on this cluster, so no "
-                    "fallback can be observed")
-    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
-
-
-# --- admin access ------------------------------------------------------------------------------
-
-HOLDER_CLAIM = "gpu-in-use"
-MONITOR_CLAIM = "gpu-monitor"
-
-
-def label_for_admin_access(api, namespace: str) -> None:
-    """What an administrator does: ``kubectl label namespace NS resource.kubernetes.io/admin-access=true``."""
-    api.core.patch_namespace(namespace, {"metadata": {"labels": {capabilities.ADMIN_ACCESS_LABEL: "true"}}})
-
-
-#: Kubernetes 1.36's allocator lets an admin-access request take a device another claim holds,
-#: but still checks the counters the device consumes (structured/internal/*/allocator_*.go:
-#: the in-use check is skipped for admin access, checkAvailableCounters is not). A GPU that
-#: consumes counters (a partitionable GPU: DynamicMIG) and is held has none left, so a monitor
-#: can never be given it.
-COUNTERS_BLOCK_ADMIN_ACCESS = (
-    "every GPU this cluster publishes for {cls} consumes shared counters (a partitionable GPU, "
-    "e.g. DynamicMIG): once a claim holds one, the scheduler finds its counters used up even "
-    "for an admin-access request, so a monitor cannot be given a held GPU here")
-
-
-def holder_selectors(class_cel: list[str], profile, published) -> dict:
-    """Where the GPU in use (42) may land so that the monitor (43) can be given it: on a GPU
-    that consumes no counters when the cluster has both kinds (the manifest as written when
-    it has one kind only); no verdict when every GPU consumes counters."""
-    uuid = profile.attributes["uuid"]
-    holdable = [d for d in published if d.attribute(uuid) and cel.evaluate_all(class_cel, d).matched]
-    standalone = sorted(d.attribute(uuid) for d in holdable if not d.counter_sets)
-    if holdable and not standalone:
-        raise NoVerdict(COUNTERS_BLOCK_ADMIN_ACCESS.format(cls=profile.device_class))
-    if len(standalone) == len(holdable):
-        return {}
-    return {HOLDER_CLAIM: [sel.uuid_in(profile.domain, uuid, standalone)]}
-
-
-def start_admin_access(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
-    """The GPU in use first (42), then the monitor (43) selecting that GPU by its UUID; the
-    workload is both, so the three checks judge both pods and both claims."""
-    from draconf.pytest_plugin import make_namespace
-    ns = make_namespace(request, cluster, run_id, "admin-access")
-    label_for_admin_access(cluster, ns)
-    capability = capabilities.admin_access(cluster, ns, profile.device_class)
-    request.getfixturevalue("expected_features").require("admin-access", capability)
-    holder = Workload("admin-access", ["features/42-gpu-in-use.yaml"], expected_pods=1,
-                      selectors=holder_selectors(class_selectors(cluster, profile.device_class) or [], profile,
-                                                published), avoid_nodes=avoid)
-    start = DeployedWorkload.start(cluster, ns, holder, profile, run_id.labels)
-    if start.never_started:
-        return start
-    deployed = start.deployed
-    held = Claim.read(cluster, ns, HOLDER_CLAIM)
-    devices = [published.lookup(r.driver, r.pool, r.device) for r in held.results]
-    uuids = sorted(d.attribute(profile.attributes["uuid"]) for d in devices if d is not None)
-    if not uuids:
-        return Start(deployed, f"claim {HOLDER_CLAIM} holds no published device: {held.summary()}")
-    both = Workload("admin-access", ["features/42-gpu-in-use.yaml", "features/43-admin-access-monitor.yaml"],
-                    expected_pods=2, selectors={**holder.selectors, MONITOR_CLAIM: [
-                        sel.uuid_in(profile.domain, profile.attributes["uuid"], uuids)]},
-                    avoid_nodes=avoid)
-    monitor_docs = Workload("admin-access", ["features/43-admin-access-monitor.yaml"], 1,
-                            selectors={MONITOR_CLAIM: both.selectors[MONITOR_CLAIM]},
-                            avoid_nodes=avoid).documents(profile)
-    # From here the workload is both claims and both pods: a deployment of its own (the
-    # holder's objects stay as they are in the cluster).
-    deployed = dataclasses.replace(deployed, workload=both, documents=deployed.documents + monitor_docs,
-                                   _unschedulable_since={})
-    try:
-        manifests.create(cluster, ns, monitor_docs, run_id.labels)
-    except AdmissionDenied as err:
-        return Start(deployed, err.msg, cause=startup.ADMISSION_DENIED)
-    except ApiException as err:
-        if err.status not in REJECTED_STATUSES:
-            raise
-        return Start(deployed, f"the API server rejected the monitor's objects: {err.status} {err.reason}",
-                     cause=startup.REJECTED)
-    return deployed.started()
-
-
-# --- device taints ----------------------------------------------------------------------------
-
-TOLERATING_CLAIM = "gpu-tolerating"
-UNTOLERATED_CLAIM = "gpu-untolerated"
-NO_TAINTED_DEVICE = "no tainted device published; nothing to check"
-
-
-@dataclass
-class TaintWorkload(Workload):
-    """A manifest whose claim's request gets ``tolerations`` (None: as written)."""
-    tolerations: list | None = None
-
-    def documents(self, profile):
-        docs = super().documents(profile)
-        for doc in docs:
-            if doc["kind"] == "ResourceClaim" and self.tolerations is not None:
-                for request in doc["spec"]["devices"]["requests"]:
-                    request["exactly"]["tolerations"] = [dict(t) for t in self.tolerations]
-        return docs
-
-
-def tolerations_for(device: taints.TaintedDevice) -> list[dict]:
-    """One toleration per blocking taint of ``device``: its key, its effect, any value.
-
-    >>> d = taints.TaintedDevice("d", "p", "gpu-4", "n", ({"key": "d/xid", "value": "79",
-    ...     "effect": "NoSchedule"}, {"key": "d/info", "effect": "None"}), {})
-    >>> tolerations_for(d)
-    [{'key': 'd/xid', 'operator': 'Exists', 'effect': 'NoSchedule'}]
-    """
-    return [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in device.blocking]
-
-
-def tainted_target(request, cluster, profile, ns: str, avoid=frozenset()) -> taints.TaintedDevice:
-    """The tainted device the scenario asks for, or a skip with the reason: the API server
-    drops request tolerations, the profile has no uuid attribute, or no published device of the
-    validated nodes carries a NoSchedule/NoExecute taint."""
-    capability = capabilities.device_taints(cluster, ns, profile.device_class)
-    request.getfixturevalue("expected_features").require("device-taints", capability)
-    if not profile.has("uuid"):
-        pytest.skip(f"device-taints selects the tainted device by uuid: {profile.lacks('uuid')}")
-    uuid = f"{profile.domain}/{profile.attributes['uuid']}"
-    found = [d for d in taints.tainted_devices(taints.read_slices(cluster, profile.driver))
-             if d.blocking and d.node not in avoid and d.attributes.get(uuid)]
-    if not found:
-        pytest.skip(f"{NO_TAINTED_DEVICE} (no {profile.driver} device on the validated nodes carries a "
-                    "NoSchedule or NoExecute taint in its ResourceSlice)")
-    return sorted(found, key=lambda d: d.key)[0]
-
-
-def taint_workload(name: str, manifest: str, claim: str, device, profile, avoid, tolerations=None):
-    uuid = device.attributes[f"{profile.domain}/{profile.attributes['uuid']}"]
-    return TaintWorkload(name, [manifest], expected_pods=1, tolerations=tolerations, avoid_nodes=avoid,
-                         selectors={claim: [sel.uuid_in(profile.domain, profile.attributes["uuid"], [uuid])]})
-
-
-def untolerated_answer(cluster, ns: str, device: str) -> tuple[Claim, Pod]:
-    """The claim and pod of 46-device-taint-untolerated.yaml once the scheduler answered (an
-    allocation, or a standing refusal); no answer at all is the failure, naming ``device``."""
-    try:
-        return wait_scheduler_answer(cluster, ns, UNTOLERATED_CLAIM, UNTOLERATED_CLAIM, UNTOLERATED_VERDICT_TIMEOUT)
-    except waits.WaitFailed as err:
-        raise AssertionError(f"no verdict from the scheduler on a claim for {device}: {err}") from None
-
-
-def start_device_taints(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
-    from draconf.pytest_plugin import make_namespace
-    ns = make_namespace(request, cluster, run_id, "device-taints")
-    device = tainted_target(request, cluster, profile, ns, avoid)
-    workload = taint_workload("device-taints", "features/45-device-taint-tolerated.yaml", TOLERATING_CLAIM,
-                              device, profile, avoid, tolerations_for(device))
-    return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
-
-
-# --- the workloads: the walkthrough's three checks ---------------------------------------------
+# --- the workloads: the walkthrough's three checks, and each feature's own --------------------
 
 @pytest.fixture(scope="class", params=FEATURES)
 def started(request, cluster, profile, run_id, published_devices, validated_nodes) -> Start:
@@ -414,75 +91,24 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
     return start
 
 
-class TestFeatureWorkload(test_workloads.TestWorkload):
-    """allocation, cdi-injection, cleanup (inherited); allocation also judges what the feature
-    itself promises about the claim the scheduler allocated."""
+@pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
+class TestFeatureWorkload:
+    """The walkthrough's allocation, cdi-injection and cleanup; allocation also judges what the
+    feature itself promises about the claim the scheduler allocated."""
 
-    # Re-declared in order: pytest runs a subclass's own methods in their order of definition.
     def test_allocation(self, request, started, published_devices, cluster, profile):
-        super().test_allocation(request, started, published_devices)
+        check_allocation(request, started, published_devices)
         feature_allocation(request, started.deployed, published_devices, cluster, profile)
 
     def test_cdi_injection(self, started, published_devices):
         # A feature's claim the node's driver refuses to prepare fails here, as any workload's
-        # does (e.g. a driver without admin-access support): TestWorkload.test_cdi_injection.
-        super().test_cdi_injection(started, published_devices)
+        # does (e.g. a driver without admin-access support).
+        check_cdi_injection(started, published_devices)
 
-    @pytest.mark.flaky(reruns=0)  # as the inherited one: a rerun would find nothing to release
+    @pytest.mark.flaky(reruns=0)  # it deletes the consumers: a rerun would find nothing to release
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
-        super().test_cleanup(started, published_devices, cluster, profile, run_id)
-
-
-def feature_allocation(request, deployed, published_devices, cluster, profile) -> None:
-    """The feature's own promise about the allocation (after the walkthrough's checks passed)."""
-    claims = deployed.claims()
-    if deployed.workload.name == "extended-resource":
-        (pod,) = deployed.pods()
-        claim = claims.get(pod.extended_claim_name or "")
-        assert claim is not None, (f"pod {pod.name} names no extended-resource claim: "
-                                   f"{json.dumps(pod.status.get('extendedResourceClaimStatus'))}")
-        problems = extended_claim_problems(pod, claim, profile.capabilities.extended_resource,
-                                           profile.device_class)
-        assert not problems, "the extended-resource claim is wrong: " + "; ".join(problems)
-        note(request.node, f"pod {pod.name} asked for {profile.capabilities.extended_resource}: 1 and got "
-                      f"{claim.summary()} (created by the scheduler)")
-    elif deployed.workload.name == "prioritized-list":
-        from draconf.devices import class_selectors
-        (claim,) = [c for c in claims.values() if c.is_generated]
-        subs = subrequests(deployed.documents)
-        class_cel = class_selectors(cluster, profile.device_class) or []
-        # The first alternative that some published device satisfies is the one to get.
-        want = next((s["name"] for s in subs if satisfiable(s, published_devices, class_cel)), None)
-        got = sorted({r.request for r in claim.results})
-        skipped = [s["name"] for s in subs[:[s["name"] for s in subs].index(want)]] if want else []
-        assert got == [f"gpu/{want}"], (
-            f"claim {claim.name} was allocated for {got}, expected gpu/{want}: no published device "
-            f"satisfies {skipped or 'no earlier alternative'}, so the scheduler must take the first "
-            "alternative it can satisfy")
-        note(request.node, f"firstAvailable fell back to gpu/{want}: {claim.summary()}")
-    elif deployed.workload.name == "device-taints":
-        claim = claims[TOLERATING_CLAIM]
-        slices = taints.read_slices(cluster, profile.driver)
-        tainted = {d.key: d for d in taints.tainted_devices(slices) if d.blocking}
-        got = [r.key for r in claim.results]
-        assert got and all(key in tainted for key in got), (
-            f"claim {TOLERATING_CLAIM} selects a tainted device and tolerates its taints, but was "
-            f"allocated {got}; tainted devices: {[d.summary() for d in tainted.values()]}")
-        problems = taints.untolerated(claim.raw, slices)
-        assert not problems, f"claim {TOLERATING_CLAIM} holds devices whose taints it does not tolerate: {problems}"
-        tols = [t for r in claim.requests for t in (r.get("exactly") or {}).get("tolerations") or []]
-        note(request.node, f"{TOLERATING_CLAIM} tolerates {json.dumps(tols)} and was allocated "
-                           f"{', '.join(tainted[k].summary() for k in got)} (the taint as its ResourceSlice "
-                           "publishes it)")
-    else:
-        holder, monitor = claims[HOLDER_CLAIM], claims[MONITOR_CLAIM]
-        shared = {r.key for r in holder.results} & {r.key for r in monitor.results}
-        assert shared, (f"the admin-access claim {MONITOR_CLAIM} got {[r.key for r in monitor.results]}, "
-                        f"not the device {HOLDER_CLAIM} holds ({[r.key for r in holder.results]})")
-        not_admin = [str(r) for r in monitor.results if not r.admin_access]
-        assert not not_admin, f"allocation results of {MONITOR_CLAIM} lack adminAccess: true: {not_admin}"
-        note(request.node, f"{MONITOR_CLAIM} (adminAccess) shares {', '.join(sorted(shared))} with "
-                      f"{HOLDER_CLAIM}, which still holds it")
+        check_cleanup(started, published_devices, cluster, profile, run_id)
 
 
 @pytest.mark.conformance
@@ -597,10 +223,6 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
 
 def cluster_version(api) -> str:
     return api.version.get_code().git_version
-
-
-#: How long the untolerated claim's pod is watched for the scheduler's verdict.
-UNTOLERATED_VERDICT_TIMEOUT = 40
 
 
 @pytest.mark.conformance
@@ -723,7 +345,6 @@ def wait_rule_status(cluster, name: str, done=lambda condition: True, timeout: f
 def free_gpu(cluster, profile, published, avoid=frozenset()):
     """A device of the profile's class on the validated nodes, with a uuid, that no claim holds and
     no taint (the driver's or a rule's) keeps from claims: the one the rule is about to taint."""
-    from draconf.devices import class_selectors
     class_cel = class_selectors(cluster, profile.device_class) or []
     slices = taints.read_slices(cluster, profile.driver)
     rules = [cluster.api_client.sanitize_for_serialization(r)
@@ -901,9 +522,11 @@ def sharing_target(request, cluster, profile, published, avoid, gpus: int, needs
     return nodes
 
 
-class TestGpuSharing(test_workloads.TestWorkload):
-    """47-gpu-sharing.yaml (NVIDIA quickstart gpu-test5): allocation, cdi-injection, cleanup
-    (inherited), and ``sharing``: each container shows its request's sharing config."""
+@pytest.mark.conformance
+@pytest.mark.usefixtures("preflight_gate")
+class TestGpuSharing:
+    """47-gpu-sharing.yaml (NVIDIA quickstart gpu-test5): the walkthrough's allocation,
+    cdi-injection and cleanup, and ``sharing``: each container shows its request's sharing config."""
 
     @pytest.fixture(scope="class", params=[SHARING_WORKLOAD])
     @classmethod
@@ -927,10 +550,10 @@ class TestGpuSharing(test_workloads.TestWorkload):
         return start
 
     def test_allocation(self, request, started, published_devices):
-        super().test_allocation(request, started, published_devices)
+        check_allocation(request, started, published_devices)
 
     def test_cdi_injection(self, started, published_devices):
-        super().test_cdi_injection(started, published_devices)
+        check_cdi_injection(started, published_devices)
 
     def test_sharing(self, request, started, profile):
         """Both containers of each request see the same GPU, and the request's config reached
@@ -944,16 +567,16 @@ class TestGpuSharing(test_workloads.TestWorkload):
             raise started.failed(f"the sharing workload never ran: {started.failure}")
         deployed = started.deployed
         evidence, problems, summary = sharing_evidence(deployed, profile)
-        test_workloads.attach_evidence("sharing", evidence)
+        attach_evidence("sharing", evidence)
         if problems:
             record_diagnosis(request.node, "config-ignored", {"containers": "\n".join(evidence)})
             pytest.fail(diagnosis_prefix("config-ignored") + "the claim's GpuConfig sharing did not reach "
                         "the containers: " + "; ".join(problems), pytrace=False)
         note(request.node, "gpu-test5: " + "; ".join(summary))
 
-    @pytest.mark.flaky(reruns=0)  # as the inherited one: a rerun would find nothing to release
+    @pytest.mark.flaky(reruns=0)  # it deletes the consumers: a rerun would find nothing to release
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
-        super().test_cleanup(started, published_devices, cluster, profile, run_id)
+        check_cleanup(started, published_devices, cluster, profile, run_id)
 
 
 def mps_daemon_deployments(api, profile) -> list[dict]:

@@ -32,12 +32,12 @@ from draconf.testbed import external_faults, inventory
 from draconf.testbed.nvidia import ONE_NODE, PLUGIN_FAULTS
 from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.cluster import Testbed
-from tests.suite_modules import suite_module
+from draconf.scenarios.walkthrough import WORKLOADS
 
 REPO = Path(__file__).resolve().parents[2]
-#: The walkthrough's workloads, as suites/test_workloads.py declares them: one list, so a workload
+#: The walkthrough's workloads, as draconf/scenarios/walkthrough.py declares them: one list, so a workload
 #: added there is expected here too.
-GPU_WORKLOADS = list(suite_module("test_workloads").WORKLOADS)
+GPU_WORKLOADS = list(WORKLOADS)
 #: Checks that need containers that really run (and exit; gpu-sharing reads nvidia-smi in them):
 #: on KWOK GPU nodes they are skipped,
 #: so there they cannot catch a fault (and a skip is never a failure the matrix could count).

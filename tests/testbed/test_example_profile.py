@@ -25,7 +25,7 @@ from draconf.kube import connect
 from draconf.pods import exec_in_container
 from draconf.profile import builtin, for_target
 from draconf.workload import DeployedWorkload, Workload
-from tests.suite_modules import suite_module
+from draconf.scenarios import walkthrough
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = namespaces.RunId("selftest")
@@ -73,7 +73,7 @@ def test_the_suite_passes_on_the_example_driver(example_driver_bed, tmp_path):
     for key, capability in NOT_APPLICABLE.items():
         assert capability in skipped[key], (key, skipped[key])
     # Every workload got all three verdicts, on this driver.
-    for workload in suite_module("test_workloads").WORKLOADS:
+    for workload in walkthrough.WORKLOADS:
         for check in ("allocation", "cdi-injection", "cleanup"):
             assert rows[(workload, check)]["outcome"] == "passed", (workload, check)
     assert rows[("job", "completion")]["outcome"] == "passed"

@@ -25,12 +25,11 @@ import pytest
 from draconf import capabilities, manifests, selectors
 from draconf.devices import PublishedDevices
 from draconf.diagnosis import diagnose
-from tests.suite_modules import suite_module
+from draconf.scenarios.admin_access import HOLDER_CLAIM, MONITOR_CLAIM
+from draconf.scenarios.device_taints import TOLERATING_CLAIM
+from draconf.scenarios.features import feature_allocation
 
 from .test_allocation_branches import DRIVER, NODE, PROFILE, allocate, consume
-
-
-FEATURES = suite_module("test_features")
 
 
 def claim_from(manifest: str, name: str, uuid: str | None = None) -> dict:
@@ -52,7 +51,7 @@ def node_devices(api) -> list[dict]:
 def feature_verdict(api, deployed) -> str:
     """``feature_allocation``'s failure, and the diagnosis it gets from the cluster alone."""
     with pytest.raises(AssertionError) as failed:
-        FEATURES.feature_allocation(None, deployed, PublishedDevices.read(api, DRIVER), api, PROFILE)
+        feature_allocation(None, deployed, PublishedDevices.read(api, DRIVER), api, PROFILE)
     diagnosis = diagnose(api, PROFILE, deployed.namespace, "")
     assert diagnosis.code == "allocation-invalid", diagnosis
     return str(failed.value)
@@ -65,23 +64,23 @@ def admin_access_claims(api, ns: str, monitor_device: str):
     held = node_devices(api)[0]
     assert held["name"] == "gpu-0"
     manifests.create(api, ns, [
-        claim_from("features/42-gpu-in-use.yaml", FEATURES.HOLDER_CLAIM),
-        claim_from("features/43-admin-access-monitor.yaml", FEATURES.MONITOR_CLAIM, held["attributes"]["uuid"]["string"])])
-    allocate(api, ns, FEATURES.HOLDER_CLAIM, [(NODE, "gpu-0")])
-    allocate(api, ns, FEATURES.MONITOR_CLAIM, [(NODE, monitor_device)], admin_access=True)
-    return consume(api, ns, [FEATURES.HOLDER_CLAIM, FEATURES.MONITOR_CLAIM], "admin-access")
+        claim_from("features/42-gpu-in-use.yaml", HOLDER_CLAIM),
+        claim_from("features/43-admin-access-monitor.yaml", MONITOR_CLAIM, held["attributes"]["uuid"]["string"])])
+    allocate(api, ns, HOLDER_CLAIM, [(NODE, "gpu-0")])
+    allocate(api, ns, MONITOR_CLAIM, [(NODE, monitor_device)], admin_access=True)
+    return consume(api, ns, [HOLDER_CLAIM, MONITOR_CLAIM], "admin-access")
 
 
 def test_the_control_admin_access_claim_given_the_held_gpu_passes(request, api, ns):
     """The same path with the allocation the real scheduler makes: the promise holds."""
     deployed = admin_access_claims(api, ns, "gpu-0")
-    FEATURES.feature_allocation(request, deployed, PublishedDevices.read(api, DRIVER), api, PROFILE)
+    feature_allocation(request, deployed, PublishedDevices.read(api, DRIVER), api, PROFILE)
 
 
 def test_admin_access_claim_given_a_gpu_nobody_holds(api, ns):
     verdict = feature_verdict(api, admin_access_claims(api, ns, "gpu-1"))
-    assert (f"the admin-access claim {FEATURES.MONITOR_CLAIM} got ['{DRIVER}/{NODE}/gpu-1'], not the "
-            f"device {FEATURES.HOLDER_CLAIM} holds (['{DRIVER}/{NODE}/gpu-0'])") in verdict, verdict
+    assert (f"the admin-access claim {MONITOR_CLAIM} got ['{DRIVER}/{NODE}/gpu-1'], not the "
+            f"device {HOLDER_CLAIM} holds (['{DRIVER}/{NODE}/gpu-0'])") in verdict, verdict
 
 
 def test_tolerating_claim_given_an_untainted_gpu(api, ns):
@@ -98,11 +97,11 @@ def test_tolerating_claim_given_an_untainted_gpu(api, ns):
                      {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}})
     try:
         manifests.create(api, ns, [claim_from("features/45-device-taint-tolerated.yaml",
-                                              FEATURES.TOLERATING_CLAIM, uuid)])
-        allocate(api, ns, FEATURES.TOLERATING_CLAIM, [(NODE, "gpu-1")])
-        deployed = consume(api, ns, [FEATURES.TOLERATING_CLAIM], "device-taints")
+                                              TOLERATING_CLAIM, uuid)])
+        allocate(api, ns, TOLERATING_CLAIM, [(NODE, "gpu-1")])
+        deployed = consume(api, ns, [TOLERATING_CLAIM], "device-taints")
         verdict = feature_verdict(api, deployed)
-        assert (f"claim {FEATURES.TOLERATING_CLAIM} selects a tainted device and tolerates its taints, "
+        assert (f"claim {TOLERATING_CLAIM} selects a tainted device and tolerates its taints, "
                 f"but was allocated ['{DRIVER}/{NODE}/gpu-1']") in verdict and f"{pool}/gpu-79" in verdict, verdict
     finally:
         for pod in api.core.list_namespaced_pod(ns).items:

@@ -4,13 +4,12 @@ none when the cluster has both kinds (pure function of suites/test_features.py).
 
 import pytest
 
-from tests.suite_modules import suite_module
+from draconf.scenarios import admin_access
 from draconf.devices import Device, PublishedDevices
 from draconf.errors import NoVerdict
 from draconf.profile import resolve
 
 DRIVER = "gpu.nvidia.com"
-SUITE = suite_module("test_features")
 CLASS_CEL = [f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"]
 
 
@@ -28,8 +27,8 @@ def profile():
 def test_a_mixed_fleet_keeps_the_holder_on_gpus_that_consume_no_counters(profile):
     fleet = PublishedDevices(DRIVER, [gpu("h100", 0, True), gpu("h100", 1, True),
                                       gpu("a100", 0, False), gpu("a100", 1, False)])
-    chosen = SUITE.holder_selectors(CLASS_CEL, profile, fleet)
-    [selector] = chosen[SUITE.HOLDER_CLAIM]
+    chosen = admin_access.holder_selectors(CLASS_CEL, profile, fleet)
+    [selector] = chosen[admin_access.HOLDER_CLAIM]
     assert "GPU-a100-0" in selector.cel and "GPU-a100-1" in selector.cel
     assert "GPU-h100" not in selector.cel
 
@@ -37,11 +36,11 @@ def test_a_mixed_fleet_keeps_the_holder_on_gpus_that_consume_no_counters(profile
 def test_a_fleet_of_one_kind_gets_the_manifest_as_written(profile):
     fleet = PublishedDevices(DRIVER, [gpu("a100", 0, False), gpu("a100", 1, False),
                                       gpu("a100", 2, False, kind="mig")])
-    assert SUITE.holder_selectors(CLASS_CEL, profile, fleet) == {}
+    assert admin_access.holder_selectors(CLASS_CEL, profile, fleet) == {}
 
 
 def test_a_fleet_where_every_gpu_consumes_counters_gives_no_verdict_naming_why(profile):
     fleet = PublishedDevices(DRIVER, [gpu("h100", 0, True), gpu("h100", 1, True),
                                       gpu("a100", 0, False, kind="mig")])
     with pytest.raises(NoVerdict, match="consumes shared counters"):
-        SUITE.holder_selectors(CLASS_CEL, profile, fleet)
+        admin_access.holder_selectors(CLASS_CEL, profile, fleet)

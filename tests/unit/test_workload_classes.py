@@ -1,11 +1,11 @@
 """``--all-models``: the model and memory classes enumerated from the published devices (pure
-functions of suites/test_workloads.py over PublishedDevices), and the workload each class gets."""
+functions of draconf/scenarios/walkthrough.py over PublishedDevices), and the workload each class gets."""
 
 from pathlib import Path
 
 import pytest
 
-from tests.suite_modules import suite_module
+from draconf.scenarios import walkthrough
 from draconf.devices import Device, PublishedDevices
 from draconf.profile import resolve
 
@@ -14,7 +14,7 @@ GI = 2**30
 H100, A100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA H200"
 
 
-SUITE = suite_module("test_workloads")
+SUITE = walkthrough
 
 
 def gpu(n: int, product: str | None, memory: int | None, node: str = "node-a") -> Device:

@@ -4,7 +4,7 @@ workload does when the cluster publishes no memory capacity."""
 
 import pytest
 
-from tests.suite_modules import suite_module
+from draconf.scenarios import walkthrough
 from draconf.devices import Device, PublishedDevices
 from draconf.errors import NoVerdict
 from draconf.profile import resolve
@@ -34,7 +34,7 @@ def test_start_outcome():
 
 
 def test_memory_selected_keeps_its_memory_selector():
-    suite, profile = suite_module("test_workloads"), resolve("nvidia")
+    suite, profile = walkthrough, resolve("nvidia")
     published = PublishedDevices(DRIVER, [gpu(0, 80 * 2**30), gpu(1, 140 * 2**30)])
     workload = suite.build_workload("memory-selected", published, profile)
     assert [len(v) for v in workload.selectors.values()] == [1, 1]
@@ -42,7 +42,7 @@ def test_memory_selected_keeps_its_memory_selector():
 
 
 def test_memory_selected_without_published_memory_is_a_finding_not_a_single_gpu_workload():
-    suite, profile = suite_module("test_workloads"), resolve("nvidia")
+    suite, profile = walkthrough, resolve("nvidia")
     published = PublishedDevices(DRIVER, [gpu(0, None), gpu(1, None)])
     with pytest.raises(suite.NotBuildable, match=r"^\[attribute-missing\] no published device has "
                                                  r"the capacity 'memory'"):
