@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from draconf.errors import DraconfError
 from draconf.reporting.allure_extras import allure_categories
-from draconf.testbed.pins import cache_root
+from draconf.cachedir import cache_root
 
 # package.json (allure, one exact version) and package-lock.json: what `npm ci` installs.
 ALLURE_PACKAGE_DIR = Path(__file__).resolve().parent / "allure"

@@ -34,26 +34,15 @@ from draconf.breaker import BREAKER_FILE_ENV, breaker_cause, namespace_controlle
 from draconf.errors import DraconfError, TargetUnusable
 from draconf.kube import connect, connect_target
 from draconf.devices import PublishedDevices
-from draconf.profile import Profile, for_target, resolve as resolve_profile
+from draconf.profile import for_target, resolve as resolve_profile
+# the run's stash (the plugin sets it; the diagnosis and the suites read it there too)
+from draconf.runstate import CLUSTER_API, PROFILE, cluster_api, run_profile  # noqa: F401
 
 log = logging.getLogger("draconf")
 
 #: Set on a failed test and on every collector above it (class, module, session), so a
 #: namespace of any scope knows whether a test inside that scope failed.
 FAILED = pytest.StashKey[bool]()
-#: The API connection the ``cluster`` fixture made, for the hooks that read the cluster after a
-#: test (the diagnosis of a failure, the session's namespace sweep); absent until it ran.
-CLUSTER_API = pytest.StashKey[object]()
-
-
-def cluster_api(config):
-    """The run's API connection once the ``cluster`` fixture made it, else None."""
-    return config.stash.get(CLUSTER_API, None)
-
-
-#: The driver profile of the run (``--profile`` for ``--target``), resolved at configure time.
-PROFILE = pytest.StashKey[Profile]()
-
 
 def run_target(config) -> str:
     """``--draconf-target``; a kubeconfig or context given alone means that kubeconfig's cluster."""
@@ -61,11 +50,6 @@ def run_target(config) -> str:
     if target == "testbed" and (config.getoption("draconf_kubeconfig") or config.getoption("draconf_context")):
         return "kubeconfig"
     return target
-
-
-def run_profile(config):
-    """The run's driver profile (None before pytest_configure resolved it)."""
-    return config.stash.get(PROFILE, None)
 
 
 def pytest_addoption(parser):

@@ -28,6 +28,7 @@ from draconf.claims import device_holders
 from draconf.devices import PublishedDevices
 from draconf.pods import exec_in_container
 from draconf.reporting import note
+from draconf.scenarios.mig import MigWorkload
 from draconf.startup import allocated_once_freed, wait_scheduler_answer
 from draconf.workload import DeployedWorkload
 
@@ -80,7 +81,7 @@ def test_mig_device_by_profile(request, cluster, profile, run_id, mig_devices, n
     of it, and ``nvidia-smi -L`` in the container lists that device under its parent GPU."""
     found = mig_devices
     wanted = mig.smallest_profiles(found)[0]
-    workload = mig.MigWorkload("mig", ["features/60-mig-by-profile.yaml"], expected_pods=1,
+    workload = MigWorkload("mig", ["features/60-mig-by-profile.yaml"], expected_pods=1,
                                avoid_nodes=validated_nodes.avoid, profiles={"mig": wanted})
     deployed = started(cluster, namespace, workload, profile, run_id)
     pod, claim, devices = judged_allocation(deployed, profile)
@@ -107,7 +108,7 @@ def test_mig_devices_share_their_parent(request, cluster, profile, run_id, mig_d
     if missing := sorted({f"{n}g" for r, n in sizes.items() if profiles[r] is None}):
         pytest.skip(f"gpu-test4 asks for 1g, 1g, 2g and 3g MIG devices; no {', '.join(missing)} profile "
                     f"is published (published: {', '.join(mig.smallest_profiles(found))})")
-    workload = mig.MigWorkload("mig", ["features/61-mig-same-parent.yaml"], expected_pods=1,
+    workload = MigWorkload("mig", ["features/61-mig-same-parent.yaml"], expected_pods=1,
                                avoid_nodes=validated_nodes.avoid, profiles=profiles)
     deployed = started(cluster, namespace, workload, profile, run_id)
     pod, claim, devices = judged_allocation(deployed, profile)
@@ -164,12 +165,12 @@ def test_whole_gpu_and_its_mig_device_are_exclusive(request, cluster, profile, r
     found = mig_devices
     published = validated_nodes.devices(PublishedDevices.read(cluster, profile.driver))
     parent, whole = free_parent(cluster, profile, found, published)
-    holder = mig.MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], expected_pods=1,
+    holder = MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], expected_pods=1,
                              avoid_nodes=validated_nodes.avoid, selectors={WHOLE_CLAIM: [
                                  sel.uuid_in(profile.domain, profile.attributes["uuid"], [parent])]})
     started(cluster, namespace, holder, profile, run_id)
     smallest = mig.smallest_profiles([d for d in found if mig.parent_of(d) == parent])[0]
-    asking = mig.MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], expected_pods=1,
+    asking = MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], expected_pods=1,
                              avoid_nodes=validated_nodes.avoid, profiles={"mig": smallest}, parent=parent)
     manifests.create(cluster, namespace, asking.documents(profile), run_id.labels)
 

@@ -40,6 +40,8 @@ from draconf.diagnosis.gather import (PLUGIN_NAMESPACES, PLUGIN_SELECTORS, REQUE
 from draconf.diagnosis.rules import RULES, classify
 from draconf.diagnosis.scheduling import node_exclusions, tolerates
 from draconf.reporting.diagnoses import DIAGNOSES
+from draconf.reporting.recording import recorded_namespace
+from draconf.runstate import cluster_api, run_profile
 
 log = logging.getLogger("draconf.diagnosis")
 
@@ -91,13 +93,11 @@ def diagnose(api, profile, namespace: str | None, error: BaseException | str | N
 def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     """Diagnose a failing draconf test item (for the pytest plugin's hook).
 
-    Finds the cluster (:func:`draconf.pytest_plugin.cluster_api`), the profile, the test's namespace (the one
+    Finds the cluster (:func:`draconf.runstate.cluster_api`), the profile, the test's namespace (the one
     the fixture that made it recorded for the test's scope:
     :func:`draconf.reporting.recording.recorded_namespace`).
     Returns None when there is no cluster connection to read from.
     """
-    from draconf.pytest_plugin import cluster_api, run_profile
-    from draconf.reporting.recording import recorded_namespace
 
     config = item.config
     api = cluster_api(config)

@@ -13,6 +13,7 @@ from draconf.admission import AdmissionDenied
 from draconf.claims import Claim
 from draconf.devices import class_selectors
 from draconf.errors import NoVerdict
+from draconf.pytest_plugin import make_namespace
 from draconf.workload import REJECTED_STATUSES, DeployedWorkload, Start, Workload
 
 HOLDER_CLAIM = "gpu-in-use"
@@ -52,7 +53,6 @@ def holder_selectors(class_cel: list[str], profile, published) -> dict:
 def start_admin_access(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
     """The GPU in use first (42), then the monitor (43) selecting that GPU by its UUID; the
     workload is both, so the three checks judge both pods and both claims."""
-    from draconf.pytest_plugin import make_namespace
     ns = make_namespace(request, cluster, run_id, "admin-access")
     label_for_admin_access(cluster, ns)
     capability = capabilities.admin_access(cluster, ns, profile.device_class)

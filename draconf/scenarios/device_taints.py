@@ -13,6 +13,7 @@ from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.pods import Pod
 from draconf.startup import wait_scheduler_answer
+from draconf.pytest_plugin import make_namespace
 from draconf.workload import DeployedWorkload, Start, Workload
 
 TOLERATING_CLAIM = "gpu-tolerating"
@@ -78,7 +79,6 @@ def untolerated_answer(cluster, ns: str, device: str) -> tuple[Claim, Pod]:
 
 
 def start_device_taints(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
-    from draconf.pytest_plugin import make_namespace
     ns = make_namespace(request, cluster, run_id, "device-taints")
     device = tainted_target(request, cluster, profile, ns, avoid)
     workload = taint_workload("device-taints", "features/45-device-taint-tolerated.yaml", TOLERATING_CLAIM,

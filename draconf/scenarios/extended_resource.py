@@ -11,6 +11,7 @@ import pytest
 from draconf import capabilities, startup
 from draconf.claims import Claim
 from draconf.startup import VERDICT_AFTER
+from draconf.pytest_plugin import make_namespace
 from draconf.workload import DeployedWorkload, Start, Workload
 
 class ExtendedResourceWorkload(DeployedWorkload):
@@ -37,7 +38,6 @@ class ExtendedResourceWorkload(DeployedWorkload):
 
 
 def start_extended_resource(request, cluster, profile, run_id, avoid=frozenset()) -> Start:
-    from draconf.pytest_plugin import make_namespace
     capability = capabilities.extended_resource(cluster, profile.device_class,
                                                 profile.capabilities.extended_resource)
     request.getfixturevalue("expected_features").require("extended-resource", capability)

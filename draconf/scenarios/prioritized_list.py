@@ -11,6 +11,7 @@ import pytest
 from draconf import capabilities, cel, manifests
 from draconf.devices import class_selectors
 from draconf.scenarios.walkthrough import choose_model
+from draconf.pytest_plugin import make_namespace
 from draconf.workload import DeployedWorkload, Start, Workload
 
 @dataclass
@@ -59,7 +60,6 @@ def satisfiable(sub: dict, published, class_cel: list[str]) -> list:
 
 
 def start_prioritized_list(request, cluster, profile, run_id, published, avoid=frozenset()) -> Start:
-    from draconf.pytest_plugin import make_namespace
     if not profile.has("model"):
         pytest.skip(f"prioritized-list selects by the model attribute: {profile.lacks('model')}")
     fallback = choose_model(published, profile)

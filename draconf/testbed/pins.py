@@ -10,9 +10,10 @@ hashes those files, so editing a pin there is what triggers a rebuild.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from draconf.cachedir import cache_root  # noqa: F401  (the bed's callers find it here)
 
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -106,12 +107,6 @@ def pins_digest(targets: list[Target] | None = None) -> str:
             h.update(str(relative).encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:12]
-
-
-def cache_root() -> Path:
-    base = os.environ.get("DRACONF_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "draconf")
-    return Path(base)
 
 
 def bin_dir() -> Path:
