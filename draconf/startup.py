@@ -27,7 +27,7 @@ from draconf.pods import Pod
 from draconf.profile import Profile
 
 if TYPE_CHECKING:
-    from draconf.workload import Workload
+    from draconf.builder import Workload
 
 #: Scheduler messages that will not change by waiting (see dra-facts §2 and the seeds).
 DEFINITIVE_UNSCHEDULABLE = ("cannot allocate all claims", "does not exist", "untolerated taint",
