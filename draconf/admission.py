@@ -22,9 +22,9 @@ True
 
 from __future__ import annotations
 
-import json
 import re
 
+from draconf.errors import server_message  # noqa: F401  (re-exported: the refusal's words)
 from _pytest.outcomes import Failed  # pytest.fail.Exception, by a name a type checker follows
 
 #: HTTP statuses of an admission or validation refusal of a create.
@@ -40,14 +40,6 @@ _QUOTA = re.compile(r"exceeded quota: ([\w.-]+)")
 #: user, verb, resource, API group (draconf.answers.ServerAnswer.forbidden).
 FORBIDDEN = re.compile(r'User \\?"([^"\\]*)\\?" cannot (\w+) resource \\?"([^"\\]+)\\?"'
                        r'(?: in API group \\?"([^"\\]*)\\?")?')
-
-
-def server_message(err) -> str:
-    """The ``message`` of an ApiException's Status body, else its body or reason."""
-    try:
-        return json.loads(err.body).get("message") or str(err.body)
-    except (TypeError, ValueError, AttributeError):
-        return str(getattr(err, "body", None) or getattr(err, "reason", "") or err)
 
 
 def denial_in_text(text: str) -> str | None:

@@ -19,10 +19,11 @@ True
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
+
+from draconf.errors import server_message
 
 #: The namespace label without which the API server refuses adminAccess claims (KEP-5018).
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
@@ -58,13 +59,6 @@ def field_at(obj, path: str):
     return obj
 
 
-def _server_message(err: ApiException) -> str:
-    try:
-        return json.loads(err.body or "")["message"]
-    except (ValueError, KeyError, TypeError):
-        return (err.body or err.reason or "").strip()
-
-
 def dry_run_claim(api, namespace: str, claim: dict) -> tuple[dict | None, str | None]:
     """Create ``claim`` with ``dryRun=All`` (validated and admitted, never stored): the object
     as the server would keep it, or None and the server's refusal."""
@@ -74,7 +68,7 @@ def dry_run_claim(api, namespace: str, claim: dict) -> tuple[dict | None, str | 
         created = api.resource.create_namespaced_resource_claim(namespace, body, dry_run="All")
     except ApiException as err:
         if err.status in (400, 403, 422):
-            return None, f"HTTP {err.status}: {_server_message(err)}"
+            return None, f"HTTP {err.status}: {server_message(err)}"
         raise
     return api.api_client.sanitize_for_serialization(created), None
 
@@ -183,7 +177,7 @@ def device_taint_rules(api, driver: str) -> Capability:
                                            "--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true)")
         if err.status in (400, 403, 422):
             return Capability(name, False, f"a server-side dry-run create of a DeviceTaintRule was refused: "
-                                           f"HTTP {err.status}: {_server_message(err)}", refused=True)
+                                           f"HTTP {err.status}: {server_message(err)}", refused=True)
         raise
     kept = api.api_client.sanitize_for_serialization(kept)
     if field_at(kept, "spec.taint.key") is None or field_at(kept, "spec.deviceSelector.device") is None:

@@ -4,6 +4,8 @@ Anything raised as :class:`DraconfError` is printed by the CLI as one message wi
 traceback: it must say what went wrong and what to do about it.
 """
 
+import json
+
 
 #: draconf's own exit codes (docs/reports.md, "Exit codes"), apart from pytest's: pytest keeps 0,
 #: 1 and 3 (internal error) with their meanings; its 2 (interrupted) becomes EXIT_INTERRUPTED,
@@ -72,3 +74,33 @@ class NoVerdict(Skipped):
 # As pytest does for Skipped: tracebacks and JUnit show "NoVerdict: <cause>", no module path
 # (which also hides the class from doctest collection, so its behaviour is unit-tested).
 NoVerdict.__module__ = "builtins"
+
+
+def server_message(err) -> str:
+    """What the API server said in refusing a request: the ``message`` of an ApiException's
+    Status body, else the body's text, else its status and reason.  The one reading of an API
+    error's words for every check, wait and preflight row.
+
+    >>> class E(Exception):
+    ...     def __init__(self, body, status=403, reason="Forbidden"):
+    ...         self.body, self.status, self.reason = body, status, reason
+    >>> server_message(E('{"kind":"Status","message":"pods is forbidden: no"}'))
+    'pods is forbidden: no'
+    >>> server_message(E(b'{"message":"bytes too"}')), server_message(E("plain text\\n"))
+    ('bytes too', 'plain text')
+    >>> server_message(E(None, 0, "Connection refused")), server_message(E('{"code": 500}'))
+    ('0 Connection refused', '{"code": 500}')
+    """
+    body = getattr(err, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    try:
+        message = json.loads(body or "").get("message")
+    except (TypeError, ValueError, AttributeError):
+        message = None
+    if message:
+        return str(message)
+    if body and str(body).strip():
+        return str(body).strip()
+    status, reason = getattr(err, "status", None), getattr(err, "reason", None)
+    return f"{status} {reason}".strip() if status is not None or reason else str(err)

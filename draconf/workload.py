@@ -36,7 +36,7 @@ from draconf.kube import Api, label_selector
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.injection import Seen, WrongInjection, judge as judge_injection
-from draconf.errors import NoVerdict, ReleaseIncomplete
+from draconf.errors import NoVerdict, ReleaseIncomplete, server_message
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
 from draconf.startup import ControlPlaneStalled, StartVerdicts, stall_after
@@ -140,7 +140,7 @@ class DeployedWorkload(StartVerdicts):
             if err.status not in REJECTED_STATUSES:
                 raise
             return Start(deployed, f"the API server rejected the workload's objects: "
-                                   f"{err.status} {err.reason}: {_api_message(err)}", cause=startup.REJECTED,
+                                   f"{err.status} {err.reason}: {server_message(err)}", cause=startup.REJECTED,
                          answers=answers.carried_by(err))
         return deployed.started()
 
@@ -464,15 +464,6 @@ class DeployedWorkload(StartVerdicts):
                             "the devices published when the workload started, so whether they can be "
                             "allocated again was not probed")
         return [f"released {c.summary()}" for c in held.values()] + probe(freed)
-
-
-def _api_message(err: ApiException) -> str:
-    """The ``message`` of an API error's Status body, else its body."""
-    import json
-    try:
-        return json.loads(err.body or "")["message"]
-    except (ValueError, KeyError, TypeError):
-        return (err.body or "").strip()
 
 
 def _published_summary(device, profile: Profile) -> str:

@@ -48,7 +48,7 @@ from draconf.admission import AdmissionDenied
 from draconf.breaker import trip_breaker
 from draconf.claims import Claim, device_holders
 from draconf.devices import class_selectors
-from draconf.errors import NoVerdict
+from draconf.errors import NoVerdict, server_message
 from draconf.expectations import FeatureMissing
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
@@ -126,7 +126,7 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
     try:
         cluster.resource.create_namespaced_resource_claim(ns, body)
     except ApiException as err:
-        message = capabilities._server_message(err)
+        message = server_message(err)
         assert err.status in (403, 422), f"expected the API server to refuse the claim, got {err.status}: {message}"
         assert capabilities.ADMIN_ACCESS_LABEL in message, (
             f"the claim was refused, but not for the missing {capabilities.ADMIN_ACCESS_LABEL} label: {message}")

@@ -37,6 +37,7 @@ from draconf.devices import PublishedDevices
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
 from draconf.workload import DeployedWorkload, Workload
+from draconf.errors import server_message
 
 # Quota and failure behaviour only means something on a cluster that passes preflight.
 pytestmark = pytest.mark.usefixtures("preflight_gate")
@@ -108,17 +109,10 @@ def create_claim(api, namespace: str, doc: dict, labels) -> None:
     api.resource.create_namespaced_resource_claim(namespace, body)
 
 
-def api_message(err: ApiException) -> str:
-    try:
-        return json.loads(err.body).get("message") or str(err.body)
-    except (TypeError, ValueError):
-        return str(err.body or err.reason)
-
-
 def raise_if_admission_denied(err: ApiException, doc: dict, own_quota: str) -> None:
     """A refusal by anything but the suite's own quota (a policy, webhook, LimitRange or an
     admin's quota) is the cluster's admission control: that verdict, at once, not this check's."""
-    message = api_message(err)
+    message = server_message(err)
     if is_refusal(err) and f"exceeded quota: {own_quota}," not in message:
         refusals.book().record(doc.get("kind", "ResourceClaim"), denial_in_text(message), message)
         raise AdmissionDenied(doc.get("kind", "ResourceClaim"), doc["metadata"]["name"], err.status,
@@ -146,13 +140,13 @@ def expect_rejected(request, api, namespace: str, profile, quota: dict, key: str
     except ApiException as err:
         raise_if_admission_denied(err, claims["gpu-claim-a"], name)
         pytest.fail(f"the first ResourceClaim was rejected although {key} allows 1: "
-                    f"HTTP {err.status} {api_message(err)}", pytrace=False)
+                    f"HTTP {err.status} {server_message(err)}", pytrace=False)
     started = time.monotonic()
     try:
         create_claim(api, namespace, claims["gpu-claim-b"], labels)
     except ApiException as err:
         raise_if_admission_denied(err, claims["gpu-claim-b"], name)
-        message = api_message(err)
+        message = server_message(err)
         log.info("quota %s rejected the second claim in %.2fs: %s", name,
                  time.monotonic() - started, message)
         assert err.status == 403, f"expected HTTP 403 for the second claim, got {err.status}: {message}"
@@ -258,7 +252,7 @@ def test_deviceclass_quota_holds_generated_claim_until_room(request, cluster, na
     except ApiException as err:
         raise_if_admission_denied(err, first, quota_name)
         pytest.fail(f"the first ResourceClaim was rejected although {key} allows 1: "
-                    f"HTTP {err.status} {api_message(err)}", pytrace=False)
+                    f"HTTP {err.status} {server_message(err)}", pytrace=False)
 
     workload = Workload("quota-templated-pod", ["24-quota-templated-pod.yaml"], expected_pods=1,
                         avoid_nodes=validated_nodes.avoid)

@@ -4,12 +4,13 @@ untrusted certificate or an unreachable server, never a traceback."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
+
+from draconf.errors import server_message
 
 #: Seconds any single preflight request may take (an unroutable server must not hang the run).
 REQUEST_TIMEOUT = 20
@@ -53,14 +54,6 @@ def forbidden_summary(access: Access, server_message: str = "") -> str:
     return f"{line} (server: {server_message})" if server_message else line
 
 
-def _server_message(err: ApiException) -> str:
-    body = err.body.decode(errors="replace") if isinstance(err.body, bytes) else (err.body or "")
-    match = re.search(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
-    if match:
-        return match.group(1).replace('\\"', '"')
-    return body.strip() or f"{err.status} {err.reason}"
-
-
 def read(access: Access, call: Callable, *args, not_found_ok: bool = False,
          request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT, **kwargs):
     """``call(*args, **kwargs)`` with a request timeout; API trouble becomes :class:`Inconclusive`.
@@ -73,7 +66,7 @@ def read(access: Access, call: Callable, *args, not_found_ok: bool = False,
     except ApiException as err:
         if err.status == 404 and not_found_ok:
             return None
-        message = _server_message(err)
+        message = server_message(err)
         if err.status == 403:
             raise Inconclusive(forbidden_summary(access), {"403 Forbidden": message}) from None
         if err.status == 401:
