@@ -19,7 +19,6 @@ the ``draconf-`` prefix, e.g. ``--kubeconfig``, ``--context``)::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -30,27 +29,21 @@ from pathlib import Path
 import pytest
 
 from draconf import expectations, namespaces, reporting
-from draconf.breaker import BREAKER_FILE_ENV, breaker_cause, namespace_controller_stalled, trip_breaker
-from draconf.errors import DraconfError, TargetUnusable
-from draconf.kube import connect, connect_target
+from draconf.breaker import BREAKER_FILE_ENV, namespace_controller_stalled, trip_breaker
+from draconf.errors import DraconfError
 from draconf.devices import PublishedDevices
 from draconf.profile import for_target, resolve as resolve_profile
 # the run's stash (the plugin sets it; the diagnosis and the suites read it there too)
-from draconf.runstate import CLUSTER_API, PROFILE, cluster_api, run_profile  # noqa: F401
+from draconf.runstate import CLUSTER_API, FAILED, PROFILE, cluster_api, run_profile  # noqa: F401
+from draconf.target import run_target, target_api
+from draconf.xdist_hooks import WORKER_DELETING_KEY, is_xdist_controller, wait_out_the_workers_namespaces
+# re-exported: the suites and scenarios make their namespaces through the plugin's module
+from draconf.fixtures import PREFLIGHT_FILE_ENV, make_namespace  # noqa: F401
+
+#: The plugin's other parts, registered with it: the fixtures, and its part in an xdist run.
+pytest_plugins = ("draconf.fixtures", "draconf.xdist_hooks")
 
 log = logging.getLogger("draconf")
-
-#: Set on a failed test and on every collector above it (class, module, session), so a
-#: namespace of any scope knows whether a test inside that scope failed.
-FAILED = pytest.StashKey[bool]()
-
-def run_target(config) -> str:
-    """``--draconf-target``; a kubeconfig or context given alone means that kubeconfig's cluster."""
-    target = config.getoption("draconf_target")
-    if target == "testbed" and (config.getoption("draconf_kubeconfig") or config.getoption("draconf_context")):
-        return "kubeconfig"
-    return target
-
 
 def pytest_addoption(parser):
     # Every option is draconf's own by name (--draconf-*): another plugin's option of the same
@@ -173,7 +166,7 @@ def pytest_configure(config):
     from draconf import runinfo
     handed_over = runinfo.from_env()
     if handed_over:
-        _set_run_info(config, **handed_over)
+        reporting.set_run_info(config, **handed_over)
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (CI cancel, kill) unwinds like Ctrl-C, so fixtures and the sweep below run.
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -203,95 +196,6 @@ def pytest_collection_modifyitems(config, items):
         # the other workers are still starting; at the end they would run one at a time while
         # the others wait.  (xdist hands out bigger groups first, then in this order.)
         items.sort(key=lambda item: item.get_closest_marker("exclusive_capacity") is None)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` (set by ``draconf run -n N``): a workload's checks on one worker,
-    grouped by node id (draconf.parallel.make_scheduler says why the marks alone do not)."""
-    if config.getvalue("dist") == "loadgroup":
-        from draconf.parallel import make_scheduler
-        return make_scheduler(config, log)
-    return None
-
-
-def target_api(config, start=None, down_hint: str = ""):
-    """An API connection to the run's target (:func:`run_target`, ``--draconf-kubeconfig``,
-    ``--draconf-context``, ``--draconf-testbed-name``).  A test bed that is down is started by
-    ``start(bed)``; without ``start`` it is a :class:`DraconfError` naming it (``down_hint`` adds
-    a way out)."""
-    target = run_target(config)
-    if target != "testbed":
-        return connect_target(target, config.getoption("draconf_context"), config.getoption("draconf_kubeconfig"))
-    from draconf.testbed.cluster import Testbed
-    bed = Testbed.named(config.getoption("draconf_testbed_name"))
-    if not bed.is_up:
-        if start is None:
-            raise DraconfError(f"test bed {bed.name!r} is not up (start it with `draconf testbed up`"
-                               + (f", {down_hint}" if down_hint else "") + ")")
-        start(bed)
-    return connect(bed.kubeconfig)
-
-
-def is_xdist_controller(config) -> bool:
-    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
-
-
-#: What a pytest-xdist worker reports to the controller at its session end (its
-#: ``workeroutput``): its namespaces that are being deleted, for the controller to wait out.
-WORKER_DELETING_KEY = "draconf_namespaces_deleting"
-#: The controller's record of its workers: id -> the namespaces they said they are deleting
-#: (None: it went down without saying, interrupted or crashed).
-WORKERS_DELETING = pytest.StashKey[dict]()
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    """pytest-xdist, on the controller: a worker starts, and has said nothing yet."""
-    node.config.stash.setdefault(WORKERS_DELETING, {})[node.gateway.id] = None
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):
-    """pytest-xdist, on the controller: remember what each worker said it is deleting."""
-    said = None if error else getattr(node, "workeroutput", {}).get(WORKER_DELETING_KEY)
-    node.config.stash.setdefault(WORKERS_DELETING, {})[node.gateway.id] = said
-
-
-def _wait_out_the_workers_namespaces(config) -> None:
-    """The controller of a pytest-xdist run, once its workers are gone: wait until every
-    namespace of the run is gone.  The workers delete theirs without waiting (each namespace
-    takes the namespace controller 5 s; a worker that waited would hold the run's end that long
-    after its last test, and its own exit after that).  A namespace no worker said it deletes
-    (a worker interrupted mid-test never reaches its session end) is deleted here, by the run's
-    label, and named.  The controller runs no fixture, so it connects here, to a target that is
-    already up (it starts nothing)."""
-    if config.option.collectonly:
-        return
-    said = config.stash.get(WORKERS_DELETING, {})
-    if said and all(names == [] for names in said.values()):
-        return  # no worker made a namespace, or all were gone already
-    expected = (set() if any(names is None for names in said.values())
-                else {n for names in said.values() for n in names})
-    run = namespaces.RunId.for_this_run()
-    try:
-        api = target_api(config)
-        left = namespaces.leftovers(api, run)
-        unexpected = [name for name in left if name not in expected]
-        if unexpected:
-            log.warning("deleting %d namespace(s) of this run the workers left: %s",
-                        len(unexpected), ", ".join(unexpected))
-            for name in unexpected:
-                namespaces.delete(api, name)
-        if namespace_controller_stalled(config):
-            return
-        still = namespaces.wait_deleted(api, left, timeout=120) if left else []
-    except Exception as err:  # best effort: report, never mask the run's own outcome
-        log.warning("could not delete this run's namespaces (%s); run `draconf sweep`", err)
-        return
-    if still:
-        log.warning("namespaces still terminating after the run: %s; run `draconf sweep`",
-                    ", ".join(still))
 
 
 def is_workload_check(item) -> bool:
@@ -445,7 +349,7 @@ def pytest_sessionfinish(session, exitstatus):
     stopped its workers: ``trylast``) waits for them all and deletes, by the run's label, what
     workers killed by Ctrl-C or SIGTERM could not."""
     if is_xdist_controller(session.config):
-        _wait_out_the_workers_namespaces(session.config)
+        wait_out_the_workers_namespaces(session.config)
         return
     api = cluster_api(session.config)
     workeroutput = getattr(session.config, "workeroutput", None)
@@ -478,207 +382,3 @@ def pytest_sessionfinish(session, exitstatus):
                     why, ", ".join(left))
 
 
-# --- fixtures --------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def profile(pytestconfig):
-    """The driver profile chosen with --profile (validated before anything is created)."""
-    return run_profile(pytestconfig)
-
-
-@pytest.fixture(scope="session")
-def run_id():
-    return namespaces.RunId.for_this_run()
-
-
-@pytest.fixture(scope="session")
-def cluster(pytestconfig):
-    """An API connection to the cluster under test; starts the embedded test bed if needed."""
-    target = run_target(pytestconfig)
-
-    def start(bed):
-        from draconf.testbed import inventory
-        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-        say = (lambda m: reporter.write_line(f"[draconf] {m}")) if reporter else print
-        bed.up(inventory.load(), faults=[], log=say)
-
-    try:
-        api = target_api(pytestconfig, start=start)
-        from draconf.preflight.runner import probe
-        unreachable = probe(api)
-        if unreachable:
-            raise TargetUnusable(unreachable)
-    except DraconfError as err:
-        # A bad kubeconfig (bad input) or a target that cannot be used, with draconf's code.
-        pytest.exit(f"draconf: {err}", returncode=err.exit_code)
-    pytestconfig.stash[CLUSTER_API] = api
-    from draconf import runinfo
-    if runinfo.from_env() is None:
-        try:
-            _set_run_info(pytestconfig, **runinfo.collect(
-                api, run_profile(pytestconfig), target, namespaces.RunId.for_this_run().value))
-        except Exception as err:  # the report loses detail; the run itself goes on
-            log.warning("could not collect run information: %s", err)
-    return api
-
-
-#: make_namespace's hold on the capacity lock and its finalizers, from several threads at once.
-_MAKING_NAMESPACES = threading.Lock()
-
-
-def _release(lock) -> None:
-    with _MAKING_NAMESPACES:
-        lock.release()
-
-
-def make_namespace(request, api, run_id, label: str) -> str:
-    """Create a run-labelled namespace and arrange its deletion at the end of ``request``'s scope
-    (kept when a test in that scope failed and --keep-on-failure is set).
-
-    Everything a test creates lives in such a namespace, so this is where a test that creates
-    objects is skipped, before it creates any, when the credentials lack a permission the
-    suite needs (preflight row ``permissions``)."""
-    from draconf.permissions import gate_reason
-    blocked = gate_reason(request.config, api) or breaker_cause(request.config)
-    if blocked:
-        from draconf.errors import NoVerdict
-        raise NoVerdict(blocked)  # the check applies; the credentials keep it from a verdict
-    from draconf.podsecurity import namespace_labels
-    from draconf.startup import stall_after
-    # Under pytest-xdist: hold the run's capacity lock (draconf.parallel) while this namespace
-    # lives, exclusive for a test that needs the free GPUs to itself.  Released after the
-    # namespace's devices are (finalizers run last-in, first-out).
-    from draconf.parallel import run_lock
-    lock = run_lock()
-    # A class-scoped workload's request names the class; the check that set it up carries the mark.
-    test = getattr(request, "_pyfuncitem", None) or request.node
-    with _MAKING_NAMESPACES:  # the sweep makes its targets' namespaces from a thread pool
-        lock.acquire(exclusive=test.get_closest_marker("exclusive_capacity") is not None)
-        request.addfinalizer(lambda: _release(lock))
-    # The suite's pods must pass the profile's Pod Security level: the real admission checks it.
-    profile = run_profile(request.config)
-    name = namespaces.create(api, run_id, label, extra_labels=namespace_labels(profile.pod_security),
-                             sa_timeout=stall_after(profile))
-    # The diagnosis of a failing test of this scope reads this namespace (released after
-    # finish() below: finalizers run last-in, first-out).
-    reporting.record_namespace(request, name)
-
-    def finish():
-        failed = request.node.stash.get(FAILED, False)
-        if failed and request.config.getoption("draconf_keep_on_failure"):
-            namespaces.REGISTRY.discard(name)
-            log.warning("keeping namespace %s of a failed test (--keep-on-failure)", name)
-            return
-        if namespace_controller_stalled(request.config):
-            namespaces.delete(api, name)  # no wait: it would only add a timeout per test
-            return
-        # The next test needs this one's devices back, not its namespace gone: the session
-        # waits for every namespace of the run once, at its end.
-        namespaces.delete_releasing_devices(api, name, timeout=120)
-
-    request.addfinalizer(finish)
-    return name
-
-
-@pytest.fixture
-def namespace(request, cluster, run_id):
-    """A fresh namespace for this test, deleted afterwards."""
-    return make_namespace(request, cluster, run_id, request.node.name)
-
-
-#: Preflight checks whose failure leaves no point in deploying GPU workloads.
-GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-slices",
-                 "device-attributes", "device-class-selectors", "kubelet-plugin", "gpu-cluster"}
-
-
-@pytest.fixture(scope="session")
-def expected_features(pytestconfig, cluster) -> expectations.Expectations:
-    """The features this cluster must have: GA in its server version, and those the user named
-    (``--expect-feature``); ``--waive-feature`` lets one be missing."""
-    return expectations.Expectations.of(cluster.version.get_code().git_version,
-                                        pytestconfig.getoption("draconf_expect_feature"),
-                                        pytestconfig.getoption("draconf_waive_feature"))
-
-
-#: The file the preflight reading of a pytest-xdist run is kept in (made by the controller):
-#: the first worker to need it reads the cluster, the others take that reading.
-PREFLIGHT_FILE_ENV = "DRACONF_PREFLIGHT_FILE"
-
-
-def read_preflight_once(read) -> list:
-    """``read()`` (the preflight checks), once per run: under pytest-xdist every worker shares
-    the first worker's reading, so the gate, the preflight rows and every worker judge the same
-    cluster state (and the cluster is read once, not once per worker)."""
-    from draconf.preflight.result import CheckResult
-    shared = os.environ.get(PREFLIGHT_FILE_ENV)
-    if not shared:
-        return read()
-    import fcntl
-    with open(shared + ".lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        path = Path(shared)
-        if path.is_file():
-            return [CheckResult.from_dict(r) for r in json.loads(path.read_text(encoding="utf-8"))]
-        results = read()
-        path.write_text(json.dumps([r.as_dict() for r in results]), encoding="utf-8")
-        return results
-
-
-@pytest.fixture(scope="session")
-def preflight(pytestconfig, cluster, profile):
-    """The read-only preflight results, read once per run and shown on the terminal."""
-    from draconf.preflight.runner import describe, run_all
-    results = read_preflight_once(lambda: run_all(cluster, profile))
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if reporter:
-        reporter.write_line("")
-        reporter.write_line(describe(results))
-    _set_run_info(pytestconfig, preflight={r.name: r.status for r in results})
-    return results
-
-
-@pytest.fixture(scope="session")
-def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_property):
-    """No verdict for GPU workloads, with the reason, when the cluster failed a check they
-    depend on (they could only fail for that same reason, eighteen times over).
-
-    A failure confined to some GPU nodes (their plugin down, no slices there) only takes those
-    nodes out: the value is the run's :class:`~draconf.nodescope.NodeScope`, which steers the
-    workloads to the nodes left; it is shown on the terminal and kept in the run info."""
-    from draconf.nodescope import NodeScope, scope_of
-    if pytestconfig.getoption("draconf_no_preflight_gate"):
-        return NodeScope()
-    from draconf.devices import PublishedDevices
-    from draconf.errors import NoVerdict
-    from draconf.preflight.runner import blocking_failures
-    from draconf.permissions import gate_reason
-    missing = gate_reason(pytestconfig, cluster)
-    if missing:
-        # Permissions preflight found missing: a test that needs them never starts (its
-        # fixtures' reads would only be refused, one ForbiddenException each).
-        raise NoVerdict(f"[permission-denied] {missing}")
-    blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
-    gpu_nodes = {n for r in blocking for n in r.nodes}
-    if gpu_nodes:
-        gpu_nodes |= set(PublishedDevices.read(cluster, profile.driver).devices_per_node())
-    scope, whole_cluster = scope_of(blocking, gpu_nodes)
-    if whole_cluster:
-        raise NoVerdict("cluster not ready for DRA workloads (preflight): " + "; ".join(
-            f"{r.name} [{r.diagnosis}] {r.summary}" for r in whole_cluster))
-    if scope.excluded:
-        _set_run_info(pytestconfig, nodes=scope.as_info())
-        record_testsuite_property("draconf.nodes", scope.describe())
-        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-        if reporter:
-            reporter.write_line(scope.describe())
-    return scope
-
-
-@pytest.fixture(scope="session")
-def validated_nodes(preflight_gate):
-    """The GPU nodes the run validates (a :class:`~draconf.nodescope.NodeScope`): workloads
-    are written for their devices and kept off the nodes preflight left out."""
-    return preflight_gate
-
-
-def _set_run_info(config, **info) -> None:
-    reporting.set_run_info(config, **info)

@@ -15,6 +15,9 @@ from draconf.profile import Profile
 #: The API connection the ``cluster`` fixture made, for the hooks that read the cluster after a
 #: test (the diagnosis of a failure, the session's namespace sweep); absent until it ran.
 CLUSTER_API = pytest.StashKey[object]()
+#: Set on a failed test and on every collector above it (class, module, session), so a
+#: namespace of any scope knows whether a test inside that scope failed.
+FAILED = pytest.StashKey[bool]()
 #: The driver profile of the run (``--profile`` for ``--target``), resolved at configure time.
 PROFILE = pytest.StashKey[Profile]()
 
