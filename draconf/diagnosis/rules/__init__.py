@@ -57,7 +57,7 @@ timeout              nothing definitive: the last observed state is the evidence
 A new code: its meaning in ``draconf.reporting.DIAGNOSES``, its rule in the module of its
 family, placed in :data:`RULES` by priority (reading facts, never the wording of the suite's own
 assertion messages: what the server answered is ``facts.failure.answers``), a unit test in
-tests/unit/test_diagnosis.py.
+tests/unit/test_diagnosis_<family>.py (its helpers: tests/unit/diagnosis_facts.py).
 """
 
 from __future__ import annotations
