@@ -9,6 +9,11 @@ fails naming it, as a newcomer's first run would otherwise quietly do less.
 **Fast lanes first.**  The doctests and unit tests (a minute, no bed) run before the tests
 that start beds, so a broken unit shows in the first minute, not after the fault matrix.
 
+**A hang names its test.**  Every test of the project's own run has a timeout (pytest-timeout,
+``SELF_TEST_TIMEOUT`` unless it sets its own ``timeout`` mark): a wait that never ends fails
+that test with its stack instead of holding CI until its budget runs out.  ``draconf run``'s
+checks are not given one (their waits end on their own, with the last state).
+
 **Where the time goes**, per test file: CI's lane budget.  With ``DRACONF_CI_TIMINGS=<file>``
 set (``.ci/run`` sets it and prints the file after the run), the run writes the seconds each
 test file took, setup and teardown included (the beds its fixtures start), slowest first.
@@ -37,11 +42,20 @@ def _is_the_projects_run(session) -> bool:
 
 #: Where the run's fast lane is: doctests of the package and the unit tests.
 _FAST = ("draconf/", "tests/unit/")
+#: Seconds any one test of the project's own run may take, its fixtures' setup included: the
+#: longest (a fault-matrix row, the upstream driver's first bed) take a few minutes; building
+#: NVIDIA's release from a cold cache inside a fixture takes about 12 on this machine's 2 cores.
+SELF_TEST_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(session, config, items):
     if not any(item.nodeid.startswith("tests/") for item in items):
         return
+    if config.pluginmanager.hasplugin("timeout"):
+        import pytest
+        for item in items:
+            if item.nodeid.startswith(("tests/", "draconf/")) and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(SELF_TEST_TIMEOUT))
     # A stable partition: each lane keeps the order pytest and the plugins gave it.
     items[:] = [i for i in items if i.nodeid.startswith(_FAST)] + \
         [i for i in items if not i.nodeid.startswith(_FAST)]
