@@ -50,6 +50,12 @@ ADMISSION_DENIED = "admission-denied"
 REJECTED = "rejected"
 #: the node's DRA driver refuses to prepare the pod's claims: the driver's promise broken
 PREPARE_REFUSED = "prepare-refused"
+#: the node's container runtime cannot inject the CDI devices the driver prepared (the spec is
+#: not where the runtime looks for it, or not readable): the GPUs never reach the containers
+CDI_UNRESOLVED = "cdi-unresolved"
+#: what containerd's CreateContainer error says then (internal/cri: "CDI device injection
+#: failed: unresolvable CDI devices <name>"), in the kubelet's Failed event
+CDI_INJECTION_FAILED = "CDI device injection failed"
 #: a pod was bound with its claims unallocated (a scheduler without DRA)
 BOUND_UNALLOCATED = "bound-unallocated"
 #: the node cannot pull the image: outside the driver's promise
@@ -168,6 +174,13 @@ class StartVerdicts:
                 if refused:
                     return self._cause(PREPARE_REFUSED, f"the node cannot prepare the claims of pod {pod.name} "
                                                         f"on {pod.node}: {refused}")
+                # Prepared, and the runtime cannot find the CDI devices the kubelet names: the
+                # kubelet retries the container, so the failure standing is a verdict.
+                if any("CreateContainerError" in w for w in pod.waiting_reasons):
+                    unresolved = self._standing_event(pod, CDI_INJECTION_FAILED, now)
+                    if unresolved:
+                        return self._cause(CDI_UNRESOLVED, f"the runtime on {pod.node} cannot inject the CDI "
+                                                           f"devices of pod {pod.name}: {unresolved}")
             if refused := self.claim_refusal(pod, now):
                 return self._cause(CLAIM_NOT_CREATED, claim_not_created_text(pod, refused),
                                    ServerAnswer(None, refused, via="FailedResourceClaimCreation event"))

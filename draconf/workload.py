@@ -83,16 +83,19 @@ class Start:
 
     @property
     def refused_by_node(self) -> bool:
-        """The node's DRA driver refused to prepare the claims the scheduler allocated: the
-        driver's promise broken on the node, a failure of the checks after allocation, not a
-        reason to give them no verdict (an image that cannot be pulled is one).
+        """The node's DRA driver refused to prepare the claims the scheduler allocated, or its
+        runtime cannot inject the CDI devices the driver prepared: the promise broken on the
+        node, a failure of the checks after allocation, not a reason to give them no verdict
+        (an image that cannot be pulled is one).
 
         >>> Start(None, "the node cannot prepare ...", cause=startup.PREPARE_REFUSED).refused_by_node
+        True
+        >>> Start(None, "the runtime cannot inject ...", cause=startup.CDI_UNRESOLVED).refused_by_node
         True
         >>> Start(None, "pod p cannot pull its image ...", cause=startup.IMAGE_PULL).refused_by_node
         False
         """
-        return self.cause == startup.PREPARE_REFUSED
+        return self.cause in (startup.PREPARE_REFUSED, startup.CDI_UNRESOLVED)
 
     @property
     def no_verdict_cause(self) -> str:

@@ -41,6 +41,8 @@ True
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,7 @@ from draconf.kube import connect
 from draconf.plugins import PluginPod, feature_gates_of
 from draconf.testbed import example_driver, upgrade, upstream_chart, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
+from draconf.testbed.nvidia import ONE_NODE
 from draconf.testbed.node_config import NodePaths
 
 EXTERNAL: dict[str, str] = {
@@ -68,6 +71,8 @@ RELEASE_FAULTS: dict[str, str] = {
     "gpu-fallen-off-bus": "the last GPU of the first GPU node fallen off the bus (mock NVML overrides.yaml)",
     "plugin-crashloop": "the chart upgraded with a misspelt feature gate: the new plugin pods crash at start",
     "sharing-gates-off": "the chart upgraded with its GPU sharing gates (TimeSlicingSettings, MPSSupport) set false",
+    "cdi-spec-dirs-wrong": f"the containerd of {ONE_NODE} reads CDI specs from /etc/cdi only, not /var/run/cdi "
+                           "where the driver writes them (cdi_spec_dirs; containerd restarted)",
 }
 #: A value an admin could set by a typo (MPSSupport misspelt): a gate the release does not know,
 #: which its plugin refuses at start ("unrecognized feature gate").
@@ -189,6 +194,8 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
         node, index = fallen_gpu(bed)
         _update_overrides(bed, node, lambda doc: doc.setdefault("devices", {}).setdefault(str(index), {})
                           .update(failure={"mode": "fallen_off_bus"}))
+    elif fault == "cdi-spec-dirs-wrong":
+        _set_cdi_dirs(bed, ONE_NODE, wrong=True, timeout=timeout)
 
 
 def restore(bed, fault: str, timeout: float = 90) -> None:
@@ -225,7 +232,72 @@ def restore(bed, fault: str, timeout: float = 90) -> None:
     elif fault == "gpu-fallen-off-bus":
         for node in gpu_nodes(bed):
             _update_overrides(bed, node, _drop_failures)
+    elif fault == "cdi-spec-dirs-wrong":
+        for node in cdi_dirs_wrong_nodes(bed):
+            _set_cdi_dirs(bed, node, wrong=False, timeout=timeout)
     wait_healthy(bed, timeout)
+
+
+#: The mark of a node's containerd config edited by the fault cdi-spec-dirs-wrong: its
+#: ``cdi_spec_dirs`` line, narrowed to /etc/cdi, keeps what it was after "was: ".  (containerd 2
+#: cannot turn CDI off: it ignores ``enable_cdi``, plugins/cri/runtime/plugin.go: "CDI is always
+#: enabled"; the admin's mistake left is a spec directory list without the driver's.)
+CDI_DIRS_MARK = "# draconf external fault cdi-spec-dirs-wrong; was: "
+WRONG_CDI_DIRS = 'cdi_spec_dirs = ["/etc/cdi"]'
+
+
+def _containerd_config(bed, node: str) -> Path:
+    return NodePaths(Path(bed.state()["real_nodes"][node]["dir"])).etc / "containerd.toml"
+
+
+def cdi_dirs_wrong_nodes(bed) -> list[str]:
+    """The real nodes whose containerd config the fault narrowed."""
+    return sorted(node for node in (bed.state() or {}).get("real_nodes", {})
+                  if CDI_DIRS_MARK in _containerd_config(bed, node).read_text())
+
+
+def _containerd_pid(config: Path) -> int | None:
+    """The containerd running with ``config`` (the node's), from /proc."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"/containerd") and str(config).encode() in argv:
+            return int(entry.name)
+    return None
+
+
+def _set_cdi_dirs(bed, node: str, wrong: bool, timeout: float) -> None:
+    """Edit ``node``'s containerd config as an admin would (``wrong``: its ``cdi_spec_dirs``
+    without /var/run/cdi; else the line it was) and restart containerd there (the node's
+    supervisor restarts it on SIGHUP, as ``systemctl restart containerd``); wait until the new
+    containerd runs and the node is Ready."""
+    config = _containerd_config(bed, node)
+    lines = config.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("cdi_spec_dirs"))
+    indent, current = lines[at][:len(lines[at]) - len(lines[at].lstrip())], lines[at].strip()
+    original = current.split(CDI_DIRS_MARK, 1)[1] if CDI_DIRS_MARK in current else current
+    lines[at] = indent + (f"{WRONG_CDI_DIRS}  {CDI_DIRS_MARK}{original}" if wrong else original)
+    config.write_text("\n".join(lines) + "\n")
+    before = _containerd_pid(config)
+    os.kill(bed.state()["processes"][f"node/{node}"]["pid"], signal.SIGHUP)
+    api = connect(bed.kubeconfig)
+
+    def ready(state) -> bool:
+        pid, node_ready = state
+        return pid is not None and pid != before and node_ready
+
+    def observe():
+        conditions = api.core.read_node(node).status.conditions or []
+        return _containerd_pid(config), any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+    waits.wait_until(f"containerd of {node} to restart with its CDI spec directories "
+                     f"{'narrowed' if wrong else 'restored'}", observe, ready,
+                     timeout=timeout, interval=0.5,
+                     describe=lambda s: f"containerd pid {s[0]} (was {before}), node Ready: {s[1]}")
 
 
 def gpu_nodes(bed) -> list[str]:
@@ -345,6 +417,8 @@ def problems(bed) -> list[str]:
             found.append(f"plugin DaemonSet runs without feature gate(s) {', '.join(off)}")
     if objs.nvidia_release and (failing := failing_gpus(bed)):
         found.append(f"mock NVML fails GPU(s) {', '.join(failing)}")
+    if narrowed := cdi_dirs_wrong_nodes(bed):
+        found.append(f"containerd of {', '.join(narrowed)} reads CDI specs from /etc/cdi only")
     return found
 
 

@@ -56,6 +56,9 @@ class Supervisor:
         self.children: dict[str, int] = {}
         self.exited: dict[int, int] = {}
         self.stopping = False
+        #: SIGHUP: start containerd again, re-reading its config (what an admin's `systemctl
+        #: restart containerd` after editing config.toml does; external_faults uses it)
+        self.restart_containerd = False
 
     # --- start -------------------------------------------------------------------------------
     def become_the_node(self) -> None:
@@ -82,7 +85,7 @@ class Supervisor:
         self.children[name] = proc.pid
         _log(f"started {name} (pid {proc.pid})")
 
-    def start(self) -> None:
+    def _start_containerd(self) -> None:
         self._spawn("containerd", [str(self.bindir / "containerd"),
                                    "--config", str(self.paths.etc / "containerd.toml")])
         deadline = time.monotonic() + 30
@@ -93,6 +96,9 @@ class Supervisor:
             if self.children["containerd"] in self.exited or time.monotonic() > deadline:
                 raise RuntimeError("containerd did not serve its socket in 30 s; see containerd.log")
             time.sleep(0.05)
+
+    def start(self) -> None:
+        self._start_containerd()
         for archive in self.spec["images"]:
             started = time.monotonic()
             proc = subprocess.run(images.import_command(self.bindir / "ctr", CONTAINERD_SOCKET, archive),
@@ -116,6 +122,13 @@ class Supervisor:
     def run(self) -> int:
         while not self.stopping:
             self._reap()
+            if self.restart_containerd:
+                # The containers' shims run on; the new containerd finds them again, and the
+                # kubelet reconnects to its socket.
+                self.restart_containerd = False
+                _log("restarting containerd (SIGHUP): its config is read again")
+                self._stop_child("containerd", grace=5)
+                self._start_containerd()
             for name, pid in self.children.items():
                 if pid in self.exited:
                     _log(f"{name} exited (status {os.waitstatus_to_exitcode(self.exited[pid])}); "
@@ -208,8 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     def on_signal(*_):
         supervisor.stopping = True
 
+    def on_hangup(*_):
+        supervisor.restart_containerd = True
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     code = 1
     try:
         supervisor.become_the_node()

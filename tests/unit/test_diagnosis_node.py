@@ -140,3 +140,25 @@ def test_finished_job_without_nvidia_smi_is_not_injected_even_after_its_claim_is
         expected=None, no_tool=True, how="log: ''; ended: exit 128 StartError exec: \"nvidia-smi\": "
         "executable file not found in $PATH")])
     assert classify(facts)[0] == "cdi-not-injected"
+
+
+#: The kubelet's event on NVIDIA's release bed under the external fault cdi-spec-dirs-wrong
+#: (containerd reading CDI specs from /etc/cdi only).
+CDI_UNRESOLVED_EVENT = ("Error: failed to create containerd container: CDI device injection failed: "
+                        "unresolvable CDI devices k8s.gpu.nvidia.com/claim=9f029d0e-71b8-42d3-aa12-471ff2f49581-gpu-0")
+
+
+def test_a_runtime_that_cannot_resolve_the_cdi_devices_is_cdi_not_injected():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("Failed", CDI_UNRESOLVED_EVENT, name="gpu-pod")]
+    code, reason = classify(facts)[:2]
+    assert code == "cdi-not-injected", reason
+    assert "cdi_spec_dirs" in reason and "unresolvable CDI devices" in reason
+
+
+def test_another_failed_event_is_no_cdi_finding():
+    pod, claim = bound_not_running()
+    facts = with_workload(healthy(), pod, claim)
+    facts.events = [EventFacts("Failed", "Error: failed to create containerd container: no such image", name="gpu-pod")]
+    assert classify(facts)[0] != "cdi-not-injected"

@@ -70,7 +70,7 @@ from draconf.diagnosis.rules.inventory import (rule_attribute_missing, rule_devi
                                                rule_feature_disabled, rule_inventory_mismatch,
                                                rule_missing_class, rule_no_slices)
 from draconf.diagnosis.rules.lifecycle import rule_cleanup, rule_policy_conflict, rule_quota
-from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_config_rejected,
+from draconf.diagnosis.rules.node import (rule_admin_access_unsupported, rule_cdi, rule_cdi_unresolved, rule_config_rejected,
                                           rule_image_pull, rule_intermittent, rule_mps_daemon_unready,
                                           rule_plugin_unhealthy)
 from draconf.diagnosis.rules.placement import (rule_allocation, rule_allocation_invalid,
@@ -99,7 +99,8 @@ RULES = [rule_api, rule_api_throttled, rule_permission_denied, rule_admission_de
          rule_missing_class, rule_no_slices, rule_attribute_missing, rule_device_tainted,
          rule_feature_disabled,
          rule_node_excluded, rule_allocation, rule_image_pull,
-         rule_admin_access_unsupported, rule_mps_daemon_unready, rule_config_rejected, rule_plugin_unhealthy,
+         rule_admin_access_unsupported, rule_mps_daemon_unready, rule_config_rejected, rule_cdi_unresolved,
+         rule_plugin_unhealthy,
          # Before cdi: a MIG device has no uuid to compare, so cdi would take the parent GPU a
          # container lists for a device it was not given.
          rule_inventory_mismatch, rule_cdi,

@@ -7,6 +7,7 @@ import re
 
 from draconf.diagnosis.analysis import stuck_pods
 from draconf.diagnosis.facts import Facts
+from draconf.startup import CDI_INJECTION_FAILED
 
 
 
@@ -167,6 +168,22 @@ def rule_plugin_unhealthy(facts: Facts):
             return ("plugin-unhealthy",
                     f"{len(unready)} kubelet-plugin pod(s) are not ready ({unready[0].summary()}): check "
                     "their logs and the kubelet's plugin registration.")
+    return None
+
+
+def rule_cdi_unresolved(facts: Facts):
+    """The claims are allocated and reserved, and the node's container runtime cannot inject
+    the CDI devices the kubelet names for them (containerd's "CDI device injection failed:
+    unresolvable CDI devices ..." in the kubelet's Failed event): the driver wrote its CDI spec
+    where the runtime does not look, or the runtime cannot read it."""
+    for pod in stuck_pods(facts):
+        failed = [e for e in facts.events_for(pod.name, "Failed") if CDI_INJECTION_FAILED in e.message]
+        if failed:
+            return ("cdi-not-injected",
+                    f"Pod {pod.name} cannot start on {pod.node}: its claims are allocated, but the container "
+                    f"runtime cannot inject their CDI devices ({failed[-1].message[:300]}): make the runtime "
+                    "read the directory the driver writes its CDI specs to (containerd: `cdi_spec_dirs`, "
+                    "with /var/run/cdi) and restart it.")
     return None
 
 
