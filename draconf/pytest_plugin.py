@@ -45,6 +45,7 @@ pytest_plugins = ("draconf.fixtures", "draconf.xdist_hooks")
 
 log = logging.getLogger("draconf")
 
+
 def pytest_addoption(parser):
     # Every option is draconf's own by name (--draconf-*): another plugin's option of the same
     # spelling (pytest-profiling's --profile, pytest-kind's --kubeconfig) can neither clash with
