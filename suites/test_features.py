@@ -38,30 +38,65 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from draconf import capabilities, cel, manifests, startup, taints, waits
+from draconf import capabilities, manifests, startup, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.breaker import trip_breaker
 from draconf.claims import Claim, device_holders
-from draconf.devices import class_selectors
 from draconf.errors import NoVerdict, server_message
 from draconf.expectations import FeatureMissing
 from draconf.pods import Pod
 from draconf.reporting import diagnosis_prefix, note, record_diagnosis
-from draconf.startup import allocated_once_freed, wait_scheduler_answer
 from draconf.scenarios.admin_access import start_admin_access
-from draconf.scenarios.device_taints import (TOLERATING_CLAIM, UNTOLERATED_CLAIM, UNTOLERATED_VERDICT_TIMEOUT,
-                                             start_device_taints, taint_workload, tainted_target,
-                                             tolerations_for, untolerated_answer)
-from draconf.scenarios.extended_resource import ExtendedResourceWorkload, start_extended_resource
+from draconf.scenarios.device_taint_rules import (
+    DRAIN_MANIFEST,
+    DRAIN_TOLERANT,
+    DRAINED,
+    EVICTION_EVENT,
+    EVICTION_EVENT_TIMEOUT,
+    EVICTION_TIMEOUT,
+    RULE_MANIFEST,
+    create_rule,
+    free_gpu,
+    pod_uid,
+    read_rule,
+    rule_capability,
+    wait_rule_status,
+)
+from draconf.scenarios.device_taints import (
+    TOLERATING_CLAIM,
+    UNTOLERATED_CLAIM,
+    UNTOLERATED_VERDICT_TIMEOUT,
+    start_device_taints,
+    taint_workload,
+    tainted_target,
+    tolerations_for,
+    untolerated_answer,
+)
+from draconf.scenarios.extended_resource import (
+    ExtendedResourceWorkload,
+    start_extended_resource,
+)
 from draconf.scenarios.features import FEATURES, feature_allocation
+from draconf.scenarios.gpu_sharing import (
+    INVALID_CONFIGS,
+    INVALID_VERDICT_TIMEOUT,
+    SHARING_WORKLOAD,
+    SharingWorkload,
+    sharing_evidence,
+    sharing_target,
+)
 from draconf.scenarios.prioritized_list import start_prioritized_list
-from draconf.scenarios.walkthrough import (attach_evidence, check_allocation, check_cdi_injection,
-                                           check_cleanup)
+from draconf.scenarios.walkthrough import (
+    attach_evidence,
+    check_allocation,
+    check_cdi_injection,
+    check_cleanup,
+)
+from draconf.startup import allocated_once_freed, wait_scheduler_answer
 from draconf.workload import DeployedWorkload, Start, Workload
 
 log = logging.getLogger("draconf")
@@ -277,85 +312,7 @@ def holders_of(api, device: taints.TaintedDevice) -> list[str]:
     return device_holders(api).get(device.key, [])
 
 
-
 # --- DeviceTaintRule -------------------------------------------------------------------------
-
-#: 49: one free GPU tainted NoSchedule by rule; 46 then asks for it without a toleration.
-RULE_MANIFEST = "features/49-device-taint-rule.yaml"
-#: 50: a NoExecute rule, created once per GPU the two pods of 51 hold.
-DRAIN_MANIFEST = "features/50-device-taint-rule-evict.yaml"
-DRAINED, DRAIN_TOLERANT = "gpu-drained", "gpu-drain-tolerant"
-#: How long kube-controller-manager has to write a new rule's status (it does within a second
-#: on the bed), and to evict a pod from a device tainted NoExecute.
-RULE_STATUS_TIMEOUT = 20
-EVICTION_TIMEOUT = 30
-#: The event kube-controller-manager's device-taint-eviction controller puts on a pod it deletes.
-EVICTION_EVENT = "DeviceTaintManagerEviction"
-#: Events reach the API server through the controller's event broadcaster, within seconds.
-EVICTION_EVENT_TIMEOUT = 15
-
-
-def rule_capability(request, cluster, profile) -> None:
-    """Skip, with the API server's answer, where DeviceTaintRule is not served (1.36: beta, off
-    by default), unless the run expects it (``--expect-feature device-taint-rules``)."""
-    capability = capabilities.device_taint_rules(cluster, profile.driver)
-    request.getfixturevalue("expected_features").require("device-taint-rules", capability)
-
-
-def create_rule(request, cluster, ns: str, run_id, manifest: str, key: str, suffix: str = "") -> str:
-    """The manifest's DeviceTaintRule for the device ``key`` (driver/pool/device), named after ``ns``
-    and owned by that namespace (a cluster-scoped rule left behind would keep tainting a GPU:
-    deleting the namespace, as ``draconf sweep`` does, deletes it too); deleted when the test
-    ends.  Returns its name."""
-    doc = manifests.find(manifests.load(manifest), "DeviceTaintRule")
-    meta = doc["metadata"]
-    meta["name"] = f"{ns}-{meta['name']}{suffix}"
-    meta.setdefault("labels", {}).update(run_id.labels)
-    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Namespace", "name": ns,
-                                "uid": cluster.core.read_namespace(ns).metadata.uid}]
-    driver, pool, device = key.split("/")
-    doc["spec"]["deviceSelector"] = {"driver": driver, "pool": pool, "device": device}
-    cluster.resource_beta.create_device_taint_rule(doc)
-
-    def delete():
-        try:
-            cluster.resource_beta.delete_device_taint_rule(meta["name"])
-        except ApiException as err:
-            if err.status != 404:
-                raise
-    request.addfinalizer(delete)
-    return meta["name"]
-
-
-def read_rule(cluster, name: str) -> dict:
-    return cluster.api_client.sanitize_for_serialization(cluster.resource_beta.read_device_taint_rule(name))
-
-
-def wait_rule_status(cluster, name: str, done=lambda condition: True, timeout: float = RULE_STATUS_TIMEOUT) -> dict:
-    """The rule once kube-controller-manager wrote an ``EvictionInProgress`` condition that
-    ``done`` accepts; as last read when it did not within ``timeout`` (the caller judges)."""
-    try:
-        return waits.wait_until(f"DeviceTaintRule {name}'s status", lambda: read_rule(cluster, name),
-                                lambda rule: (c := taints.rule_condition(rule)) is not None and done(c),
-                                timeout=timeout, describe=taints.describe_rule)
-    except waits.WaitTimeout:
-        return read_rule(cluster, name)
-
-
-def free_gpu(cluster, profile, published, avoid=frozenset()):
-    """A device of the profile's class on the validated nodes, with a uuid, that no claim holds and
-    no taint (the driver's or a rule's) keeps from claims: the one the rule is about to taint."""
-    class_cel = class_selectors(cluster, profile.device_class) or []
-    slices = taints.read_slices(cluster, profile.driver)
-    rules = [cluster.api_client.sanitize_for_serialization(r)
-             for r in cluster.resource_beta.list_device_taint_rule().items]
-    tainted = {d.key for d in taints.tainted_devices(taints.with_rule_taints(slices, rules)) if d.blocking}
-    held = set(device_holders(cluster))
-    found = [d for d in published if d.node not in avoid and d.key not in tainted | held
-             and d.has_attribute(profile.attributes["uuid"]) and cel.evaluate_all(class_cel, d).matched]
-    if not found:
-        pytest.skip(f"no free {profile.device_class} device on the validated nodes to taint by rule")
-    return sorted(found, key=lambda d: d.key)[0]
 
 
 @pytest.mark.conformance
@@ -403,17 +360,6 @@ def test_device_taint_rule_keeps_untolerated_claim_off(request, cluster, profile
     note(request.node, f"{taints.describe_rule(rule)}; {device.pool}/{device.name} was free and not allocated "
                        f"to {UNTOLERATED_CLAIM} (no toleration), the scheduler: {said}; with the rule deleted "
                        f"the claim got it: {claim.summary()}")
-
-
-def pod_uid(cluster, ns: str, name: str) -> str | None:
-    """The uid of pod ``name`` unless it is gone or being deleted."""
-    try:
-        pod = Pod.read(cluster, ns, name)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return None if pod.is_deleting else pod.uid
 
 
 @pytest.mark.conformance
@@ -489,38 +435,6 @@ def test_device_taint_rule_no_execute_evicts_untolerated_pods(request, cluster, 
 
 # --- GPU sharing ------------------------------------------------------------------------------
 
-SHARING_WORKLOAD = "gpu-sharing"
-SHARING_TEMPLATE = "multiple-gpus"
-#: 48-gpu-sharing-invalid.yaml: claim (and pod) name -> what the driver's refusal must name.
-INVALID_CONFIGS = {"bad-field": "quantum", "bad-strategy": "Exclusive"}
-#: How long an invalid config's pod is watched for the driver's refusal.
-INVALID_VERDICT_TIMEOUT = 60
-
-
-@dataclass
-class SharingWorkload(Workload):
-    """A manifest whose claims' opaque configs go to the profile's driver."""
-
-    def documents(self, profile):
-        docs = super().documents(profile)
-        for doc in docs:
-            spec = doc.get("spec") or {}
-            spec = spec.get("spec", spec) if doc["kind"] == "ResourceClaimTemplate" else spec
-            for config in (spec.get("devices") or {}).get("config") or []:
-                if config.get("opaque"):
-                    config["opaque"]["driver"] = profile.driver
-        return docs
-
-
-def sharing_target(request, cluster, profile, published, avoid, gpus: int, needs_gates: bool = True) -> list[str]:
-    """The nodes the sharing scenarios may run on, or a skip with the reason (a failure where
-    the run expects GPU sharing: ``--expect-feature gpu-sharing``).  ``needs_gates``: only
-    nodes whose plugin runs with the driver's sharing gates on (a config meant to be refused
-    is refused with them off too)."""
-    capability, nodes = capabilities.gpu_sharing(cluster, profile, published, avoid, gpus, needs_gates)
-    request.getfixturevalue("expected_features").require("gpu-sharing", capability)
-    return nodes
-
 
 @pytest.mark.conformance
 @pytest.mark.usefixtures("preflight_gate")
@@ -577,85 +491,6 @@ class TestGpuSharing:
     @pytest.mark.flaky(reruns=0)  # it deletes the consumers: a rerun would find nothing to release
     def test_cleanup(self, started, published_devices, cluster, profile, run_id):
         check_cleanup(started, published_devices, cluster, profile, run_id)
-
-
-def mps_daemon_deployments(api, profile) -> list[dict]:
-    """The Deployments named like MPS control daemons in the driver's namespaces: those of the
-    profile's kubelet-plugin DaemonSets, and wherever the plugin's pods actually run (a driver
-    installed under another release name or namespace starts its daemons there; a namespace
-    that does not exist holds none)."""
-    from kubernetes.client.exceptions import ApiException
-
-    from draconf.preflight.nodes import read_plugin_pods
-    from draconf.sharing import MPS_DAEMON_PREFIX
-    _, plugin_pods = read_plugin_pods(api, profile.plugin)
-    out = []
-    for namespace in dict.fromkeys([*profile.plugin.namespaces, *sorted({p.namespace for p in plugin_pods})]):
-        try:
-            items = api.apps.list_namespaced_deployment(namespace).items
-        except ApiException as err:
-            if err.status == 404:
-                continue
-            raise
-        out += [api.api_client.sanitize_for_serialization(d) for d in items
-                if d.metadata.name.startswith(MPS_DAEMON_PREFIX)]
-    return out
-
-
-def sharing_evidence(deployed, profile) -> tuple[list[str], list[str], list[str]]:
-    """Run :data:`draconf.sharing.PROBE` in every container of a sharing request; the evidence
-    lines, the problems :func:`draconf.sharing.judge` finds, and a line per request."""
-    from draconf import sharing
-    from draconf.pods import exec_in_container, request_matches
-    claims = deployed.claims()
-    evidence, problems, summary = [], [], []
-    for pod in deployed.pods():
-        names = pod.claim_names()
-        groups: dict[tuple[str, str], dict] = {}
-        for container in pod.containers:
-            for ref, request in pod.container_claim_requests(container):
-                claim = claims.get(names.get(ref, ""))
-                if claim is None:
-                    continue
-                configs = sharing.sharing_configs(claim.raw, profile.driver)
-                wanted = next((cfg for req, cfg in configs.items() if req and request and
-                               request_matches(request, req)), configs.get(""))
-                if wanted is None:
-                    continue
-                result = exec_in_container(deployed.api, deployed.namespace, pod.name, container,
-                                           list(sharing.PROBE), timeout=profile.timeouts.exec)
-                view = sharing.parse_probe(result.stdout)
-                evidence.append(f"{pod.name}/{container} ({claim.name}, request {request}: {wanted.strategy}"
-                                f"{' ' + wanted.interval if wanted.interval else ''}) -> modes {view.modes}, "
-                                f"time slices {view.time_slices}, CUDA_MPS_PIPE_DIRECTORY="
-                                f"{view.mps_pipe_directory or '(unset)'}, control pipe {view.mps_control_pipe}"
-                                f": sees {result.describe()}")
-                group = groups.setdefault((claim.name, request or ""), {"sharing": wanted, "views": {},
-                                                                        "uid": claim.uid, "node": pod.node})
-                group["views"][container] = view
-        for (claim_name, request), group in sorted(groups.items()):
-            problems += [f"{claim_name}/{request}: {p}" for p in sharing.judge(group["sharing"], group["views"])]
-            if group["sharing"].strategy == sharing.MPS:
-                # The containers' pipe is the daemon's only if the daemon runs: upstream's driver
-                # starts it as a Deployment in its namespace, on the pod's node.
-                found, line = sharing.judge_mps_daemon(group["uid"], group["node"],
-                                                       mps_daemon_deployments(deployed.api, profile))
-                problems += [f"{claim_name}/{request}: {p}" for p in found]
-                evidence.append(f"{claim_name}/{request} MPS control daemon: {line}")
-                group["daemon"] = line
-            views, cfg = group["views"], group["sharing"]
-            gpus = sorted({u for v in views.values() for u in v.uuids})
-            modes = sorted({m for v in views.values() for m in v.modes.values()})
-            slices = sorted({t for v in views.values() for t in v.time_slices.values()})
-            summary.append(f"request {request} ({cfg.strategy}{' ' + cfg.interval if cfg.interval else ''}): "
-                           f"{', '.join(sorted(views))} see {', '.join(gpus)}, compute mode {'/'.join(modes)}, "
-                           f"time slice {'/'.join(slices) or '?'}"
-                           + (f", CUDA_MPS_PIPE_DIRECTORY={sharing.MPS_PIPE_DIRECTORY} with its control pipe, "
-                              f"MPS control daemon {group.get('daemon')}"
-                              if cfg.strategy == sharing.MPS and not problems else ""))
-    if not evidence:
-        problems.append("no container lists a request with a GpuConfig sharing config")
-    return evidence, problems, summary
 
 
 @pytest.fixture
