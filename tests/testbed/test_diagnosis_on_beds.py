@@ -25,6 +25,7 @@ from draconf.profile import builtin, for_target
 from draconf.testbed import inventory, nvidia
 from draconf.testbed import cluster, processes
 from draconf.workload import DeployedWorkload, Workload
+from draconf.scenarios.mig import MigWorkload
 from tests.matrix.faultmatrix import EXPECTED
 
 #: CI's choice (.ci/run), as in test_faults.py: a fault whose matrix row runs in the same CI run
@@ -236,9 +237,9 @@ def test_mig_counters_ignored(dg_beds, dg_namespaces):
     api = dg_beds.get("mig-counters-ignored")
     parent = sorted({mig.parent_of(d) for d in PublishedDevices.read(api, DRIVER) if mig.is_mig(d)})[0]
     ns = dg_namespaces(api, "w")
-    deploy(api, ns, mig.MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], 1, selectors={
+    deploy(api, ns, MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], 1, selectors={
         "gpu-whole": [sel.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [parent])]})).wait_running()
-    manifests.create(api, ns, mig.MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], 1,
+    manifests.create(api, ns, MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], 1,
                                               profiles={"mig": "1g.10gb"}, parent=parent).documents(PROFILE),
                      RUN.labels)
     started = time.monotonic()
@@ -254,11 +255,10 @@ def test_mig_parent_mislabelled(dg_beds, dg_namespaces):
     """MIG devices of 2g and larger published under the next GPU's UUID: gpu-test4 is allocated
     across two GPUs under one parentUUID; the diagnosis reads, in the containers' nvidia-smi -L,
     the GPU whose counter set a device consumes where its parentUUID names another."""
-    from draconf import mig
     api = dg_beds.get("mig-parent-mislabelled")
     ns = dg_namespaces(api, "w")
     started = time.monotonic()
-    deploy(api, ns, mig.MigWorkload("mig", ["features/61-mig-same-parent.yaml"], 1, profiles={
+    deploy(api, ns, MigWorkload("mig", ["features/61-mig-same-parent.yaml"], 1, profiles={
         "mig-1g-0": "1g.10gb", "mig-1g-1": "1g.10gb", "mig-2g": "2g.20gb", "mig-3g": "3g.40gb"})).wait_running()
     # As test_mig_devices_share_their_parent words it (the rule does not read it).
     result = diagnosed(api, ns, "same-parent", "the containers do not see their MIG devices: ctr2 (request "

@@ -19,6 +19,7 @@ from draconf.pods import delete_pods, exec_in_container, parse_nvidia_smi_uuids
 from draconf.profile import builtin, for_target
 from draconf.testbed import agent, driver_objects, faults, inventory, nvidia
 from draconf.workload import DeployedWorkload, Workload
+from draconf.scenarios.mig import MigWorkload
 
 #: CI's choice (.ci/run): every fault's matrix row starts a bed with that fault in the same run;
 #: the symptom tests' own beds (25, about 5 minutes) are for local runs (docs/fault-matrix.md).
@@ -432,9 +433,9 @@ def test_mig_counters_ignored(start_fault_bed):
     assert any(s["spec"].get("sharedCounters") for s in slices)  # the GPUs still count theirs
     parent = sorted(mig.parent_of(d) for d in _mig_devices(api))[0]
     uuid = selectors.uuid_in(PROFILE.domain, PROFILE.attributes["uuid"], [parent])
-    whole = deploy(api, mig.MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], 1, selectors={"gpu-whole": [uuid]}))
+    whole = deploy(api, MigWorkload("mig", ["features/62-mig-whole-gpu.yaml"], 1, selectors={"gpu-whole": [uuid]}))
     whole.wait_running()
-    part = mig.MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], 1, profiles={"mig": "1g.10gb"}, parent=parent)
+    part = MigWorkload("mig", ["features/63-mig-on-whole-gpu.yaml"], 1, profiles={"mig": "1g.10gb"}, parent=parent)
     from draconf import manifests
     manifests.create(api, whole.namespace, part.documents(PROFILE), {})
     claim = waits.wait_until("the MIG claim to be allocated", lambda: Claim.read(api, whole.namespace, "mig-on-whole-gpu"),
@@ -446,10 +447,9 @@ def test_mig_counters_ignored(start_fault_bed):
 def test_mig_caps_missing(start_fault_bed):
     """DynamicMIG on, but the nodes have no /dev/nvidia-caps: a MIG claim is allocated and the
     node fails to prepare it, naming the capability node it cannot find."""
-    from draconf import mig
     bed, api = start_fault_bed("mig-caps-missing")
     assert _mig_devices(api)
-    deployed = deploy(api, mig.MigWorkload("mig", ["features/60-mig-by-profile.yaml"], 1, profiles={"mig": "1g.10gb"}))
+    deployed = deploy(api, MigWorkload("mig", ["features/60-mig-by-profile.yaml"], 1, profiles={"mig": "1g.10gb"}))
     with pytest.raises(waits.WaitFailed, match="nvidia-caps"):
         deployed.wait_running(timeout=60)
 
@@ -466,7 +466,7 @@ def test_mig_parent_mislabelled(start_fault_bed):
     # gpu-<m>-mig-...: the name (like its counter set) still says which GPU it is carved from.
     wrong = [d for d in published if mig.is_mig(d) and whole.get(mig.parent_of(d)) != d.name.split("-mig-")[0]]
     assert wrong and all(mig.profile_of(d) != "1g.10gb" for d in wrong), [str(d) for d in wrong]
-    deployed = deploy(api, mig.MigWorkload("mig", ["features/61-mig-same-parent.yaml"], 1, profiles={
+    deployed = deploy(api, MigWorkload("mig", ["features/61-mig-same-parent.yaml"], 1, profiles={
         "mig-1g-0": "1g.10gb", "mig-1g-1": "1g.10gb", "mig-2g": "2g.20gb", "mig-3g": "3g.40gb"}))
     deployed.wait_running(timeout=60)
     (pod,) = deployed.pods()

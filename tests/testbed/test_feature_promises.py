@@ -1,5 +1,5 @@
 """What two feature workloads promise beyond the walkthrough's checks, broken through the real
-API: ``suites/test_features.py:feature_allocation`` must fail, and the diagnosis, read from the
+API: ``draconf/scenarios/features.py:feature_allocation`` must fail, and the diagnosis, read from the
 cluster alone, must say ``allocation-invalid``.
 
 No scheduler on v1.36.3 breaks these promises (admin access is locked on, and a scheduler that

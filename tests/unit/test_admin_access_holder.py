@@ -1,6 +1,6 @@
 """Where admin-access's GPU in use may land: a held GPU that consumes counters (DynamicMIG) cannot
 be given to the monitor by Kubernetes 1.36's allocator, so the holder is kept on GPUs that consume
-none when the cluster has both kinds (pure function of suites/test_features.py)."""
+none when the cluster has both kinds (pure function of draconf/scenarios/admin_access.py)."""
 
 import pytest
 
