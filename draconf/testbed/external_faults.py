@@ -54,7 +54,7 @@ from draconf import waits
 from draconf.errors import DraconfError
 from draconf.kube import connect
 from draconf.plugins import PluginPod, feature_gates_of
-from draconf.testbed import example_driver, upgrade, upstream_chart, upstream_nvidia
+from draconf.testbed import example_driver, hostsys, upgrade, upstream_chart, upstream_nvidia
 from draconf.testbed.faults import GPU_NODE_TAINT
 from draconf.testbed.nvidia import ONE_NODE
 from draconf.testbed.node_config import NodePaths
@@ -258,16 +258,10 @@ def cdi_dirs_wrong_nodes(bed) -> list[str]:
 
 def _containerd_pid(config: Path) -> int | None:
     """The containerd running with ``config`` (the node's), from /proc."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"/containerd") and str(config).encode() in argv:
-            return int(entry.name)
-    return None
+    def runs_it(cmdline: bytes) -> bool:
+        argv = cmdline.split(b"\0")
+        return argv[0].endswith(b"/containerd") and str(config).encode() in argv
+    return next(iter(hostsys.pids_whose_cmdline(runs_it)), None)
 
 
 def _set_cdi_dirs(bed, node: str, wrong: bool, timeout: float) -> None:

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -199,8 +199,9 @@ def remove_created_dirs() -> list[str]:
     return removed
 
 
-def running_node_supervisors(exclude: Collection[int] = frozenset()) -> list[int]:
-    """PIDs of real-node supervisors of any bed on this machine (``draconf.testbed.node``)."""
+def pids_whose_cmdline(matches: Callable[[bytes], bool], exclude: Collection[int] = frozenset()) -> list[int]:
+    """PIDs of the processes on this machine whose ``/proc/<pid>/cmdline`` (NUL-separated)
+    ``matches``; a process gone while it is read is left out."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in exclude:
@@ -209,6 +210,11 @@ def running_node_supervisors(exclude: Collection[int] = frozenset()) -> list[int
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"draconf.testbed.node\0" in cmdline:
+        if matches(cmdline):
             found.append(int(entry.name))
     return found
+
+
+def running_node_supervisors(exclude: Collection[int] = frozenset()) -> list[int]:
+    """PIDs of real-node supervisors of any bed on this machine (``draconf.testbed.node``)."""
+    return pids_whose_cmdline(lambda cmdline: b"draconf.testbed.node\0" in cmdline, exclude)
