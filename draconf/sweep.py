@@ -245,11 +245,7 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
         proof.stalled = start.stalled
     if start.never_started and not start.refused_by_node and start.deployed is not None:
         # Allocation judges a workload that never started: the cluster's reason is the verdict.
-        try:
-            start.deployed.check_allocation(published)
-        except AssertionError as err:
-            raise start.failed(f"{target.id}: the workload never started: {start.failure} "
-                               f"(allocation check: {str(err).removeprefix('allocation is wrong: ')})") from None
+        start.check_allocation(published, label=f"{target.id}: ")
         raise NoVerdict(f"{target.id}: {start.no_verdict_cause}")
     if start.never_started:
         raise start.failed(f"{target.id}: the container never got its GPU: {start.failure}")

@@ -51,8 +51,8 @@ SPEC_ALTERED = "[spec-altered] "
 #: before the node is judged never to finish it.  A busy node is slow, not broken: a sweep of
 #: 800 GPUs, 80 in flight on a 2-core machine, saw healthy KWOK nodes finish pods 10-11 s past
 #: their grace period, and 10 s failed them as refusing to unprepare.  A kubelet that cannot
-#: unprepare retries forever: 20 s, twice the slowest healthy finish seen, still names it inside
-#: the 45 s a definitive cleanup verdict may take (tests/matrix: claims-not-released).
+#: unprepare retries forever: 20 s, twice the slowest healthy finish seen, names it some 40 s
+#: into the cleanup check (tests/matrix: claims-not-released, bound 60 s).
 STUCK_CLAIM_AFTER = 20.0
 
 @dataclass(frozen=True)
@@ -105,6 +105,20 @@ class Start:
         """The check's failure on this start, ``message`` its text, carrying the server's
         answers behind it for the diagnosis (``raise start.failed(...)``)."""
         return answers.failure(message, self.answers)
+
+    def check_allocation(self, published: PublishedDevices, label: str = "") -> list[str]:
+        """The allocation check of this start (:meth:`DeployedWorkload.check_allocation`); the
+        evidence.  For a workload that never started the cluster's reason is the verdict and the
+        headline, the allocation check's finding after it: nothing that never started was
+        "allocated wrong".  ``label`` leads the message (a sweep target's id)."""
+        try:
+            return self.deployed.check_allocation(published)
+        except AssertionError as err:
+            if not self.never_started:
+                raise
+            found = str(err).removeprefix("allocation is wrong: ")
+            raise self.failed(f"{label}the workload never started: {self.failure} "
+                              f"(allocation check: {found})") from None
 
 
 #: API answers to a create that are the cluster's verdict on the workload (validation,

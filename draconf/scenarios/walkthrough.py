@@ -163,17 +163,7 @@ def check_allocation(request, started: Start, published_devices) -> None:
     show_templated(request.node, manifests.changes(deployed.workload.manifests, deployed.documents))
     attach_state(deployed)
     with allure.step("claims are allocated to published devices that satisfy the request"):
-        try:
-            evidence = deployed.check_allocation(published_devices)
-        except AssertionError as err:
-            if started.never_started:
-                # The cluster's reason is the verdict, and the headline: nothing that never
-                # started was "allocated wrong" (no traceback of this test's code either).
-                found = str(err).removeprefix("allocation is wrong: ")
-                raise started.failed(f"the workload never started: {started.failure} "
-                                     f"(allocation check: {found})") from None
-            raise
-        attach_evidence("allocation", evidence)
+        attach_evidence("allocation", started.check_allocation(published_devices))
 
 
 def check_cdi_injection(started: Start, published_devices) -> None:
