@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass, field
 
-from draconf.kube import seconds_since
+from draconf.kube import raw, raw_items, seconds_since
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 #: On the claim the scheduler creates for a pod's extended resources (DRAExtendedResource).
@@ -91,13 +91,11 @@ class Claim:
 
     @classmethod
     def read(cls, api, namespace: str, name: str) -> "Claim":
-        obj = api.resource.read_namespaced_resource_claim(name, namespace)
-        return cls(api.api_client.sanitize_for_serialization(obj))
+        return cls(raw(api.resource.read_namespaced_resource_claim, name, namespace))
 
     @classmethod
     def list(cls, api, namespace: str) -> builtins.list["Claim"]:
-        items = api.resource.list_namespaced_resource_claim(namespace).items
-        return [cls(api.api_client.sanitize_for_serialization(i)) for i in items]
+        return [cls(i) for i in raw_items(api.resource.list_namespaced_resource_claim, namespace)]
 
     meta = property(lambda self: self.raw.get("metadata", {}))
     name = property(lambda self: self.meta.get("name"))
@@ -277,8 +275,8 @@ def device_holders(api) -> dict[str, list[str]]:
     (``namespace/name``) that hold it, from one list of every claim; ``set(device_holders(api))``
     is the allocated devices."""
     holders: dict[str, list[str]] = {}
-    for obj in api.resource.list_resource_claim_for_all_namespaces().items:
-        claim = Claim(api.api_client.sanitize_for_serialization(obj))
+    for obj in raw_items(api.resource.list_resource_claim_for_all_namespaces):
+        claim = Claim(obj)
         for key in claim.device_keys:
             holders.setdefault(key, []).append(claim.key)
     return holders

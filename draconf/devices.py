@@ -21,6 +21,8 @@ from decimal import Decimal
 
 from kubernetes.utils import parse_quantity
 
+from draconf.kube import raw_items
+
 log = logging.getLogger("draconf")
 
 
@@ -134,8 +136,8 @@ class PublishedDevices:
 
     @classmethod
     def read(cls, api, driver: str) -> "PublishedDevices":
-        slices = api.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
-        return cls(driver, devices_from_slices(slices))
+        return cls(driver, devices_from_slices(raw_items(api.resource.list_resource_slice,
+                                                         field_selector=f"spec.driver={driver}")))
 
     def __len__(self) -> int:
         return len(self.devices)

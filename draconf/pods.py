@@ -30,7 +30,7 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
 
-from draconf.kube import seconds_since
+from draconf.kube import raw, raw_items, seconds_since
 from draconf.waits import is_transient
 
 #: Seconds the suite gives its pods to stop when it deletes them, stated rather than inherited:
@@ -68,13 +68,11 @@ class Pod:
 
     @classmethod
     def read(cls, api, namespace: str, name: str) -> "Pod":
-        obj = api.core.read_namespaced_pod(name, namespace)
-        return cls(api.api_client.sanitize_for_serialization(obj))
+        return cls(raw(api.core.read_namespaced_pod, name, namespace))
 
     @classmethod
     def list(cls, api, namespace: str, selector: str | None = None) -> builtins.list["Pod"]:
-        items = api.core.list_namespaced_pod(namespace, label_selector=selector).items
-        return [cls(api.api_client.sanitize_for_serialization(i)) for i in items]
+        return [cls(i) for i in raw_items(api.core.list_namespaced_pod, namespace, label_selector=selector)]
 
     meta = property(lambda self: self.raw.get("metadata", {}))
     spec = property(lambda self: self.raw.get("spec", {}))

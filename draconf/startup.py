@@ -23,6 +23,7 @@ from draconf.admission import denial_in_text
 from draconf.answers import ServerAnswer
 from draconf.claims import Claim
 from draconf.devices import class_selectors, devices_from_slices
+from draconf.kube import raw_items
 from draconf.pods import Pod
 from draconf.profile import Profile
 
@@ -241,9 +242,8 @@ class StartVerdicts:
         if not unallocated:
             return None
         classes = {name: class_selectors(self.api, name) for name in allocation.class_names(unallocated)}
-        published = devices_from_slices(self.api.resource.list_resource_slice().items)
-        everyone = [Claim(self.api.api_client.sanitize_for_serialization(c))
-                    for c in self.api.resource.list_resource_claim_for_all_namespaces().items]
+        published = devices_from_slices(raw_items(self.api.resource.list_resource_slice))
+        everyone = [Claim(c) for c in raw_items(self.api.resource.list_resource_claim_for_all_namespaces)]
         reading = availability.Availability()
         for claim in unallocated:
             availability.shortage(claim, published, classes, everyone, self._consumers_leaving, into=reading)

@@ -31,6 +31,7 @@ from draconf import cel
 from draconf import selectors as sel
 from draconf.claims import Claim
 from draconf.errors import NoVerdict
+from draconf.kube import raw_items
 from draconf.builder import Workload
 
 #: The walkthrough's first manifest: one pod, one claim from a template, one GPU.
@@ -196,12 +197,12 @@ def node_state(api, name: str) -> str | None:
 def held_by_others(api, run_prefix: str) -> dict[str, str]:
     """Device key -> ``namespace/claim`` of every allocated claim that is not this run's."""
     held = {}
-    for item in api.resource.list_resource_claim_for_all_namespaces().items:
-        if item.metadata.namespace.startswith(run_prefix):
+    for obj in raw_items(api.resource.list_resource_claim_for_all_namespaces):
+        claim = Claim(obj)
+        if claim.namespace.startswith(run_prefix):
             continue  # the sweep's own targets, in flight beside this one
-        claim = Claim(api.api_client.sanitize_for_serialization(item))
         for result in claim.results:
-            held[result.key] = f"{item.metadata.namespace}/{item.metadata.name}"
+            held[result.key] = claim.key
     return held
 
 
@@ -253,7 +254,8 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
     proof.notes += deployed.check_allocation(published)
     proof.notes += deployed.check_injection(published)
     proof.notes += deployed.check_cleanup(
-        published, lambda devices: prove_allocatable(api, ns, devices, profile, run_id.labels))
+        published, lambda devices: prove_allocatable(api, ns, devices, profile, run_id.labels,
+                                                      list(tainted.values())))
 
 
 def workload_for(target: Target, profile, free: list, avoid=frozenset()) -> Workload:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+from draconf.kube import raw_items
+
 #: The effects that keep a device from claims which do not tolerate them.
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -115,8 +117,7 @@ def tainted_devices(slices) -> list[TaintedDevice]:
 
 def read_slices(api, driver: str) -> list[dict]:
     """The driver's ResourceSlices as API dicts."""
-    items = api.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
-    return [api.api_client.sanitize_for_serialization(s) for s in items]
+    return raw_items(api.resource.list_resource_slice, field_selector=f"spec.driver={driver}")
 
 
 def untolerated(claim_raw: dict, slices) -> list[str]:
@@ -251,10 +252,13 @@ def describe_rule(rule: dict) -> str:
             f"{describe(spec.get('taint') or {})}; {status}")
 
 
-def tolerations_for_devices(api, driver: str, keys) -> list[dict]:
+def tolerations_for_devices(api, driver: str, keys, tainted: list[TaintedDevice] | None = None) -> list[dict]:
     """Tolerations (key, effect, any value) for every NoSchedule/NoExecute taint on the devices
-    ``keys`` (driver/pool/device): what a claim needs to be allocated them again."""
+    ``keys`` (driver/pool/device): what a claim needs to be allocated them again.  ``tainted``:
+    the driver's tainted devices as already read (the fleet sweep reads them once, not once
+    per GPU); else they are read now."""
     wanted = set(keys)
-    found = {(t["key"], t["effect"]) for d in tainted_devices(read_slices(api, driver))
-             if d.key in wanted for t in d.blocking}
+    if tainted is None:
+        tainted = tainted_devices(read_slices(api, driver))
+    found = {(t["key"], t["effect"]) for d in tainted if d.key in wanted for t in d.blocking}
     return [{"key": k, "operator": "Exists", "effect": e} for k, e in sorted(found)]

@@ -32,7 +32,7 @@ from draconf import answers
 from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
 from draconf import selectors as sel
-from draconf.kube import Api, label_selector
+from draconf.kube import Api, label_selector, raw_items
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.injection import Seen, WrongInjection, judge as judge_injection
@@ -514,20 +514,21 @@ def taken_by_run(api, namespace: str, keys: set[str], selector: str | None) -> d
     if not ours:
         return {}
     taken = {}
-    for item in api.resource.list_resource_claim_for_all_namespaces().items:
-        if item.metadata.namespace not in ours:
+    for obj in raw_items(api.resource.list_resource_claim_for_all_namespaces):
+        claim = Claim(obj)
+        if claim.namespace not in ours:
             continue
-        claim = Claim(api.api_client.sanitize_for_serialization(item))
         for result in claim.results:
             if result.key in keys:
-                taken[result.key] = f"{item.metadata.namespace}/{item.metadata.name}"
+                taken[result.key] = claim.key
     return taken
 
 
 def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
-                      labels: dict | None = None) -> list[str]:
+                      labels: dict | None = None, tainted: list | None = None) -> list[str]:
     """Allocate exactly ``devices`` again (one probe pod per node, selecting them by UUID) and
-    release them; proves that cleanup really returned them to the pool."""
+    release them; proves that cleanup really returned them to the pool.  ``tainted``: the
+    driver's tainted devices (:class:`~draconf.taints.TaintedDevice`) if already read."""
     uuid_attr = profile.attributes["uuid"]
     by_node: dict[str, list] = {}
     for device in devices:
@@ -539,7 +540,7 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
         name = f"probe-{len(evidence)}"
         # A freed device its driver taints is allocatable again only to a claim tolerating it.
         from draconf.taints import tolerations_for_devices
-        tolerations = tolerations_for_devices(api, profile.driver, [d.key for d in group])
+        tolerations = tolerations_for_devices(api, profile.driver, [d.key for d in group], tainted)
         docs = [
             {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
