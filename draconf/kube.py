@@ -65,6 +65,12 @@ def _client(configuration: client.Configuration) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def new_client(configuration: client.Configuration) -> client.ApiClient:
+    """Another API client on the same configuration, with connections of its own (a watch
+    holds one for minutes; an exec turns its client's requests into websockets)."""
+    return _client(configuration)
+
+
 _DYNAMIC_LOCK = threading.Lock()
 
 

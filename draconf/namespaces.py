@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from kubernetes.client.exceptions import ApiException
 
 from draconf import waits
-from draconf.kube import label_selector
+from draconf.kube import label_selector, raw_items
 from draconf.errors import DraconfError
 from draconf.pods import delete_pods
 
@@ -194,12 +194,12 @@ def wait_deleted(api, names: list[str], timeout: float = 120, log_fn=log.info) -
     """Wait until ``names`` (namespaces being deleted) are gone, releasing stuck pods and claims
     after :data:`RELEASE_STUCK_CLAIMS_AFTER` seconds; returns those still there at ``timeout``."""
     def remaining() -> list[str]:
-        return [n for n in names if _exists(api, n)]
+        return _existing(api, names)
 
     try:
         _waiting_out_stuck(api, names, lambda seconds: waits.wait_until(
             f"{len(names)} namespace(s) of this run to be deleted", remaining, lambda left: not left,
-            timeout=seconds, interval=0.5, describe=lambda left: f"still there: {', '.join(left)}",
+            timeout=seconds, interval=0.5, describe=lambda left: f"still there: {few(left)}",
             progress=log_fn), timeout)
         left = []
     except waits.WaitTimeout:
@@ -256,6 +256,25 @@ def release_stuck_claims(api, namespace: str) -> list[str]:
     return released
 
 
+def few(names: list[str], shown: int = 5) -> str:
+    """The first ``shown`` names and how many more: a progress line, not a thousand names.
+
+    >>> few(["a", "b"]), few([f"n{i}" for i in range(800)], shown=2)
+    ('a, b', 'n0, n1 and 798 more')
+    """
+    head = ", ".join(names[:shown])
+    return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _existing(api, names: list[str]) -> list[str]:
+    """Which of ``names`` (namespaces draconf made) still exist: one list of draconf's
+    namespaces, not a read of each (a fleet sweep deletes 800)."""
+    if len(names) <= 3:
+        return [n for n in names if _exists(api, n)]
+    there = {n["metadata"]["name"] for n in raw_items(api.core.list_namespace, label_selector=label_selector(MANAGED_BY))}
+    return [n for n in names if n in there]
+
+
 def _exists(api, name: str) -> bool:
     try:
         api.core.read_namespace(name)
@@ -283,11 +302,11 @@ def sweep(api, run: RunId | None = None, wait: float = 120, log_fn=print) -> lis
         return names
 
     def remaining() -> list[str]:
-        return [name for name in names if _exists(api, name)]
+        return _existing(api, names)
 
     try:
         waits.wait_until(f"{len(names)} namespace(s) to be deleted", remaining, lambda left: not left,
-                         timeout=wait, describe=lambda left: f"still there: {', '.join(left)}",
+                         timeout=wait, describe=lambda left: f"still there: {few(left)}",
                          progress=log_fn)
     except waits.WaitTimeout as err:
         raise DraconfError(f"deleted {len(names)} namespace(s), but after {wait:g}s "

@@ -76,6 +76,8 @@ class Reflector:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopping = False
+        #: the HTTP status of the last list or watch the server refused (None: none refused)
+        self.refused_with: int | None = None
         self._thread = threading.Thread(target=self._run, name=f"reflector-{name}", daemon=True)
 
     def start(self) -> Reflector:
@@ -143,6 +145,7 @@ class Reflector:
             except ApiException as err:
                 if self._stopping:
                     return
+                self.refused_with = err.status
                 # 410 Gone: the API server no longer holds that version; list again.
                 if err.status != 410:
                     log.warning("%s: watch failed (%s %s); listing again", self.name, err.status, err.reason)

@@ -125,6 +125,7 @@ class StartVerdicts:
 
         def pods(self, include_deleting: bool = False) -> list[Pod]: ...
         def claims(self) -> dict[str, Claim]: ...
+        def observed_claims(self) -> dict[str, Claim]: ...
         def events(self) -> list[str]: ...
         def describe(self, pods: list[Pod] | None = None) -> str: ...
 
@@ -285,7 +286,7 @@ class StartVerdicts:
         names = pod.claim_names()
         out = [f"{ref} (not generated)" for ref in pod.template_claims_not_generated]
         if names:
-            claims = self.claims()
+            claims = self.observed_claims()
             out += [name for name in names.values() if name in claims and not claims[name].is_allocated]
         return out
 
@@ -361,12 +362,13 @@ class StartVerdicts:
         workers) hold some: that resolves by waiting, so it is not a verdict."""
         if "cannot allocate all claims" not in message or not self.run_selector:
             return False
-        ours = {n.metadata.name for n in self.api.core.list_namespace(label_selector=self.run_selector).items}
+        ours = {n["metadata"]["name"] for n in raw_items(self.api.core.list_namespace,
+                                                          label_selector=self.run_selector)}
         ours.discard(self.namespace)
         if not ours:
             return False
-        return any(c.metadata.namespace in ours and c.status and c.status.allocation
-                   for c in self.api.resource.list_resource_claim_for_all_namespaces().items)
+        return any(c.namespace in ours and c.is_allocated
+                   for c in map(Claim, raw_items(self.api.resource.list_resource_claim_for_all_namespaces)))
 
 
 def claim_not_created_text(pod: Pod, refused: str) -> str:

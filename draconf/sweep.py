@@ -207,18 +207,19 @@ def held_by_others(api, run_prefix: str) -> dict[str, str]:
 
 
 def candidates(api, profile, published, target: Target, run_prefix: str, tainted: dict,
-               class_cel: list) -> list:
+               class_cel: list, view=None) -> list:
     """The target's GPUs the profile's DeviceClass selects, untainted, that no one else holds; a
     skip naming the holders when there are none, or naming the taint of a tainted target GPU
     (out of service by its driver's or an admin's account: not something to prove).  ``tainted``:
     device key -> :class:`~draconf.taints.TaintedDevice`, and ``class_cel`` (the DeviceClass's
-    selectors) are read once for the sweep."""
+    selectors) are read once for the sweep; with a ``view`` (:class:`~draconf.watched.WatchedRun`)
+    who holds what is read from it."""
     mine = [d for d in published.devices if d.node == target.node and cel.evaluate_all(class_cel, d).matched
             and (target.device is None or d.name == target.device)]
     blocked = {d.key: tainted[d.key] for d in mine if d.key in tainted and tainted[d.key].blocking}
     if target.device is not None and blocked:
         pytest.skip(f"tainted, not tested: {next(iter(blocked.values())).summary()}")
-    held = held_by_others(api, run_prefix)
+    held = view.held_outside_run() if view is not None else held_by_others(api, run_prefix)
     free = [d for d in mine if d.key not in held and d.key not in blocked]
     if not free:
         why = [f"{d.key} held by {held[d.key]}" for d in mine if d.key in held]
@@ -229,19 +230,20 @@ def candidates(api, profile, published, target: Target, run_prefix: str, tainted
 
 
 def prove(api, profile, run_id, published, validated_nodes, target: Target, proof: Proof,
-          new_namespace: Callable[[str], str], tainted: dict, class_cel: list) -> None:
+          new_namespace: Callable[[str], str], tainted: dict, class_cel: list, view=None) -> None:
     """01-single-gpu.yaml pinned to the target: allocation, injection and release, as judged
-    for every workload, on the target's GPU.  Raises the target's outcome; notes its evidence."""
+    for every workload, on the target's GPU.  Raises the target's outcome; notes its evidence.
+    With a ``view`` (:class:`~draconf.watched.WatchedRun`) the waits read it, not the API server."""
     from draconf.workload import DeployedWorkload, prove_allocatable
     if not validated_nodes.keeps(target.node):
         raise NoVerdict(f"node {target.node} was left out by preflight: {validated_nodes.describe()}")
     if why := node_state(api, target.node):
         raise NoVerdict(f"{why}: not tested")
     run_prefix = f"draconf-{run_id}-"
-    free = candidates(api, profile, published, target, run_prefix, tainted, class_cel)
+    free = candidates(api, profile, published, target, run_prefix, tainted, class_cel, view)
     proof.namespace = ns = new_namespace(f"node-{target.id}")
     workload = workload_for(target, profile, free, validated_nodes.avoid)
-    start = DeployedWorkload.start(api, ns, workload, profile, run_id.labels)
+    start = DeployedWorkload.start(api, ns, workload, profile, run_id.labels, view=view)
     if start.stalled:
         proof.stalled = start.stalled
     if start.never_started and not start.refused_by_node and start.deployed is not None:
@@ -255,7 +257,7 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
     proof.notes += deployed.check_injection(published)
     proof.notes += deployed.check_cleanup(
         published, lambda devices: prove_allocatable(api, ns, devices, profile, run_id.labels,
-                                                      list(tainted.values())))
+                                                      list(tainted.values()), view))
 
 
 def workload_for(target: Target, profile, free: list, avoid=frozenset()) -> Workload:

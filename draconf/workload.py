@@ -40,6 +40,7 @@ from draconf.errors import NoVerdict, ReleaseIncomplete, server_message
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
 from draconf.startup import ControlPlaneStalled, StartVerdicts, stall_after
+from draconf.watched import WatchedRun
 
 log = logging.getLogger("draconf.workload")
 
@@ -136,6 +137,9 @@ class DeployedWorkload(StartVerdicts):
     _unschedulable_since: dict = field(default_factory=dict, repr=False)
     #: label selector of this run's namespaces; their allocations are contention, not a verdict
     run_selector: str | None = None
+    #: the run's pods and the cluster's claims as watched (the fleet sweep's): what the waits
+    #: read instead of polling the API server; the checks always read the server
+    view: WatchedRun | None = None
 
     @classmethod
     def deploy(cls, api, namespace: str, workload: Workload, profile: Profile,
@@ -148,11 +152,12 @@ class DeployedWorkload(StartVerdicts):
 
     @classmethod
     def start(cls, api, namespace: str, workload: Workload, profile: Profile,
-              labels: dict | None = None) -> Start:
+              labels: dict | None = None, view: WatchedRun | None = None) -> Start:
         """Deploy ``workload`` and wait for its pods; a cluster that refuses or never runs it
-        gives a :class:`Start` with the reason (other errors, e.g. RBAC, propagate)."""
+        gives a :class:`Start` with the reason (other errors, e.g. RBAC, propagate).  With a
+        ``view`` the waits read it (:mod:`draconf.watched`)."""
         docs = workload.documents(profile)
-        deployed = cls(api, namespace, workload, profile, docs)
+        deployed = cls(api, namespace, workload, profile, docs, view=view)
         deployed.run_selector = run_selector(labels)
         try:
             manifests.create(api, namespace, docs, labels)
@@ -198,6 +203,21 @@ class DeployedWorkload(StartVerdicts):
     def claims(self) -> dict[str, Claim]:
         return {c.name: c for c in Claim.list(self.api, self.namespace)}
 
+    def observed_pods(self, include_deleting: bool = False) -> list[Pod]:
+        """:meth:`pods` for a wait: as watched when there is a view (and the workload's pods are
+        named in its documents), else read from the API server."""
+        if self.view is None or self.workload.pod_selector:
+            return self.pods(include_deleting)
+        names = [d["metadata"]["name"] for d in self.documents if d["kind"] == "Pod"]
+        found = [p for p in (self.view.pod(self.namespace, n) for n in names) if p is not None]
+        return [p for p in found if include_deleting or not p.is_deleting]
+
+    def observed_claims(self) -> dict[str, Claim]:
+        """:meth:`claims` for a wait: as watched when there is a view."""
+        if self.view is None:
+            return self.claims()
+        return {c.name: c for c in self.view.claims_in(self.namespace)}
+
     def describe(self, pods: list[Pod] | None = None) -> str:
         """Pods, with the last event of each pod not yet running (what the kubelet is doing:
         pulling an image, preparing claims), and claims: the progress and timeout line."""
@@ -226,7 +246,7 @@ class DeployedWorkload(StartVerdicts):
         want = self.workload.expected_pods
         return waits.wait_until(
             f"{want} pod(s) of {self.workload.name} to run",
-            self.pods, lambda pods: len(pods) == want and all(p.is_running for p in pods),
+            self.observed_pods, lambda pods: len(pods) == want and all(p.is_running for p in pods),
             timeout=timeout or self.profile.timeouts.running, describe=self.describe,
             verdict=self.verdict, interval=0.5)
 
@@ -417,9 +437,7 @@ class DeployedWorkload(StartVerdicts):
         timeout = self.profile.timeouts.cleanup
 
         def state():
-            pods = self.pods(include_deleting=True)
-            current = {c.name: c for c in Claim.list(self.api, self.namespace)}
-            return pods, current
+            return self.observed_pods(include_deleting=True), self.observed_claims()
 
         def done(s):
             pods, current = s
@@ -525,10 +543,12 @@ def taken_by_run(api, namespace: str, keys: set[str], selector: str | None) -> d
 
 
 def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
-                      labels: dict | None = None, tainted: list | None = None) -> list[str]:
+                      labels: dict | None = None, tainted: list | None = None,
+                      view: WatchedRun | None = None) -> list[str]:
     """Allocate exactly ``devices`` again (one probe pod per node, selecting them by UUID) and
     release them; proves that cleanup really returned them to the pool.  ``tainted``: the
-    driver's tainted devices (:class:`~draconf.taints.TaintedDevice`) if already read."""
+    driver's tainted devices (:class:`~draconf.taints.TaintedDevice`) if already read; with a
+    ``view`` the waits read it (:mod:`draconf.watched`)."""
     uuid_attr = profile.attributes["uuid"]
     by_node: dict[str, list] = {}
     for device in devices:
@@ -555,13 +575,15 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
                                  "resources": {"claims": [{"name": "gpu"}]}}]}, profile.pod_security)},
         ]
         manifests.create(api, namespace, docs, labels)
-        probe = DeployedWorkload(api, namespace, Workload(name, [], 1), profile, docs)
+        probe = DeployedWorkload(api, namespace, Workload(name, [], 1), profile, docs, view=view)
         # Scoped to the run: a freed device another test of this run (a pytest-xdist worker)
         # holds now is no "cannot allocate" verdict, and its allocation there proves it as well.
         probe.run_selector = run_selector(labels)
         keys = {d.key for d in group}
 
         def observe():
+            if view is not None:
+                return view.claim(namespace, name) or Claim({}), view.held_in_run(keys, but=namespace)
             return Claim.read(api, namespace, name), taken_by_run(api, namespace, keys, probe.run_selector)
         try:
             claim, taken = waits.wait_until(

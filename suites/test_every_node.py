@@ -25,6 +25,7 @@ from draconf import reporting, sweep
 from draconf.breaker import trip_breaker
 from draconf.reporting import note, verdict_of
 from draconf.reporting.plugin import attach_fleet_picture
+from draconf.watched import WatchedRun
 
 pytestmark = [pytest.mark.every_node, pytest.mark.conformance]
 
@@ -60,12 +61,20 @@ def swept(request, cluster, profile, run_id, validated_nodes):
     say = logging.getLogger("draconf.sweep").info  # live in draconf run (log_cli), as every wait's progress
     say(f"sweep: {len(chosen)} target(s), at most {at_once} at a time")
 
+    # The targets' waits read one watch of the run's pods and the cluster's claims, not
+    # 80 targets polling the API server (draconf.watched); without it they poll.
+    view = WatchedRun.start(cluster, run_id.labels, f"draconf-{run_id}-") if chosen else None
+
     def prove_one(target, proof):
         sweep.prove(cluster, profile, run_id, published_devices, validated_nodes, target, proof,
-                    lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel)
+                    lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel, view)
 
     began = time.monotonic()
-    proofs = sweep.run(chosen, at_once, prove_one, progress=say)
+    try:
+        proofs = sweep.run(chosen, at_once, prove_one, progress=say)
+    finally:
+        if view is not None:
+            view.stop()
     say(f"sweep: {len(proofs)} target(s) done in {time.monotonic() - began:.1f}s "
         f"({sweep.tally(proofs.values())})")  # the figure benchmarks/sweep_at_scale.py reads
     stalled = next((p for p in proofs.values() if p.stalled), None)

@@ -68,6 +68,12 @@ def calls_in_code() -> set[Permission]:
             if doc:
                 group = doc["apiVersion"].rpartition("/")[0]
                 found.add(Permission("create", doc["kind"].lower() + "s", group))
+    # A Reflector (draconf.watched) lists what its list call reads, then watches it.
+    reflected = re.compile(r"Reflector\(client\.(CoreV1Api|ResourceV1Api)\(\w+\)\.(list_[a-z_]+)")
+    for path in files:
+        for api_class, method in reflected.findall(path.read_text()):
+            for p in permissions_of_call({"CoreV1Api": "core", "ResourceV1Api": "resource"}[api_class], method):
+                found.update({p, Permission("watch", p.resource, p.group)})
     # Custom objects: the GPU Operator singletons are listed cluster-wide.
     for group, _, plural in (preflight.GPUCLUSTER, preflight.CLUSTERPOLICY):
         found.add(Permission("list", plural, group))
@@ -89,7 +95,9 @@ def test_the_role_has_what_the_old_readme_lacked():
     role = set(needed())
     assert {Permission("list", "nodes"), Permission("get", "pods/log"),
             Permission("patch", "resourceclaims", "resource.k8s.io")} <= role
-    assert all(p.verb != "watch" for p in role)  # nothing watches
+    # Only the fleet sweep watches (draconf.watched): the run's pods and every claim.
+    assert {p for p in role if p.verb == "watch"} == {Permission("watch", "pods"),
+                                                      Permission("watch", "resourceclaims", "resource.k8s.io")}
 
 
 def test_the_docs_show_exactly_the_shipped_role():
