@@ -20,6 +20,7 @@ for its own test to raise (suites/test_every_node.py).
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -118,12 +119,98 @@ class Proof:
     stalled: str | None = None
 
 
+class ReuseProbes:
+    """The release proof of every GPU of one node, made once for the node: the cleanup probe
+    (:func:`draconf.workload.prove_allocatable`) allocates the freed GPUs again and runs a pod
+    on them.  Per GPU (``--every-gpu``) that was 8 more claims and pods per node than the
+    targets themselves, nearly half of the sweep's writes; one probe per node asks for all the
+    node's freed GPUs at once.
+
+    A target's release is *deferred* to the last of its node's targets to end: that one runs
+    the node's probe for every GPU its neighbours freed, and its outcome (evidence, or the
+    failure) becomes each of theirs.  If the node's probe fails, each GPU is probed alone, so
+    the failure names exactly the GPU(s) that cannot be used again.  Nothing waits for a
+    neighbour: a target ends (its thread is free) with its proof pending, and sweep.run returns
+    only once every target has ended.  A node with one target (``--every-node``) is probed at
+    once, as before."""
+
+    def __init__(self, targets: Iterable[Target], probe: Callable[[Target, list], list[str]]):
+        """``probe(target, devices)``: prove_allocatable for ``devices`` in the namespace of
+        ``target`` (one of those that freed them)."""
+        #: every target's proof (what sweep.run fills in when given these probes)
+        self.proofs = {t: Proof(t) for t in targets}
+        #: node -> its targets that have not ended yet
+        self._open: dict[str, set[Target]] = {}
+        for target in self.proofs:
+            self._open.setdefault(target.node, set()).add(target)
+        #: node -> [(target, devices it freed)] awaiting the node's probe
+        self._freed: dict[str, list[tuple[Target, list]]] = {}
+        self._probe = probe
+        self._lock = threading.Lock()
+
+    def released(self, target: Target, devices: list) -> list[str]:
+        """Cleanup's probe for ``target``: its evidence now if it is its node's last target
+        to end, else nothing yet (the node's last target proves it, :meth:`ended`)."""
+        with self._lock:
+            self._freed.setdefault(target.node, []).append((target, devices))
+            if self._open[target.node] - {target}:
+                return [f"reuse: proven with the other GPUs {target.node} frees, by one probe once the "
+                        "last of them has ended"]
+            self._open[target.node].discard(target)
+            group = self._freed.pop(target.node)
+        return self._prove(target, group)
+
+    def ended(self, target: Target) -> None:
+        """``target`` has its outcome (or its release deferred): if it was its node's last open
+        target, the GPUs its neighbours freed are probed now, in this thread."""
+        with self._lock:
+            left = self._open.get(target.node, set())
+            if target not in left:
+                return
+            left.discard(target)
+            group = [] if left else self._freed.pop(target.node, [])
+        if group:
+            self._prove(None, group)
+
+    def _attempt(self, target: Target, devices: list) -> list[str] | BaseException:
+        try:
+            return self._probe(target, devices)
+        except (Exception, pytest.skip.Exception, pytest.fail.Exception) as outcome:
+            return outcome
+
+    def _prove(self, mine: Target | None, group: list[tuple[Target, list]]) -> list[str]:
+        """Probe every GPU of ``group`` at once, and each alone if that fails; every target of
+        the group gets the outcome of the probe that covered it (a deferred target is never
+        left passing on a probe that did not pass); ``mine``'s is returned, or raised."""
+        together = self._attempt(group[0][0], [d for _, freed in group for d in freed])
+        if isinstance(together, AssertionError) and len(group) > 1:
+            results = {target: self._attempt(target, freed) for target, freed in group}
+        else:
+            results = {target: together for target, _ in group}
+        for target, result in results.items():
+            if target == mine:
+                continue
+            proof = self.proofs[target]
+            if isinstance(result, BaseException):
+                proof.outcome = result
+            else:
+                proof.notes += result
+        if mine is None:
+            return []
+        result = results[mine]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
 def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, Proof], None],
-        progress: Callable[[str], None] = lambda line: None) -> dict[Target, Proof]:
+        progress: Callable[[str], None] = lambda line: None,
+        probes: ReuseProbes | None = None) -> dict[Target, Proof]:
     """Prove every target, ``at_once`` in flight at a time; a target's outcome is kept, never
     raised here (Ctrl-C is: the targets not started are dropped, the running ones finish their
-    step and their namespaces go with the run's)."""
-    proofs = {t: Proof(t) for t in to_prove}
+    step and their namespaces go with the run's).  ``probes``: the node-wise release proofs the
+    targets' cleanups defer to (:class:`ReuseProbes`, made on the same proofs)."""
+    proofs = {t: Proof(t) for t in to_prove} if probes is None else probes.proofs  # the same targets
     if not proofs:
         return proofs
 
@@ -133,6 +220,14 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
             prove_one(target, proof)
         except (Exception, pytest.skip.Exception, pytest.fail.Exception) as outcome:
             proof.outcome = outcome
+        if probes is not None:
+            try:
+                probes.ended(target)
+            except (Exception, pytest.skip.Exception, pytest.fail.Exception) as outcome:
+                # The node's probe, run by this target: its own outcome stands; the probe's
+                # failure is its neighbours' (set by ReuseProbes), never lost.
+                if proof.outcome is None:
+                    proof.outcome = outcome
         return proof
 
     done = 0
@@ -230,10 +325,12 @@ def candidates(api, profile, published, target: Target, run_prefix: str, tainted
 
 
 def prove(api, profile, run_id, published, validated_nodes, target: Target, proof: Proof,
-          new_namespace: Callable[[str], str], tainted: dict, class_cel: list, view=None) -> None:
+          new_namespace: Callable[[str], str], tainted: dict, class_cel: list, view=None,
+          probes: ReuseProbes | None = None) -> None:
     """01-single-gpu.yaml pinned to the target: allocation, injection and release, as judged
     for every workload, on the target's GPU.  Raises the target's outcome; notes its evidence.
-    With a ``view`` (:class:`~draconf.watched.WatchedRun`) the waits read it, not the API server."""
+    With a ``view`` (:class:`~draconf.watched.WatchedRun`) the waits read it, not the API server;
+    with ``probes`` the release is proven with the node's other targets (:class:`ReuseProbes`)."""
     from draconf.workload import DeployedWorkload, prove_allocatable
     if not validated_nodes.keeps(target.node):
         raise NoVerdict(f"node {target.node} was left out by preflight: {validated_nodes.describe()}")
@@ -255,6 +352,9 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
     deployed = start.deployed
     proof.notes += deployed.check_allocation(published)
     proof.notes += deployed.check_injection(published)
+    if probes is not None:
+        proof.notes += deployed.check_cleanup(published, lambda devices: probes.released(target, devices))
+        return
     proof.notes += deployed.check_cleanup(
         published, lambda devices: prove_allocatable(api, ns, devices, profile, run_id.labels,
                                                       list(tainted.values()), view))

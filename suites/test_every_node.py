@@ -26,6 +26,7 @@ from draconf.breaker import trip_breaker
 from draconf.reporting import note, verdict_of
 from draconf.reporting.plugin import attach_fleet_picture
 from draconf.watched import WatchedRun
+from draconf.workload import prove_allocatable
 
 pytestmark = [pytest.mark.every_node, pytest.mark.conformance]
 
@@ -65,13 +66,18 @@ def swept(request, cluster, profile, run_id, validated_nodes):
     # 80 targets polling the API server (draconf.watched); without it they poll.
     view = WatchedRun.start(cluster, run_id.labels, f"draconf-{run_id}-") if chosen else None
 
+    # A node's freed GPUs are proven reusable together, by one probe (draconf.sweep.ReuseProbes).
+    probes = sweep.ReuseProbes(chosen, lambda target, devices: prove_allocatable(
+        cluster, probes.proofs[target].namespace, devices, profile, run_id.labels, list(tainted.values()), view))
+
     def prove_one(target, proof):
         sweep.prove(cluster, profile, run_id, published_devices, validated_nodes, target, proof,
-                    lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel, view)
+                    lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel, view,
+                    probes)
 
     began = time.monotonic()
     try:
-        proofs = sweep.run(chosen, at_once, prove_one, progress=say)
+        proofs = sweep.run(chosen, at_once, prove_one, progress=say, probes=probes)
     finally:
         if view is not None:
             view.stop()

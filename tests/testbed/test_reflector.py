@@ -8,12 +8,15 @@ import base64
 import json
 import logging
 import threading
+import time
 import urllib.request
 from types import SimpleNamespace
 
 from draconf import namespaces
 from draconf.kube import connect
+from draconf.profile import TESTBED_IMAGE
 from draconf.reflector import Reflector
+from draconf.watched import WatchedRun
 
 
 def until(reflector: Reflector, what: str, done) -> list[dict]:
@@ -121,3 +124,35 @@ def test_a_version_the_api_server_no_longer_holds_is_listed_again(kwok_gpu_bed, 
     finally:
         events.stop()
         namespaces.delete(api, ns, wait=60)
+
+
+def test_the_sweeps_view_follows_the_runs_pods_and_every_claim(healthy_bed, api, ns):
+    """draconf.watched.WatchedRun, as the fleet sweep starts it: the run's pods (by its run-id
+    label) and the claims of every namespace, as the waits read them; a claim outside the run's
+    namespaces is someone else's."""
+    run = namespaces.RunId("selftest")
+    view = WatchedRun.start(api, run.labels, f"draconf-{run}-", timeout=10)
+    assert view is not None, "the view never synced with the bed's admin credentials"
+    try:
+        claim = {"metadata": {"name": "watched"}, "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+        api.resource.create_namespaced_resource_claim(ns, claim)
+        pod = {"metadata": {"name": "watched", "labels": run.labels},
+               "spec": {"containers": [{"name": "c", "image": TESTBED_IMAGE, "command": ["sleep", "1"]}],
+                        "nodeSelector": {"draconf.dev/nowhere": "true"}}}  # stays Pending: nothing to run
+        api.core.create_namespaced_pod(ns, pod)
+        assert until(view.pods, "the run's pod", lambda items: view.pod(ns, "watched") is not None)
+        assert until(view.claims, "the claim", lambda items: [c.name for c in view.claims_in(ns)] == ["watched"])
+        assert view.held_in_run({"gpu.nvidia.com/x/gpu-0"}, but="elsewhere") == {}, "an unallocated claim holds nothing"
+    finally:
+        view.stop()
+
+
+def test_credentials_that_may_not_watch_get_no_view_at_once(healthy_bed):
+    """The bed's user draconf-suite, bound to nothing: the server refuses the watches' lists,
+    and the sweep is told at once to poll, not after the sync timeout."""
+    started = time.monotonic()
+    view = WatchedRun.start(connect(healthy_bed.dir / "draconf-suite.kubeconfig"), {"a": "b"}, "draconf-x-",
+                            timeout=30)
+    assert view is None, "a view was made with credentials that may not list pods or claims"
+    assert time.monotonic() - started < 10, "a refused watch waited for the sync timeout"
