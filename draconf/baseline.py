@@ -165,7 +165,7 @@ def compare(before: Mapping, after: Mapping, slower_factor: float = SLOWER_FACTO
         b, a = (before.get("nodes") or {}).get(node), (after.get("nodes") or {}).get(node)
         subject = f"node {node}"
         if a is None:
-            add("node", subject, f"gone (had {b['gpus']} GPUs)")
+            add("node", subject, f"gone (had {(b or {}).get('gpus')} GPUs)")
             continue
         if b is None:
             changes.append(Change("node", subject, f"new, {a['gpus']} GPUs", False))

@@ -170,7 +170,7 @@ class Semver:
         text = str(text)
         if normalize:
             text = text[1:] if text.startswith("v") else text
-            core = re.match(r"^[0-9.]*", text).group(0)
+            core = re.match(r"^[0-9.]*", text).group(0)  # type: ignore[union-attr]  # * matches always
             rest = text[len(core):]
             parts = [p.lstrip("0") or "0" for p in core.split(".") if p != ""]
             parts += ["0"] * (3 - len(parts))

@@ -93,7 +93,7 @@ class Expectations:
         if feature in self.expect:
             return f"expected by --expect-feature {feature}"
         gate, since = GA_SINCE.get(feature, (None, None))
-        if gate and self.minor is not None and self.minor >= since:
+        if gate and since is not None and self.minor is not None and self.minor >= since:
             return f"GA since Kubernetes 1.{since} ({gate}), and the API server is {self.server_version}"
         return None
 

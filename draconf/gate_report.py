@@ -45,7 +45,7 @@ def add_to_junit(path: Path, regressions: list, against: str) -> None:
         failure.text = str(change)
     for attribute in ("tests", "failures"):
         if attribute in suites.attrib:
-            suites.set(attribute, str(int(suites.get(attribute)) + len(regressions)))
+            suites.set(attribute, str(int(suites.get(attribute) or 0) + len(regressions)))
     tree.write(path, encoding="utf-8", xml_declaration=True)
 
 

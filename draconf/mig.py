@@ -78,8 +78,8 @@ def _slices(name: str) -> int:
 
 def smallest_profiles(devices) -> list[str]:
     """The published MIG profiles, smallest first (by compute slices, then name)."""
-    return sorted({profile_of(d) for d in devices if is_mig(d) and profile_of(d)},
-                  key=lambda p: (_slices(p), p))
+    found: set[str] = {p for d in devices if is_mig(d) and (p := profile_of(d))}
+    return sorted(found, key=lambda p: (_slices(p), p))
 
 
 def profile_with_slices(devices, slices: int) -> str | None:

@@ -162,6 +162,7 @@ class CapacityLock:
     def _turnstile(self, hold: bool):
         """Wait until no exclusive taker is queued; ``hold``: stay queued (as that exclusive
         taker) for the body."""
+        assert self.path is not None  # only a lock with a file takes turns
         fd = os.open(self.path + ".turnstile", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -175,7 +176,7 @@ class CapacityLock:
         if self.path is None or not self._count:
             return
         self._count -= 1
-        if not self._count:
+        if not self._count and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd, self._exclusive = None, False

@@ -39,6 +39,7 @@ def conform(pod_spec: dict, level: str) -> dict:
     pod = pod_spec.setdefault("securityContext", {}) if level == "restricted" else pod_spec.get("securityContext")
     containers = pod_spec.get("containers", []) + pod_spec.get("initContainers", [])
     if level == "restricted":
+        assert pod is not None  # set just above for this level
         for key, value in RESTRICTED_POD.items():
             pod.setdefault(key, value)
         for container in containers:

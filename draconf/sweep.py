@@ -349,7 +349,7 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
         raise NoVerdict(f"{target.id}: {start.no_verdict_cause}")
     if start.never_started:
         raise start.failed(f"{target.id}: the container never got its GPU: {start.failure}")
-    deployed = start.deployed
+    deployed = start.running
     proof.notes += deployed.check_allocation(published)
     proof.notes += deployed.check_injection(published)
     if probes is not None:

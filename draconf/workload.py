@@ -99,6 +99,14 @@ class Start:
         return self.cause in (startup.PREPARE_REFUSED, startup.CDI_UNRESOLVED)
 
     @property
+    def running(self) -> "DeployedWorkload":
+        """The deployed workload, for a check of a start that got as far as deploying it;
+        one never deployed (``deployed`` None) gives no verdict, naming why."""
+        if self.deployed is None:
+            raise NoVerdict(f"the workload was never deployed: {self.failure or 'no reason given'}")
+        return self.deployed
+
+    @property
     def no_verdict_cause(self) -> str:
         return f"workload never started: {self.failure}"
 
@@ -113,7 +121,7 @@ class Start:
         headline, the allocation check's finding after it: nothing that never started was
         "allocated wrong".  ``label`` leads the message (a sweep target's id)."""
         try:
-            return self.deployed.check_allocation(published)
+            return self.running.check_allocation(published)
         except AssertionError as err:
             if not self.never_started:
                 raise

@@ -408,16 +408,18 @@ def _container_gpus(snap: Snapshot, facts: Facts, profile) -> list[ContainerGPUs
             if read is None:
                 continue
             listed = pod.container_claims(container)
-            expected: list[str] | None = []
+            found: list[str] = []
+            unknown = False  # a claim of the container not found or not allocated
             for ref, request in pod.container_claim_requests(container):
                 claim = claims.get(names.get(ref, ""))
                 if claim is None or not claim.is_allocated:
-                    expected = None
+                    unknown = True
                     break
                 keys = claim.device_keys if request is None else [
                     key for req, keys in claim.request_devices.items() if request_matches(req, request)
                     for key in keys]
-                expected += [u for key in keys if (u := uuids.get(key))]
+                found += [u for key in keys if (u := uuids.get(key))]
+            expected = None if unknown else found
             text = read.get("stdout") or ""
             terminated = ended.get(container) or {}
             message = f"{read.get('error') or ''} {read.get('stderr') or ''} {terminated.get('message') or ''}"
@@ -523,7 +525,7 @@ def _allocation_problems(snap: Snapshot, facts: Facts, profile) -> list[str]:
     judgement = allocation.judge(
         allocation.Snapshot(pods, {c.name: c for c in facts.claims},
                             PublishedDevices(profile.driver, facts.devices),
-                            dict(facts.device_classes)),
+                            dict(facts.device_classes or {})),
         expected_pods=len(pods), identity_attribute=(getattr(profile, "attributes", None) or {}).get("uuid"),
         parent_attribute=mig.PARENT_ATTRIBUTE)
     facts.partition_overlaps = [str(p) for p in judgement.problems if p.kind == "partition-overlap"]

@@ -39,7 +39,7 @@ def _expression_matches(expr: dict, labels: dict, fields: dict | None = None) ->
         return not present
     if op in ("Gt", "Lt") and present and values:
         try:
-            a, b = int(value), int(values[0])
+            a, b = int(str(value)), int(values[0])
         except ValueError:
             return False
         return a > b if op == "Gt" else a < b

@@ -39,9 +39,9 @@ def parse_server_version(git_version: str | None, major: str | None = None,
     match = _VERSION.match((git_version or "").strip())
     if match:
         return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-    digits = [re.match(r"\d+", (v or "").strip()) for v in (major, minor)]
-    if all(digits):
-        return int(digits[0].group()), int(digits[1].group()), 0
+    major_digits, minor_digits = (re.match(r"\d+", (v or "").strip()) for v in (major, minor))
+    if major_digits and minor_digits:
+        return int(major_digits.group()), int(minor_digits.group()), 0
     return None
 
 

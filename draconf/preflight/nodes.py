@@ -97,4 +97,4 @@ def read_gpu_nodes(api, plugin_pods: list[PluginPod],
     """(GPU node names, all node names)."""
     nodes = read(Access("list", "nodes"), api.core.list_node).items
     pairs = [(n.metadata.name, n.metadata.labels) for n in nodes]
-    return gpu_node_names(pairs, [p.node for p in plugin_pods], gpu_labels), sorted(n for n, _ in pairs)
+    return gpu_node_names(pairs, [p.node for p in plugin_pods if p.node], gpu_labels), sorted(n for n, _ in pairs)

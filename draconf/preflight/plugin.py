@@ -53,7 +53,7 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
             said = next(((p, p.last_error) for p in not_ready if p.last_error), None)
             if said:
                 parts.append(f"{said[0].name} on {said[0].node or '(no node)'} last said: {said[1]}")
-                evidence[f"log of {said[0].namespace}/{said[0].name}"] = said[0].log_tail
+                evidence[f"log of {said[0].namespace}/{said[0].name}"] = said[0].log_tail or ""
         if daemonsets:
             logs = f"kubectl logs -n {daemonsets[0].namespace} daemonset/{daemonsets[0].name}"
         elif not_ready:
@@ -64,7 +64,7 @@ def evaluate_kubelet_plugin(gpu_nodes: Iterable[str], daemonsets: Iterable[Plugi
                                    f"check the plugin's logs (`{logs} --all-containers --tail=200`) "
                                    "and the node's GPU driver", "plugin-unhealthy", evidence,
                             nodes=() if any(p.node is None for p in not_ready)
-                            else set(uncovered) | {p.node for p in not_ready})
+                            else set(uncovered) | {p.node for p in not_ready if p.node})
     return check_result(True, f"kubelet plugin Ready on all {len(gpu_nodes)} GPU node(s)"
                               + (f" ({', '.join(d.namespace + '/' + d.name for d in daemonsets)})"
                                  if daemonsets else ""), evidence=evidence)

@@ -127,7 +127,7 @@ def evaluate_attributes(devices: Iterable[Device], required: Iterable[str],
                  for what, devs in lacking.items()]
         lacking_devices = [d for devs in lacking.values() for d in devs]
         # Confined to the nodes of those devices, unless one of them belongs to no node.
-        nodes = () if any(d.node is None for d in lacking_devices) else {d.node for d in lacking_devices}
+        nodes = () if any(d.node is None for d in lacking_devices) else {d.node for d in lacking_devices if d.node}
         return check_result(False, "; ".join(parts) + ". Selectors using it will leave pods Pending "
                                    "(CEL runtime error: no such key); check the driver version and "
                                    "the attribute names in `kubectl get resourceslice -o yaml`",

@@ -237,7 +237,7 @@ class ReportingPlugin:
                                 config: pytest.Config) -> None:
         writer = config.get_terminal_writer()
         lines = matrix_lines(self.rows.values(), lambda text, outcome: writer.markup(
-            text, **OUTCOME_COLOURS.get(outcome, {})))
+            text, **OUTCOME_COLOURS.get(outcome or "", {})))
         if self.summary_path is None:
             return
         if not lines:  # no test carries the draconf marker: no matrix, but the run's verdict

@@ -63,7 +63,7 @@ def start_admin_access(request, cluster, profile, run_id, published, avoid=froze
     start = DeployedWorkload.start(cluster, ns, holder, profile, run_id.labels)
     if start.never_started:
         return start
-    deployed = start.deployed
+    deployed = start.running
     held = Claim.read(cluster, ns, HOLDER_CLAIM)
     devices = [published.lookup(r.driver, r.pool, r.device) for r in held.results]
     uuids = sorted(d.attribute(profile.attributes["uuid"]) for d in devices if d is not None)

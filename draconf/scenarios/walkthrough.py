@@ -175,7 +175,7 @@ def check_cdi_injection(started: Start, published_devices) -> None:
     if started.never_started:
         raise NoVerdict(started.no_verdict_cause)
     with allure.step("nvidia-smi -L in every container lists exactly its allocated GPUs"):
-        attach_evidence("nvidia-smi -L", started.deployed.check_injection(published_devices))
+        attach_evidence("nvidia-smi -L", started.running.check_injection(published_devices))
 
 
 def check_cleanup(started: Start, published_devices, cluster, profile, run_id) -> None:
@@ -184,7 +184,7 @@ def check_cleanup(started: Start, published_devices, cluster, profile, run_id) -
     marks it): a second attempt would find nothing left to release."""
     if started.never_started:
         raise NoVerdict(started.no_verdict_cause)
-    deployed = started.deployed
+    deployed = started.running
     with allure.step("delete the consumers; claims are released and the devices reusable"):
         attach_evidence("cleanup", deployed.check_cleanup(
             published_devices, lambda devices: prove_allocatable(

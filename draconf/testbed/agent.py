@@ -114,8 +114,9 @@ class Agent:
         self.changed = threading.Event()
         #: Uids of pods started; the watch may not have brought their status back yet.
         self.started: set[str] = set()
-        self.pods: Reflector | None = None
-        self.claims: Reflector | None = None
+        # Made by _follow_pods_and_claims, before the first sync reads them.
+        self.pods: Reflector = None  # type: ignore[assignment]
+        self.claims: Reflector = None  # type: ignore[assignment]
         #: Pods (namespace, name) to look at again at the next sync whatever changed: left over
         #: from a full batch, or their start failed.  Written from pool threads too.
         self.again: set[tuple[str, str]] = set()
@@ -345,6 +346,7 @@ class Agent:
             self.last_full_pass, self.full_pass_due = time.monotonic(), False
             candidates = self.pods.items()
         else:
+            assert keys is not None  # not a full pass
             candidates = [pod for key in keys if (pod := self.pods.get(*key)) is not None]
         waiting: list = []
         left, missed = set(), []
@@ -376,7 +378,7 @@ class Agent:
             probes = self._start_prepared(written)
             log.info("batch of %d pod(s): prepared in %.2f s, exec rules served %.2f s later (%s probe(s))",
                      len(written), prepared - began, time.monotonic() - prepared, probes or "no")
-        if full or self._consumers_may_be_gone(pod_changes, claim_changes):
+        if full or self._consumers_may_be_gone(pod_changes or set(), claim_changes or set()):
             self._unprepare_released()
 
     def _again(self, keys: set[tuple[str, str]]) -> None:
@@ -447,7 +449,9 @@ class Agent:
             if name is None:
                 return None
             claim = self.claims.get(pod["metadata"]["namespace"], name)
-            claim_status = (claim or {}).get("status") or {}
+            if claim is None:
+                return None
+            claim_status = claim.get("status") or {}
             if not claim_status.get("allocation"):
                 return None
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in claim_status.get("reservedFor") or []):

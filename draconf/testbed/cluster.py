@@ -116,6 +116,13 @@ class Testbed:
         except (OSError, ValueError):
             return None
 
+    def running_state(self) -> dict:
+        """:meth:`state` of a bed that has one (started, not yet torn down)."""
+        state = self.state()
+        if state is None:
+            raise DraconfError(f"test bed {self.name!r} is not up (no {self.state_file})")
+        return state
+
     def _save(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -517,13 +524,13 @@ class Testbed:
                 hint = ""
                 if "address already in use" in tail:
                     hint = " (a port it needs is taken by another process)"
-                child = processes.CHILDREN.get(self.state()["processes"][name]["pid"])
+                child = processes.CHILDREN.get(self.running_state()["processes"][name]["pid"])
                 if child is not None and child.poll() is not None:
                     code = child.returncode
                     hint += f" (exit status {code})" if code >= 0 else f" (killed by signal {-code})"
                 message = f"{name} exited during start-up{hint}; last lines of {self._log_path(name)}:\n{tail}"
                 if name.startswith("node/"):
-                    node_logs = Path(self.state()["real_nodes"][name[5:]]["dir"]) / "logs"
+                    node_logs = Path(self.running_state()["real_nodes"][name[5:]]["dir"]) / "logs"
                     for component in ("kubelet", "containerd"):
                         message += f"\nlast lines of {node_logs / (component + '.log')}:\n" + processes.tail(
                             node_logs / f"{component}.log", 8)
@@ -564,9 +571,9 @@ class Testbed:
         who edits its flags does (on kubeadm: the static pod manifest, which the kubelet then
         restarts).  Every other flag is the running process's own; the rest of the bed keeps
         running and reconnects.  The bed's recorded faults follow (``quota-not-enforced``)."""
-        state = self.state()
         if not self.is_up:
             raise DraconfError(f"test bed {self.name!r} is not up")
+        state = self.running_state()
         procs = state["processes"]
         argv = Path(f"/proc/{procs['kube-apiserver']['pid']}/cmdline").read_bytes().decode().split("\0")[:-1]
         argv = [a for a in argv if not a.startswith(("--enable-admission-plugins=", "--disable-admission-plugins="))]

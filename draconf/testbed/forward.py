@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         listener.bind(("127.0.0.1", args.listen))
     except OSError as err:
-        print(f"forward: cannot listen on 127.0.0.1:{args.listen}: {err.strerror.lower()}",
+        print(f"forward: cannot listen on 127.0.0.1:{args.listen}: {(err.strerror or str(err)).lower()}",
               file=sys.stderr)
         return 1
     listener.listen(512)

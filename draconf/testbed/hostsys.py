@@ -107,7 +107,7 @@ def kill_until_gone(find, timeout: float = 5, between=lambda: None) -> list[int]
     # tenacity directly, not draconf.waits: the node supervisor imports this module and must
     # not pay for the kubernetes client.
     left = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.05), retry=retry_if_result(bool),
-                    retry_error_callback=lambda state: state.outcome.result())(kill_round)
+                    retry_error_callback=lambda state: state.outcome.result())(kill_round)  # type: ignore[union-attr]
     if left:
         between()
         log.warning("processes %s still there after %gs of SIGKILL", ", ".join(map(str, left)), timeout)

@@ -232,7 +232,7 @@ def from_dict(data, source: str = "<inventory>") -> Inventory:
             raise fail(f"node {name!r}: `gpus` must be an integer from 0 to 128")
         gpus: tuple[Gpu, ...] = ()
         if count:
-            model = models.get(spec.get("model"))
+            model = models.get(str(spec.get("model")))
             if model is None:
                 raise fail(f"node {name!r}: model {spec.get('model')!r} is not under `models` "
                            f"(known: {', '.join(models) or 'none'})")

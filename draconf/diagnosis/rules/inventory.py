@@ -78,7 +78,7 @@ def rule_attribute_missing(facts: Facts):
             analysis = analyse(facts, label, req)
             lacking = analysis.missing()
             if lacking:
-                names = sorted({m.missing for _, m in lacking})
+                names = sorted({m.missing for _, m in lacking if m.missing})
                 devices = [str(d) for d, _ in lacking]
                 return ("attribute-missing",
                         f"{label} request {req.name} selects on {', '.join(names)}, which "
@@ -154,7 +154,7 @@ def rule_inventory_mismatch(facts: Facts):
             published = mig.parent_of(device)
             carver = mig.carved_from(device, facts.devices) if mig.is_mig(device) else None
             real = carver.attribute(mig.UUID_ATTRIBUTE) if carver else None
-            if real is None or real == published or published in seen.seen or real not in seen.seen:
+            if carver is None or real is None or real == published or published in seen.seen or real not in seen.seen:
                 continue
             shared = sorted(set(device.counter_sets) & set(carver.counter_sets))
             return ("inventory-mismatch",

@@ -82,8 +82,7 @@ def rule_policy_conflict(facts: Facts):
             continue
         nodes = {pod.node} if pod.node else candidate_nodes(facts, pod)[0]
         competing = sorted(n.name for name in nodes if (n := facts.node(name)) and n.extended_gpus)
-        if competing:
-            node = facts.node(competing[0])
+        if competing and (node := facts.node(competing[0])):
             return ("policy-conflict",
                     f"Pod {pod.name} wants GPUs through DRA on {', '.join(competing)}, where the "
                     f"ClusterPolicy's device plugin also offers {node.extended_gpus} nvidia.com/gpu: "

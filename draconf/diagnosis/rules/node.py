@@ -102,7 +102,7 @@ def rule_mps_daemon_unready(facts: Facts):
         if not failed:
             continue
         message = failed[-1].message
-        at = MPS_DAEMON_UNREADY.search(message).start()
+        at = found.start() if (found := MPS_DAEMON_UNREADY.search(message)) else 0
         uids = [c.uid for c in facts.pod_claims(pod) if facts.driver in c.opaque_config_drivers and c.uid]
         names = ", ".join(f"mps-control-daemon-{u}-*" for u in uids) or "mps-control-daemon-<claim UID>-*"
         return ("plugin-unhealthy",
