@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import builtins
+from typing import Callable, Iterable
 from dataclasses import dataclass, field
 
 from draconf.kube import raw, raw_items, seconds_since
@@ -268,6 +269,21 @@ class Claim:
         deleting = f", being deleted (finalizers {self.finalizers})" if self.is_deleting and self.finalizers \
             else ", being deleted" if self.is_deleting else ""
         return f"claim {self.namespace}/{self.name}: {state}, reserved for {reserved} pod(s){deleting}"
+
+
+def held_devices(claims: Iterable[Claim], where: Callable[[Claim], bool], keys: set[str] | None = None) -> dict[str, str]:
+    """Device key (``driver/pool/device``) -> ``namespace/claim`` of each device allocated to one
+    of ``claims`` for which ``where(claim)`` holds; only ``keys``, when given.
+
+    >>> held = Claim({"metadata": {"namespace": "team-a", "name": "c"}, "status": {"allocation": {"devices": {
+    ...     "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]}}}})
+    >>> held_devices([held], lambda c: c.namespace != "draconf-r1-x")
+    {'gpu.nvidia.com/n1/gpu-0': 'team-a/c'}
+    >>> held_devices([held], lambda c: True, keys={"gpu.nvidia.com/n1/gpu-1"})
+    {}
+    """
+    return {key: claim.key for claim in claims if where(claim)
+            for key in claim.device_keys if keys is None or key in keys}
 
 
 def device_holders(api) -> dict[str, list[str]]:

@@ -38,7 +38,6 @@ bound to an ApiClient that nothing calls ``kubernetes.stream.stream`` on: while 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -46,6 +45,8 @@ from typing import Callable
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+
+from draconf.kube import raw
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,7 @@ class Reflector:
             self.changed.wait(min(left, 1.0))
 
     def _list(self) -> str:
-        response = self.list_fn(_preload_content=False, **self.list_kwargs)
-        listed = json.loads(response.data)
+        listed = raw(self.list_fn, **self.list_kwargs)
         with self._lock:
             self._store = {key_of(o): o for o in listed["items"]}
             self._changes = None

@@ -30,7 +30,7 @@ import pytest
 
 from draconf import cel
 from draconf import selectors as sel
-from draconf.claims import Claim
+from draconf.claims import Claim, held_devices
 from draconf.errors import NoVerdict
 from draconf.kube import raw_items
 from draconf.builder import Workload
@@ -209,7 +209,7 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
     """Prove every target, ``at_once`` in flight at a time; a target's outcome is kept, never
     raised here (Ctrl-C is: the targets not started are dropped, the running ones finish their
     step and their namespaces go with the run's).  ``probes``: the node-wise release proofs the
-    targets' cleanups defer to (:class:`ReuseProbes`, made on the same proofs)."""
+    targets' cleanups defer to (:class:`ReuseProbes`, made on the same targets)."""
     proofs = {t: Proof(t) for t in to_prove} if probes is None else probes.proofs  # the same targets
     if not proofs:
         return proofs
@@ -291,14 +291,9 @@ def node_state(api, name: str) -> str | None:
 
 def held_by_others(api, run_prefix: str) -> dict[str, str]:
     """Device key -> ``namespace/claim`` of every allocated claim that is not this run's."""
-    held = {}
-    for obj in raw_items(api.resource.list_resource_claim_for_all_namespaces):
-        claim = Claim(obj)
-        if claim.namespace.startswith(run_prefix):
-            continue  # the sweep's own targets, in flight beside this one
-        for result in claim.results:
-            held[result.key] = claim.key
-    return held
+    # Not the sweep's own targets, in flight beside this one.
+    return held_devices(map(Claim, raw_items(api.resource.list_resource_claim_for_all_namespaces)),
+                        lambda claim: not claim.namespace.startswith(run_prefix))
 
 
 def candidates(api, profile, published, target: Target, run_prefix: str, tainted: dict,

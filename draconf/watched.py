@@ -28,7 +28,7 @@ import time
 
 from kubernetes import client
 
-from draconf.claims import Claim
+from draconf.claims import Claim, held_devices
 from draconf.kube import label_selector, new_client
 from draconf.pods import Pod
 from draconf.reflector import Reflector
@@ -92,22 +92,11 @@ class WatchedRun:
     def held_outside_run(self) -> dict[str, str]:
         """Device key -> ``namespace/claim`` of every allocated claim outside this run's
         namespaces (as :func:`draconf.sweep.held_by_others` reads from the API server)."""
-        held = {}
-        for obj in self.claims.items():
-            claim = Claim(obj)
-            if not claim.namespace.startswith(self.run_prefix):
-                for result in claim.results:
-                    held[result.key] = claim.key
-        return held
+        return held_devices(map(Claim, self.claims.items()),
+                            lambda claim: not claim.namespace.startswith(self.run_prefix))
 
     def held_in_run(self, keys: set[str], but: str) -> dict[str, str]:
         """Which of ``keys`` a claim in another namespace of this run (not ``but``) holds:
         key -> ``namespace/claim`` (as :func:`draconf.workload.taken_by_run`)."""
-        taken = {}
-        for obj in self.claims.items():
-            claim = Claim(obj)
-            if claim.namespace.startswith(self.run_prefix) and claim.namespace != but:
-                for result in claim.results:
-                    if result.key in keys:
-                        taken[result.key] = claim.key
-        return taken
+        return held_devices(map(Claim, self.claims.items()),
+                            lambda claim: claim.namespace.startswith(self.run_prefix) and claim.namespace != but, keys)

@@ -33,7 +33,7 @@ from draconf.builder import Workload, match_labels, pod_spec
 from draconf import applied
 from draconf import selectors as sel
 from draconf.kube import Api, label_selector, raw_items
-from draconf.claims import Claim
+from draconf.claims import Claim, held_devices
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.injection import Seen, WrongInjection, judge as judge_injection
 from draconf.errors import NoVerdict, ReleaseIncomplete, server_message
@@ -198,15 +198,19 @@ class DeployedWorkload(StartVerdicts):
         if self.workload.pod_selector:
             return [p for p in Pod.list(self.api, self.namespace, self.workload.pod_selector)
                     if include_deleting or not p.is_deleting]
-        names = [d["metadata"]["name"] for d in self.documents if d["kind"] == "Pod"]
         pods = []
-        for name in names:
+        for name in self.pod_names:
             try:
                 pods.append(Pod.read(self.api, self.namespace, name))
             except ApiException as err:
                 if err.status != 404:
                     raise
         return pods
+
+    @property
+    def pod_names(self) -> list[str]:
+        """The pods the suite's documents create by name (a controller's are found by label)."""
+        return [d["metadata"]["name"] for d in self.documents if d["kind"] == "Pod"]
 
     def claims(self) -> dict[str, Claim]:
         return {c.name: c for c in Claim.list(self.api, self.namespace)}
@@ -216,8 +220,7 @@ class DeployedWorkload(StartVerdicts):
         named in its documents), else read from the API server."""
         if self.view is None or self.workload.pod_selector:
             return self.pods(include_deleting)
-        names = [d["metadata"]["name"] for d in self.documents if d["kind"] == "Pod"]
-        found = [p for p in (self.view.pod(self.namespace, n) for n in names) if p is not None]
+        found = [p for p in (self.view.pod(self.namespace, n) for n in self.pod_names) if p is not None]
         return [p for p in found if include_deleting or not p.is_deleting]
 
     def observed_claims(self) -> dict[str, Claim]:
@@ -539,15 +542,8 @@ def taken_by_run(api, namespace: str, keys: set[str], selector: str | None) -> d
     ours = {n.metadata.name for n in api.core.list_namespace(label_selector=selector).items} - {namespace}
     if not ours:
         return {}
-    taken = {}
-    for obj in raw_items(api.resource.list_resource_claim_for_all_namespaces):
-        claim = Claim(obj)
-        if claim.namespace not in ours:
-            continue
-        for result in claim.results:
-            if result.key in keys:
-                taken[result.key] = claim.key
-    return taken
+    return held_devices(map(Claim, raw_items(api.resource.list_resource_claim_for_all_namespaces)),
+                        lambda claim: claim.namespace in ours, keys)
 
 
 def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
