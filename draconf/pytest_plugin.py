@@ -358,12 +358,9 @@ def pytest_sessionfinish(session, exitstatus):
         if workeroutput is not None:
             workeroutput[WORKER_DELETING_KEY] = []
         return
-    for name in namespaces.REGISTRY.pending():
-        try:
-            namespaces.delete(api, name)
-            namespaces.REGISTRY.deleting(name)
-        except Exception as err:  # best effort: report, never mask the run's own outcome
-            log.warning("could not delete namespace %s: %s; run `draconf sweep`", name, err)
+    failed = namespaces.delete_all(api, namespaces.REGISTRY.pending())
+    for name, err in sorted(failed.items()):  # best effort: reported, never masking the run's outcome
+        log.warning("could not delete namespace %s: %s; run `draconf sweep`", name, err)
     deleting = namespaces.REGISTRY.still_deleting()
     if workeroutput is not None:  # an xdist worker: its controller waits for them
         workeroutput[WORKER_DELETING_KEY] = deleting
