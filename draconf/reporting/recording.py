@@ -89,10 +89,12 @@ def recorded_namespace(item: pytest.Item) -> str | None:
     return None
 
 
-def note(item: pytest.Item, text: str) -> None:
+def note(item: pytest.Item, text: str, live: bool = True) -> None:
     """What a passing test found worth telling (a Kubernetes property it measured, the fallback
-    a claim took): in the log, as a ``draconf-note`` JUnit property and as the Allure description."""
-    logging.getLogger("draconf").warning(text)
+    a claim took): in the log, as a ``draconf-note`` JUnit property and as the Allure description.
+    ``live=False`` keeps it out of the terminal (debug.log has it): a fleet sweep's thousand
+    targets would print four lines of evidence each."""
+    logging.getLogger("draconf").log(logging.WARNING if live else logging.DEBUG, text)
     item.user_properties.append(("draconf-note", text))
     if allure_is_recording(item.config):
         import allure
