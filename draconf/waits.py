@@ -93,7 +93,8 @@ def adaptive(interval: float):
 def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], *, timeout: float,
                describe: Callable[[T], str] = str, verdict: Callable[[T], str | None] | None = None,
                interval: float = 0.5, progress_every: float = 15,
-               progress: Callable[[str], None] | None = None) -> T:
+               progress: Callable[[str], None] | None = None,
+               confirm: Callable[[], T] | None = None) -> T:
     """Poll ``observe`` until ``ready(state)``; return that state.
 
     Polls adapt: the first comes ``interval / 10`` after the start, each later one waits twice
@@ -105,18 +106,33 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
     :class:`WaitTimeout` (with ``describe`` of the last state) when ``timeout`` runs out.
     Every ``progress_every`` seconds a line saying what it still waits for goes to
     ``progress`` (default: the ``draconf.wait`` logger at INFO).
+
+    ``confirm``: where ``observe`` reads a copy that may lag (draconf.watched), the server's
+    own state.  No verdict and no timeout comes from the copy: before either, ``confirm()`` is
+    read, and the wait ends as that state says (ready, its own verdict, or the timeout).
     """
     started = time.monotonic()
     last: list = []
     next_progress = [started + progress_every]
 
+    def judged(state) -> str | None:
+        return verdict(state) if verdict is not None and not ready(state) else None
+
     def attempt():
         state = observe()
         last[:] = [state]
-        if verdict is not None and not ready(state):
-            message = verdict(state)
-            if message:
-                raise TerminalState(f"{what}: {message}", describe(state))
+        try:
+            message = judged(state)
+        except TerminalState:
+            if confirm is None:
+                raise
+            message = "the copy's verdict"  # read again from the server, below
+        if message and confirm is not None:
+            state = confirm()
+            last[:] = [state]
+            message = judged(state)  # the server's state: ready (None), or its verdict (may raise)
+        if message:
+            raise TerminalState(f"{what}: {message}", describe(state))
         now = time.monotonic()
         if now >= next_progress[0]:
             next_progress[0] = now + progress_every
@@ -129,6 +145,11 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
         return policy(attempt)
     except RetryError as err:
         outcome = err.last_attempt
+        if confirm is not None and not outcome.failed:
+            state = confirm()
+            if ready(state):
+                return state
+            last[:] = [state]
         if outcome.failed:
             seen = f"API error {outcome.exception()}"
         else:

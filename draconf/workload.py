@@ -259,7 +259,7 @@ class DeployedWorkload(StartVerdicts):
             f"{want} pod(s) of {self.workload.name} to run",
             self.observed_pods, lambda pods: len(pods) == want and all(p.is_running for p in pods),
             timeout=timeout or self.profile.timeouts.running, describe=self.describe,
-            verdict=self.verdict, interval=0.5)
+            verdict=self.verdict, interval=0.5, confirm=self.pods if self.view is not None else None)
 
     def wait_pending_with(self, text: str, timeout: float | None = None) -> Pod:
         """The (single) pod stays unscheduled and the scheduler's message names ``text``."""
@@ -504,7 +504,9 @@ class DeployedWorkload(StartVerdicts):
 
         try:
             waits.wait_until(f"{self.workload.name}'s claims to be released", state, done,
-                             timeout=timeout, describe=describe, interval=0.5, verdict=verdict)
+                             timeout=timeout, describe=describe, interval=0.5, verdict=verdict,
+                             confirm=(lambda: (self.pods(include_deleting=True), self.claims()))
+                             if self.view is not None else None)
         except ControlPlaneStalled:
             raise  # the run's breaker and diagnosis take it as it is
         except waits.WaitFailed as err:
@@ -585,16 +587,19 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
         probe.run_selector = run_selector(labels)
         keys = {d.key for d in group}
 
+        def read():
+            return Claim.read(api, namespace, name), taken_by_run(api, namespace, keys, probe.run_selector)
+
         def observe():
             if view is not None:
                 return view.claim(namespace, name) or Claim({}), view.held_in_run(keys, but=namespace)
-            return Claim.read(api, namespace, name), taken_by_run(api, namespace, keys, probe.run_selector)
+            return read()
         try:
             claim, taken = waits.wait_until(
                 f"the freed devices {', '.join(str(d) for d in group)} to be allocated again", observe,
                 lambda seen: seen[0].is_allocated or set(seen[1]) == keys,
                 timeout=profile.timeouts.schedule, describe=lambda seen: probe.describe(),
-                verdict=lambda seen: probe.verdict(probe.pods()))
+                verdict=lambda seen: probe.verdict(probe.pods()), confirm=read if view is not None else None)
         except waits.WaitFailed as err:
             raise AssertionError(f"freed devices are not allocatable again: {err}") from None
         if not claim.is_allocated:
