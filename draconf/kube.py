@@ -59,16 +59,12 @@ API_RETRY = ApiRetry(total=6, connect=3, read=2, status=4, other=0, backoff_fact
                      respect_retry_after_header=True, raise_on_status=False)
 
 
-def _client(configuration: client.Configuration) -> client.ApiClient:
-    """An API client with the suite's retry policy (the pool reads it when it is made)."""
+def new_client(configuration: client.Configuration) -> client.ApiClient:
+    """An API client with the suite's retry policy (the pool reads it when it is made), with
+    connections of its own: each Api has one, and a watch (it holds one for minutes) or an exec
+    (it turns its client's requests into websockets) gets another on the same configuration."""
     configuration.retries = API_RETRY
     return client.ApiClient(configuration)
-
-
-def new_client(configuration: client.Configuration) -> client.ApiClient:
-    """Another API client on the same configuration, with connections of its own (a watch
-    holds one for minutes; an exec turns its client's requests into websockets)."""
-    return _client(configuration)
 
 
 _DYNAMIC_LOCK = threading.Lock()
@@ -106,7 +102,7 @@ class Api:
         sent as a websocket handshake ("Handshake status 200 OK")."""
         local = self.__dict__.setdefault("_exec_clients", threading.local())
         if getattr(local, "core", None) is None:
-            local.core = client.CoreV1Api(_client(self.api_client.configuration))
+            local.core = client.CoreV1Api(new_client(self.api_client.configuration))
         return local.core
 
     @cached_property
@@ -185,7 +181,7 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
         configuration = client.Configuration()
         config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
                                 client_configuration=configuration)
-        api_client = _client(configuration)
+        api_client = new_client(configuration)
     except ConfigException as err:
         raise DraconfError(f"cannot use kubeconfig {where}"
                            f"{' context ' + context if context else ''}: {err}") from err
@@ -222,7 +218,7 @@ def connect_in_cluster() -> Api:
         raise DraconfError(f"--target in-cluster: not running in a pod with a ServiceAccount "
                            f"({err}); run draconf as the Job in manifests/runner/, or use "
                            "--target kubeconfig") from None
-    return Api(_client(configuration), source="in-cluster ServiceAccount",
+    return Api(new_client(configuration), source="in-cluster ServiceAccount",
                user=_service_account())
 
 

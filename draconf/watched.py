@@ -11,9 +11,10 @@ local copy.
 What the waits read here is "what was last heard": it may lag the API server by the time an
 event takes to arrive, and the pods and the claims arrive on two streams with no order between
 them.  So a wait may end a little later than the cluster got there, never earlier (the copy
-never shows a state the server has not been in), and a check's verdict is never taken from
-it: the checks read the API server once the wait has ended
-(:class:`draconf.workload.DeployedWorkload` keeps the two apart).
+never shows a state the server has not been in).  No verdict is taken from it: the checks
+read the API server once the wait has ended, and a wait reads the server before it gives a
+verdict or times out (``confirm`` of :func:`draconf.waits.wait_until`;
+:class:`draconf.workload.DeployedWorkload` keeps the two apart).
 
 Watching needs ``watch`` on pods (this run's, by label) and on resourceclaims in every
 namespace (manifests/rbac/clusterrole.yaml).  :meth:`WatchedRun.start` returns None when the
@@ -55,8 +56,8 @@ class WatchedRun:
     @classmethod
     def start(cls, api, run_labels: dict[str, str], run_prefix: str,
               timeout: float = SYNC_TIMEOUT) -> WatchedRun | None:
-        """Both watches started and their first lists in; None (and both stopped) when a list
-        does not arrive within ``timeout`` seconds."""
+        """Both watches started and their first lists in; None (and both stopped) when the
+        server refuses a list (401/403: at once) or one does not arrive within ``timeout`` s."""
         watched = cls(api, run_labels, run_prefix)
         reflectors = (watched.pods, watched.claims)
         for reflector in reflectors:
@@ -65,8 +66,7 @@ class WatchedRun:
         while time.monotonic() < deadline:
             if all(r.wait_synced(0.1) for r in reflectors):
                 return watched
-            refused = [f"{r.name}: {r.refused_with}" for r in reflectors if r.refused_with in (401, 403)]
-            if refused:
+            if any(r.refused_with in (401, 403) for r in reflectors):
                 break  # not allowed to: polling is the answer, at once
         watched.stop()
         log.warning("could not list and watch pods and resourceclaims (%s); the waits poll instead",
