@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 
 import pytest
 
-from draconf import cel
+from draconf import cel, waits
 from draconf import selectors as sel
 from draconf.claims import Claim, held_devices
 from draconf.errors import NoVerdict
@@ -207,14 +207,23 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
         progress: Callable[[str], None] = lambda line: None,
         probes: ReuseProbes | None = None) -> dict[Target, Proof]:
     """Prove every target, ``at_once`` in flight at a time; a target's outcome is kept, never
-    raised here (Ctrl-C is: the targets not started are dropped, the running ones finish their
-    step and their namespaces go with the run's).  ``probes``: the node-wise release proofs the
+    raised here (Ctrl-C is: the targets not started are dropped, the running ones give up at
+    their wait's next poll, and their namespaces go with the run's).  ``probes``: the node-wise release proofs the
     targets' cleanups defer to (:class:`ReuseProbes`, made on the same targets)."""
     proofs = {t: Proof(t) for t in to_prove} if probes is None else probes.proofs  # the same targets
     if not proofs:
         return proofs
 
+    # Set once the run is interrupted: every target's wait gives up at its next poll
+    # (waits.cancelled_by), so that the pool's threads end with the run instead of waiting
+    # out their timeouts; their namespaces go with the run's.
+    interrupted = threading.Event()
+
     def one(target: Target) -> Proof:
+        with waits.cancelled_by(interrupted):
+            return judged(target)
+
+    def judged(target: Target) -> Proof:
         proof = proofs[target]
         try:
             prove_one(target, proof)
@@ -240,6 +249,7 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
             if proof.outcome is not None or done % max(1, len(proofs) // 10) == 0:
                 progress(f"sweep: {done}/{len(proofs)} done ({proof.target.id}: {verdict_word(proof)})")
     except BaseException:
+        interrupted.set()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

@@ -18,8 +18,10 @@ draconf.waits.WaitTimeout: timed out after 0.05s waiting for never; last observe
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Callable, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -55,6 +57,42 @@ class ControlPlaneStalled(TerminalState):
     def __init__(self, code: str, message: str, last_observed: str = ""):
         super().__init__(message, last_observed)
         self.code = code
+
+
+class Cancelled(BaseException):
+    """The wait's caller gave it up (the run was interrupted: Ctrl-C, SIGTERM): no verdict of
+    any kind.  A BaseException, as KeyboardInterrupt is, so that no check takes it for the
+    cluster's answer."""
+
+
+_cancel = threading.local()
+
+
+@contextmanager
+def cancelled_by(event: threading.Event) -> Iterator[None]:
+    """Within this block, every wait of this thread raises :class:`Cancelled` at its next poll
+    once ``event`` is set.  The fleet sweep's threads wait so: an interrupted run does not sit
+    out their timeouts before it can clean up and exit.
+
+    >>> stop = threading.Event(); stop.set()
+    >>> with cancelled_by(stop):
+    ...     wait_until("never", lambda: 0, lambda v: False, timeout=60)
+    Traceback (most recent call last):
+    ...
+    draconf.waits.Cancelled: given up waiting for never: the run was interrupted
+    """
+    before = getattr(_cancel, "event", None)
+    _cancel.event = event
+    try:
+        yield
+    finally:
+        _cancel.event = before
+
+
+def _given_up(what: str) -> None:
+    event = getattr(_cancel, "event", None)
+    if event is not None and event.is_set():
+        raise Cancelled(f"given up waiting for {what}: the run was interrupted")
 
 
 def is_transient(err: BaseException) -> bool:
@@ -119,6 +157,7 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
         return verdict(state) if verdict is not None and not ready(state) else None
 
     def attempt():
+        _given_up(what)
         state = observe()
         last[:] = [state]
         try:
