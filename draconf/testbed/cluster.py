@@ -516,6 +516,21 @@ class Testbed:
         state["processes"][name] = {"pid": proc.pid, "marker": marker}
         self._save(state)
 
+    def start_process(self, name: str, cmd: list[str], marker: str) -> None:
+        """Start a process that acts on the running bed from outside it (an external fault's,
+        e.g. ``fault/cdi-tamper``); it is one of the bed's, so ``down`` stops it with the rest."""
+        self._spawn(self.running_state(), name, cmd, marker=marker)
+
+    def stop_process(self, name: str) -> bool:
+        """Stop a process :meth:`start_process` started; False if the bed has none by that name."""
+        state = self.running_state()
+        if name not in state["processes"]:
+            return False
+        self._terminate([name], state["processes"], grace=3)
+        del state["processes"][name]
+        self._save(state)
+        return True
+
     def check_alive(self) -> None:
         """Raise with the log tail of the first component that has exited."""
         for name, alive in self.processes().items():

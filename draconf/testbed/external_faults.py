@@ -23,7 +23,12 @@ mended again:
   the bus, through NVIDIA's mock NVML's own runtime control: a ``failure`` of mode
   ``fallen_off_bus`` for that device in ``overrides.yaml`` beside the node's mock config, which
   the library re-reads within a second (k8s-test-infra pkg/gpu/mocknvml/README.md, "Runtime
-  control"); from its next query on NVML answers GPU_IS_LOST for it, as for real hardware.
+  control"); from its next query on NVML answers GPU_IS_LOST for it, as for real hardware;
+- ``cdi-spec-dirs-wrong`` (NVIDIA's release only): one node's containerd told to read CDI specs
+  from /etc/cdi only, not where the driver writes them;
+- ``cdi-spec-removed``, ``cdi-spec-edited`` (NVIDIA's release only): something on one node
+  deletes, or rewrites with the neighbouring GPU's device node, each claim's CDI spec once the
+  driver has written it (:mod:`draconf.testbed.cdi_tamper`, a process of the bed's own).
 
 ``apply(bed, fault)`` breaks a healthy bed, ``restore(bed, fault)`` mends it and waits until it
 is healthy again (DeviceClass back, every node's plugin Ready and its pool published, quota
@@ -43,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +79,16 @@ RELEASE_FAULTS: dict[str, str] = {
     "sharing-gates-off": "the chart upgraded with its GPU sharing gates (TimeSlicingSettings, MPSSupport) set false",
     "cdi-spec-dirs-wrong": f"the containerd of {ONE_NODE} reads CDI specs from /etc/cdi only, not /var/run/cdi "
                            "where the driver writes them (cdi_spec_dirs; containerd restarted)",
+    "cdi-spec-removed": f"something on {ONE_NODE} deletes each claim's CDI spec as soon as the driver has "
+                        "written it (after prepare, before the container is created)",
+    "cdi-spec-edited": f"something on {ONE_NODE} rewrites each claim's CDI spec once the driver has written it, "
+                       "each GPU's device node swapped for its neighbour's",
 }
+#: The faults that are a process on the node tampering with the driver's CDI specs
+#: (:mod:`draconf.testbed.cdi_tamper`), and its mode for each.
+TAMPERED = {"cdi-spec-removed": "removed", "cdi-spec-edited": "edited"}
+#: The bed's name for that process (``down`` stops it with the rest of the bed).
+TAMPER_PROCESS = "fault/cdi-tamper"
 #: A value an admin could set by a typo (MPSSupport misspelt): a gate the release does not know,
 #: which its plugin refuses at start ("unrecognized feature gate").
 BAD_CHART_VALUES = {"featureGates": {"MPSSuport": True}}
@@ -196,6 +211,8 @@ def apply(bed, fault: str, timeout: float = 60) -> None:
                           .update(failure={"mode": "fallen_off_bus"}))
     elif fault == "cdi-spec-dirs-wrong":
         _set_cdi_dirs(bed, ONE_NODE, wrong=True, timeout=timeout)
+    elif fault in TAMPERED:
+        _start_tamper(bed, ONE_NODE, TAMPERED[fault], timeout)
 
 
 def restore(bed, fault: str, timeout: float = 90) -> None:
@@ -235,6 +252,8 @@ def restore(bed, fault: str, timeout: float = 90) -> None:
     elif fault == "cdi-spec-dirs-wrong":
         for node in cdi_dirs_wrong_nodes(bed):
             _set_cdi_dirs(bed, node, wrong=False, timeout=timeout)
+    elif fault in TAMPERED:
+        bed.stop_process(TAMPER_PROCESS)
     wait_healthy(bed, timeout)
 
 
@@ -292,6 +311,26 @@ def _set_cdi_dirs(bed, node: str, wrong: bool, timeout: float) -> None:
                      f"{'narrowed' if wrong else 'restored'}", observe, ready,
                      timeout=timeout, interval=0.5,
                      describe=lambda s: f"containerd pid {s[0]} (was {before}), node Ready: {s[1]}")
+
+
+def _start_tamper(bed, node: str, mode: str, timeout: float) -> None:
+    """Start :mod:`draconf.testbed.cdi_tamper` on ``node``'s CDI directory (what the node mounts
+    at /run/cdi, where the release writes its specs), and wait until it watches."""
+    cdi_dir = Path(bed.state()["real_nodes"][node]["dir"]) / "cdi"
+    bed.start_process(TAMPER_PROCESS, [sys.executable, "-m", "draconf.testbed.cdi_tamper", mode, str(cdi_dir)],
+                      marker="draconf.testbed.cdi_tamper")
+    waits.wait_until(f"the CDI spec tamperer on {node} to watch {cdi_dir}", lambda: bed.log_tail(TAMPER_PROCESS, 5),
+                     lambda tail: "cdi_tamper:" in tail, timeout=timeout, interval=0.2,
+                     describe=lambda tail: tail.strip() or "no output yet")
+
+
+def tampering(bed) -> str | None:
+    """The mode of the CDI spec tamperer running on the bed, or None."""
+    proc = ((bed.state() or {}).get("processes") or {}).get(TAMPER_PROCESS)
+    if proc is None or not bed.processes().get(TAMPER_PROCESS):
+        return None
+    argv = Path(f"/proc/{proc['pid']}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    return next((mode for mode in TAMPERED.values() if mode in argv), "?")
 
 
 def gpu_nodes(bed) -> list[str]:
@@ -413,6 +452,8 @@ def problems(bed) -> list[str]:
         found.append(f"mock NVML fails GPU(s) {', '.join(failing)}")
     if narrowed := cdi_dirs_wrong_nodes(bed):
         found.append(f"containerd of {', '.join(narrowed)} reads CDI specs from /etc/cdi only")
+    if mode := tampering(bed):
+        found.append(f"a process on {ONE_NODE} tampers with the driver's CDI specs ({mode})")
     return found
 
 

@@ -367,6 +367,13 @@ EXPECTED_UPSTREAM: dict[str, Expectation] = {
     # CDI device, and containerd cannot resolve it.  Only the sweep is sure to land there.
     "cdi-spec-dirs-wrong": Expectation(
         (f"every-node/{ONE_NODE}",), {f"every-node/{ONE_NODE}": "cdi-not-injected"}, run_args=EVERY_NODE),
+    # Something on that node deletes each claim's CDI spec once the release has written it: the
+    # same refusal from containerd, for another reason; or rewrites it with the neighbouring
+    # GPU's device node: the container starts, with the wrong GPU.
+    "cdi-spec-removed": Expectation(
+        (f"every-node/{ONE_NODE}",), {f"every-node/{ONE_NODE}": "cdi-not-injected"}, run_args=EVERY_NODE),
+    "cdi-spec-edited": Expectation(
+        (f"every-node/{ONE_NODE}",), {f"every-node/{ONE_NODE}": "cdi-wrong-device"}, run_args=EVERY_NODE),
 }
 
 #: The driver a bed runs -> the expectations of its faults.

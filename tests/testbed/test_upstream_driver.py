@@ -57,6 +57,7 @@ def test_the_suite_passes_unchanged_against_nvidias_released_driver(upstream_bed
 #: a preflight fault then runs the whole suite, which the preflight gate makes quick).
 #: The other external faults (no-resourceslices, quota, tainted nodes) are the matrix's.
 SELECTION = {"missing-deviceclass": None, "plugin-crashloop": None, "gpu-fallen-off-bus": None, "cdi-spec-dirs-wrong": None,
+             "cdi-spec-removed": None, "cdi-spec-edited": None,
              # the sharing checks alone (the expectation's -k runs every feature workload)
              "sharing-gates-off": ["-k", "test_preflight or TestGpuSharing or invalid_sharing"]}
 

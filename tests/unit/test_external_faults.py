@@ -34,5 +34,6 @@ def test_a_fault_of_nvidias_release_is_refused_on_an_example_bed(bed, monkeypatc
 
 def test_nvidias_release_can_be_given_every_outside_fault_and_its_own():
     assert set(external_faults.faults_for("nvidia-v0.4.0")) == \
-        set(external_faults.EXTERNAL) | {"gpu-fallen-off-bus", "plugin-crashloop", "sharing-gates-off", "cdi-spec-dirs-wrong"}
+        set(external_faults.EXTERNAL) | {"gpu-fallen-off-bus", "plugin-crashloop", "sharing-gates-off", "cdi-spec-dirs-wrong",
+                                            "cdi-spec-removed", "cdi-spec-edited"}
     assert set(external_faults.faults_for("example")) == set(external_faults.EXTERNAL)

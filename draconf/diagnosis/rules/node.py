@@ -175,15 +175,19 @@ def rule_cdi_unresolved(facts: Facts):
     """The claims are allocated and reserved, and the node's container runtime cannot inject
     the CDI devices the kubelet names for them (containerd's "CDI device injection failed:
     unresolvable CDI devices ..." in the kubelet's Failed event): the driver wrote its CDI spec
-    where the runtime does not look, or the runtime cannot read it."""
+    where the runtime does not look, something on the node removed it after the driver wrote
+    it, or the runtime cannot read it.  The cluster cannot tell these apart; the next step names
+    each."""
     for pod in stuck_pods(facts):
         failed = [e for e in facts.events_for(pod.name, "Failed") if CDI_INJECTION_FAILED in e.message]
         if failed:
             return ("cdi-not-injected",
                     f"Pod {pod.name} cannot start on {pod.node}: its claims are allocated, but the container "
-                    f"runtime cannot inject their CDI devices ({failed[-1].message[:300]}): make the runtime "
-                    "read the directory the driver writes its CDI specs to (containerd: `cdi_spec_dirs`, "
-                    "with /var/run/cdi) and restart it.")
+                    f"runtime cannot inject their CDI devices ({failed[-1].message[:300]}): on {pod.node}, "
+                    "make the runtime read the directory the driver writes its CDI specs to (containerd: "
+                    "`cdi_spec_dirs`, with /var/run/cdi, then restart it), and check that the claim's spec "
+                    "is still there after the driver wrote it (named after the claim's uid): nothing on "
+                    "the node may remove or rewrite it.")
     return None
 
 
