@@ -39,6 +39,7 @@ from typing import Any, Iterable, Mapping
 from kubernetes.client.exceptions import ApiException
 
 from draconf.errors import DraconfError
+from draconf.kube import raw_items
 
 FORMAT_VERSION = 1
 #: A verdict this many times slower than in the baseline (and over a second slower) regresses.
@@ -113,10 +114,12 @@ def snapshot(api, profile, tests: Iterable[Mapping[str, Any]] = ()) -> dict:
 
 
 def _plugin_daemonsets(api, profile) -> dict:
-    """The driver's kubelet-plugin DaemonSets (where the profile says they are): images and
-    readiness.  Read one by one (``get``), as the shipped ClusterRole allows."""
+    """The driver's kubelet-plugin DaemonSets, where the profile says they are and wherever the
+    plugin pods its selectors find run (a release installed under another name, or upgraded
+    without the renamed chart's ``nameOverride``): images and readiness.  Read one by one
+    (``get``), as the shipped ClusterRole allows."""
     found = {}
-    for namespace, name in profile.plugin.daemonsets:
+    for namespace, name in sorted(set(profile.plugin.daemonsets) | _owning_daemonsets(api, profile)):
         try:
             ds = api.apps.read_namespaced_daemon_set(name, namespace)
         except ApiException as err:
@@ -129,9 +132,48 @@ def _plugin_daemonsets(api, profile) -> dict:
     return found
 
 
+def _owning_daemonsets(api, profile) -> set[tuple[str, str]]:
+    """(namespace, name) of the DaemonSets that own the pods the profile's plugin selectors find."""
+    owners = set()
+    for selector in profile.plugin.pod_selectors:
+        for pod in raw_items(api.core.list_pod_for_all_namespaces, label_selector=selector):
+            meta = pod["metadata"]
+            owners |= {(meta["namespace"], ref["name"]) for ref in meta.get("ownerReferences") or []
+                       if ref.get("kind") == "DaemonSet"}
+    return owners
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparing
 # ---------------------------------------------------------------------------------------------
+
+def _plugin_changes(before: Mapping, after: Mapping, add) -> list[Change]:
+    """The kubelet-plugin DaemonSets' changes (``namespace/name`` -> images and readiness):
+    images changed, and DaemonSets gone or new.  One gone and one new in the same namespace is
+    one rename (a chart renamed, upgraded without its ``nameOverride``): the driver is judged
+    by the checks and the nodes' GPUs, but whatever refers to the old name must follow."""
+    gone = {name: before[name] for name in before if name not in after}
+    new = {name: after[name] for name in after if name not in before}
+    changes = []
+    for name in sorted(before.keys() & after.keys()):
+        if before[name].get("images") != after[name].get("images"):
+            add("plugin", f"daemonset {name}", f"images {before[name]['images']} -> {after[name]['images']}")
+    for old in sorted(gone):
+        namespace = old.split("/", 1)[0]
+        renamed = sorted(n for n in new if n.split("/", 1)[0] == namespace)
+        if len(renamed) == 1 and len([g for g in gone if g.split("/", 1)[0] == namespace]) == 1:
+            (to,) = renamed
+            del new[to]
+            changes.append(Change("plugin", f"daemonset {old}", f"renamed to {to.split('/', 1)[1]} "
+                                  f"(images {gone[old]['images']} -> {after[to]['images']}): whatever refers "
+                                  "to the old name (monitoring, runbooks, `kubectl rollout status`) must follow",
+                                  False))
+        else:
+            add("plugin", f"daemonset {old}", "gone")
+    for name in sorted(new):
+        changes.append(Change("plugin", f"daemonset {name}", f"new, images {new[name]['images']}", False))
+    return changes
+
 
 def compare(before: Mapping, after: Mapping, slower_factor: float = SLOWER_FACTOR,
             regressions: Mapping[str, bool] = KINDS) -> list[Change]:
@@ -146,12 +188,7 @@ def compare(before: Mapping, after: Mapping, slower_factor: float = SLOWER_FACTO
     bd, ad = before.get("driver") or {}, after.get("driver") or {}
     if bd.get("versions") != ad.get("versions") and bd.get("versions") is not None:
         add("driver", "driver", f"versions {bd.get('versions')} -> {ad.get('versions')}")
-    for name in sorted(set(bd.get("plugin") or {}) | set(ad.get("plugin") or {})):
-        b, a = (bd.get("plugin") or {}).get(name), (ad.get("plugin") or {}).get(name)
-        if b and not a:
-            add("plugin", f"daemonset {name}", "gone")
-        elif a and b and a.get("images") != b.get("images"):
-            add("plugin", f"daemonset {name}", f"images {b['images']} -> {a['images']}")
+    changes += _plugin_changes(bd.get("plugin") or {}, ad.get("plugin") or {}, add)
     for name in sorted(set(before.get("device_classes") or {}) | set(after.get("device_classes") or {})):
         b, a = (before.get("device_classes") or {}).get(name), (after.get("device_classes") or {}).get(name)
         if b is None:

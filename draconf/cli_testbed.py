@@ -43,10 +43,14 @@ def cmd_testbed_upgrade(args) -> int:
             raise DraconfError("--driver upgrades NVIDIA's released driver to another release; "
                                "--driver-version and --bad roll the simulated driver: give one or the other")
         from draconf.testbed import upstream_upgrade
-        release = upstream_upgrade.upgrade(bed_of(args), args.driver, sources=args.upstream_sources)
+        release = upstream_upgrade.upgrade(bed_of(args), args.driver, sources=args.upstream_sources,
+                                           name_override=not args.without_name_override)
         print(f"test bed {args.name!r}: {release.module} {release.version} from its chart "
               f"{release.chart_name}, release {release.release_name} in {release.namespace}")
         return 0
+    if args.without_name_override:
+        raise DraconfError("--without-name-override is a mistake in upgrading NVIDIA's release: give it "
+                           "with --driver")
     from draconf.testbed.upgrade import upgrade
     version = upgrade(bed_of(args), driver_version=args.driver_version, bad=args.bad)
     print(f"test bed {args.name!r}: driver upgraded to {version}"
@@ -126,6 +130,9 @@ def add_commands(sub) -> None:
                    help="on a `--driver nvidia-v25.12.0` bed: upgrade in place to this release "
                         f"({', '.join(sorted(DRIVER_CHOICES))}) as the release's "
                         "docs/upgrade.md says (new CRDs, helm upgrade with nameOverride)")
+    p.add_argument("--without-name-override", action="store_true",
+                   help="with --driver: the bad upgrade that guide warns of, without nameOverride (the "
+                        "renamed chart's objects come beside the old ones, which are then deleted)")
     p.add_argument("--upstream-sources", metavar="DIR",
                    help=f"where the upstream source archives are (default: ${SOURCES_ENV}, else "
                         "../shared/upstream beside the repository)")

@@ -14,6 +14,13 @@ image), creates what is new and deletes what the new chart no longer renders, as
 does.  The new release's image is imported into every real node's containerd first (the bed has
 no registry; the chart's ``pullPolicy: Never`` would otherwise leave the pods ErrImageNeverPull).
 
+``--without-name-override`` makes the mistake that guide warns of: the same upgrade with the
+renamed chart's own object names, so its kubelet-plugin DaemonSet, RBAC and ServiceAccounts come
+beside the old ones, and the old ones are deleted afterwards (``helm upgrade`` deletes what the
+previous revision rendered and the new one does not).  The old plugin pods then end while the
+new ones already run on the same node; what that does to each node is the upgrade gate's to
+find, so the wait is only what ``helm upgrade --wait`` waits for: the new DaemonSet ready.
+
 The other direction is refused: the same guide says a cluster on v0.4.0 cannot go back (its
 kubelet-plugin checkpoint gained a boot id, and its ComputeDomain API made ``numNodes``
 optional), so :data:`PATHS` lists forward steps only.
@@ -178,10 +185,12 @@ def _wait_rolled_out(api, release: Release, image: str, nodes: set[str], timeout
                      describe=describe, verdict=crashed, progress=log)
 
 
-def upgrade(bed, target: str, log=print, timeout: float = 180, sources: str | Path | None = None) -> Release:
+def upgrade(bed, target: str, log=print, timeout: float = 180, sources: str | Path | None = None,
+            name_override: bool = True) -> Release:
     """Upgrade the bed's NVIDIA release to ``target`` (a ``--driver`` choice) in place; return
     the release as it is now placed.  The bed's state records it, so later faults, renders and
-    ``testbed status`` find its objects where they are."""
+    ``testbed status`` find its objects where they are.  ``name_override=False``: without the
+    ``nameOverride`` the release's upgrade guide requires (see the module's docstring)."""
     from draconf.kube import connect
     state = bed.state()
     if not bed.is_up or state is None:
@@ -200,6 +209,8 @@ def upgrade(bed, target: str, log=print, timeout: float = 180, sources: str | Pa
     new_built = upstream_nvidia.ensure_built(version, sources, bindir, log=log)
     previous = upstream_nvidia.installed_release(state)
     release = placed_as(previous, new_built.release)
+    if not name_override:
+        release = dataclasses.replace(release, name_override="")
     api = connect(bed.kubeconfig)
     facts = example_driver.cluster_facts(api)
     old_docs = upstream_chart.render(helm, dataclasses.replace(old_built, release=previous), *facts,
@@ -210,7 +221,8 @@ def upgrade(bed, target: str, log=print, timeout: float = 180, sources: str | Pa
     _import_image(bindir / "ctr", state.get("real_nodes") or {}, new_built.image, log)
     log(f"helm upgrade {release.release_name} -n {release.namespace}: chart {previous.chart_name} "
         f"{previous.version} -> {release.chart_name} {release.version}"
-        + (f" (nameOverride={release.name_override})" if release.name_override else ""))
+        + (f" (nameOverride={release.name_override})" if release.name_override else "")
+        + ("" if name_override else f" without nameOverride: its objects are named {release.object_prefix}-*"))
     replaced, created, deleted = _apply(api, new_docs, old_docs, release.namespace)
     log(f"{replaced} objects replaced, {created} created, {deleted} deleted")
     state = bed.state()
@@ -218,5 +230,7 @@ def upgrade(bed, target: str, log=print, timeout: float = 180, sources: str | Pa
     state[PLACEMENT_KEY] = {"release_name": release.release_name, "namespace": release.namespace,
                             "name_override": release.name_override}
     bed._save(state)
-    _wait_rolled_out(api, release, upstream_nvidia.image_ref(release), nodes, timeout, log)
+    # Without the override nothing promises the nodes publish again: that is the gate's to judge.
+    _wait_rolled_out(api, release, upstream_nvidia.image_ref(release), nodes if name_override else set(),
+                     timeout, log)
     return release

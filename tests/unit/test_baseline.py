@@ -61,6 +61,17 @@ def test_each_kind_of_regression_is_named_exactly(mutate, expected):
     (lambda a: a["driver"].update(versions=["580.105.8"]), "change driver: versions ['580.95.5'] -> ['580.105.8']"),
     (lambda a: a["nodes"]["n1"]["attributes"].update({"resource.kubernetes.io/pcieRoot": "string"}),
      "change node n1: attribute resource.kubernetes.io/pcieRoot added (string)"),
+    (lambda a: a["driver"]["plugin"].update({"gpu-operator/dra-driver-nvidia-gpu-kubelet-plugin": {
+        "images": ["nvcr.io/driver:v0.4.1"], "desired": 3, "ready": 3}}),
+     "change daemonset gpu-operator/dra-driver-nvidia-gpu-kubelet-plugin: new, images ['nvcr.io/driver:v0.4.1']"),
+    (lambda a: a["driver"]["plugin"].update({"gpu-operator/dra-driver-nvidia-gpu-kubelet-plugin": a["driver"][
+        "plugin"].pop("gpu-operator/nvidia-dra-driver-kubelet-plugin") | {"images": ["nvcr.io/driver:v0.5.0"]}}),
+     "change daemonset gpu-operator/nvidia-dra-driver-kubelet-plugin: renamed to "
+     "dra-driver-nvidia-gpu-kubelet-plugin (images ['nvcr.io/driver:v0.4.1'] -> ['nvcr.io/driver:v0.5.0']): "
+     "whatever refers to the old name (monitoring, runbooks, `kubectl rollout status`) must follow"),
+    # What the plugin DaemonSets do is judged by the checks and the nodes' GPUs, not by their names.
+    (lambda a: a["driver"]["plugin"].pop("gpu-operator/nvidia-dra-driver-kubelet-plugin"),
+     "change daemonset gpu-operator/nvidia-dra-driver-kubelet-plugin: gone"),
 ])
 def test_improvements_and_upgrades_themselves_are_changes_not_regressions(mutate, expected):
     assert [str(c) for c in changed(mutate)] == [expected]
