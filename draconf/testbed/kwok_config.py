@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import threading
 from datetime import datetime, timezone
 
 import yaml
@@ -238,9 +239,14 @@ class PodIPs:
 
     def __init__(self, cidr: str = PLUGIN_POD_CIDR):
         self._hosts = itertools.cycle(ipaddress.ip_network(cidr).hosts())
+        # The plugin starts pods from several threads, and until the first cycle is through,
+        # next() runs the hosts() generator: two threads in it at once is "ValueError:
+        # generator already executing" (it left pods Pending for good).
+        self._lock = threading.Lock()
 
     def next(self) -> str:
-        return str(next(self._hosts))
+        with self._lock:
+            return str(next(self._hosts))
 
 
 def running_status(pod: dict, pod_ip: str, now: datetime | None = None) -> dict:
