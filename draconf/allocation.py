@@ -250,8 +250,9 @@ def _judge_results(snapshot: Snapshot, claim: Claim, owners: dict[str, str],
                                    f"{class_name} selectors ({verdict})")
         if not (verdict := cel.evaluate_all(request_cel, device)).matched:
             published = f"; it publishes {describe_device(device)}" if describe_device else ""
+            failing = next((e for e in request_cel if not cel.evaluate(e, device).matched), "")
             add("request-selectors", f"claim {claim.name}: device {result.key} does not satisfy "
-                                     f"the request's selectors ({verdict}){published}")
+                                     f"the request's selector {failing!r} ({verdict}){published}")
 
 
 def _judge_partitions(snapshot: Snapshot, claim: Claim, identities: dict[str, tuple[str, str]],

@@ -172,7 +172,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if summary:
         # The last line of the output: what a CronJob's log or a CI step shows first.
         counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
-        print(f"draconf: {_last_word(code, summary.get('verdict'))} ({counts or 'no tests'}); exit {code}")
+        print(f"draconf: {_last_word(code, summary.get('verdict'))} ({counts or ('none finished' if code == EXIT_INTERRUPTED else 'no tests')}); exit {code}")
     return code
 
 
@@ -196,7 +196,11 @@ def _last_word(code: int, verdict: dict | None) -> str:
     'INCONCLUSIVE: 2 without a verdict: 2 node-excluded'
     >>> _last_word(1, {"status": "INCONCLUSIVE", "line": "INCONCLUSIVE: ..."})  # a baseline regressed
     'FAIL'
+    >>> _last_word(EXIT_INTERRUPTED, {"status": "INCONCLUSIVE", "line": "INCONCLUSIVE: 800 not run (interrupted)"})
+    'INTERRUPTED'
     """
+    if code == EXIT_INTERRUPTED:
+        return "INTERRUPTED"  # neither a verdict on the cluster nor a failure of it
     if code == EXIT_INCONCLUSIVE or (code == 0 and verdict and verdict["status"] == "INCONCLUSIVE"):
         return verdict["line"] if verdict else "INCONCLUSIVE"
     return "PASS" if code == 0 else "FAIL"

@@ -107,7 +107,7 @@ def create(api, run: RunId, test_name: str, extra_labels: dict | None = None,
     # Pods are rejected until the service account controller has made `default`.
     try:
         waits.wait_until(f"service account default in {name}",
-                         lambda: _has_default_sa(api, name), bool, timeout=sa_timeout, interval=0.1)
+                         lambda: _has_default_sa(api, name), bool, timeout=sa_timeout, interval=1.0)
     except waits.WaitTimeout as err:
         from draconf.controlplane import health
         raise waits.ControlPlaneStalled(

@@ -21,6 +21,7 @@ for its own test to raise (suites/test_every_node.py).
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -299,6 +300,28 @@ def node_state(api, name: str) -> str | None:
     return None
 
 
+class NodeStates:
+    """:func:`node_state` of each node, read again only once ``fresh`` seconds have passed: a
+    node's GPUs (``--every-gpu``) start within the same second or two, and eight reads of one
+    node then tell nothing the first did not.  A node that goes NotReady later still fails its
+    targets' waits, with the kubelet's own reason."""
+
+    def __init__(self, api, fresh: float = 5.0):
+        self._api, self._fresh = api, fresh
+        self._read: dict[str, tuple[float, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> str | None:
+        with self._lock:
+            hit = self._read.get(name)
+        if hit is not None and time.monotonic() - hit[0] < self._fresh:
+            return hit[1]
+        why = node_state(self._api, name)
+        with self._lock:
+            self._read[name] = (time.monotonic(), why)
+        return why
+
+
 def held_by_others(api, run_prefix: str) -> dict[str, str]:
     """Device key -> ``namespace/claim`` of every allocated claim that is not this run's."""
     # Not the sweep's own targets, in flight beside this one.
@@ -331,15 +354,18 @@ def candidates(api, profile, published, target: Target, run_prefix: str, tainted
 
 def prove(api, profile, run_id, published, validated_nodes, target: Target, proof: Proof,
           new_namespace: Callable[[str], str], tainted: dict, class_cel: list, view=None,
-          probes: ReuseProbes | None = None) -> None:
+          probes: ReuseProbes | None = None, node_states: Callable[[str], str | None] | None = None) -> None:
     """01-single-gpu.yaml pinned to the target: allocation, injection and release, as judged
     for every workload, on the target's GPU.  Raises the target's outcome; notes its evidence.
     With a ``view`` (:class:`~draconf.watched.WatchedRun`) the waits read it, not the API server;
-    with ``probes`` the release is proven with the node's other targets (:class:`ReuseProbes`)."""
+    with ``probes`` the release is proven with the node's other targets (:class:`ReuseProbes`);
+    ``node_states``: :func:`node_state` as the sweep reads it (:class:`NodeStates`).
+    ``class_cel``: the profile's DeviceClass selectors, read for the sweep (preflight's gate
+    has stopped a run whose class is missing)."""
     from draconf.workload import DeployedWorkload, prove_allocatable
     if not validated_nodes.keeps(target.node):
         raise NoVerdict(f"node {target.node} was left out by preflight: {validated_nodes.describe()}")
-    if why := node_state(api, target.node):
+    if why := (node_states or (lambda name: node_state(api, name)))(target.node):
         raise NoVerdict(f"{why}: not tested")
     run_prefix = f"draconf-{run_id}-"
     free = candidates(api, profile, published, target, run_prefix, tainted, class_cel, view)
@@ -355,8 +381,11 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
     if start.never_started:
         raise start.failed(f"{target.id}: the container never got its GPU: {start.failure}")
     deployed = start.running
-    proof.notes += deployed.check_allocation(published)
-    proof.notes += deployed.check_injection(published)
+    # Allocation and injection are judged on one reading of the pod and its claims: nothing
+    # happens to a running pod between the two, and each reading is two requests of 80 targets'.
+    reading = deployed.allocation_snapshot(published, classes_read={profile.device_class: class_cel})
+    proof.notes += deployed.check_allocation(published, reading)
+    proof.notes += deployed.check_injection(published, reading)
     if probes is not None:
         proof.notes += deployed.check_cleanup(published, lambda devices: probes.released(target, devices))
         return

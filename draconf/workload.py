@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
@@ -284,10 +285,12 @@ class DeployedWorkload(StartVerdicts):
         return None
 
     # --- checks --------------------------------------------------------------------------------
-    def check_allocation(self, published: PublishedDevices) -> list[str]:
+    def check_allocation(self, published: PublishedDevices,
+                         reading: allocation.Snapshot | None = None) -> list[str]:
         """Claims allocated by the scheduler to published devices that satisfy their selectors
-        (every promise :mod:`draconf.allocation` names), judged on one reading of the cluster."""
-        snapshot = self.allocation_snapshot(published)
+        (every promise :mod:`draconf.allocation` names), judged on one reading of the cluster
+        (``reading``: one :meth:`allocation_snapshot` the caller took, default a new one)."""
+        snapshot = reading or self.allocation_snapshot(published)
         self.assert_pods_as_applied(snapshot.pods)
         judgement = allocation.judge(
             snapshot, expected_pods=self.workload.expected_pods,
@@ -335,11 +338,16 @@ class DeployedWorkload(StartVerdicts):
             raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a device ("
                                  + ", ".join(p.name for p in pods) + "), so no allocation can be judged" + who)
 
-    def allocation_snapshot(self, published: PublishedDevices) -> allocation.Snapshot:
+    def allocation_snapshot(self, published: PublishedDevices,
+                            classes_read: Mapping[str, list[str] | None] | None = None) -> allocation.Snapshot:
         """The pods, claims and (live) DeviceClass selectors the allocation is judged on:
-        devices are judged by the CEL the cluster holds, not by the profile's assumption."""
+        devices are judged by the CEL the cluster holds, not by the profile's assumption.
+        ``classes_read``: DeviceClass name -> selectors the caller read from the cluster for
+        this run (the fleet sweep's, once for its hundreds of targets); any other class the
+        claims name is read now."""
         pods, claims = self.pods(), self.claims()
-        classes = {name: class_selectors(self.api, name)
+        known = classes_read or {}
+        classes = {name: known[name] if name in known else class_selectors(self.api, name)
                    for name in sorted(allocation.class_names(claims.values()))}
         return allocation.Snapshot(pods, claims, published, classes)
 
@@ -368,17 +376,19 @@ class DeployedWorkload(StartVerdicts):
                                       f"published without its {self.profile.injection.identity}"))
         return sorted(set(found)), unknown
 
-    def check_injection(self, published: PublishedDevices) -> list[str]:
+    def check_injection(self, published: PublishedDevices,
+                        reading: allocation.Snapshot | None = None) -> list[str]:
         """The profile's command (``nvidia-smi -L``) in every container shows exactly the
-        devices allocated to its claims."""
-        pods = self.pods()
+        devices allocated to its claims (``reading``: the pods and claims as the allocation
+        check just read them, when it ran on the same start; default: read now)."""
+        pods = self.pods() if reading is None else reading.pods
         not_running = [p.summary() for p in pods if not p.is_running]
         assert pods and not not_running, ("injection cannot be checked: the workload is not running ("
                                           + ("; ".join(not_running) or "no pods") + ")")
         assert len(pods) == self.workload.expected_pods, (
             f"injection cannot be checked in every pod: expected {self.workload.expected_pods} pod(s), "
             f"found {len(pods)} ({'; '.join(p.summary() for p in pods)})")
-        claims = self.claims()
+        claims = self.claims() if reading is None else dict(reading.claims)
         injection = self.profile.injection
         self.assert_pods_as_applied(pods)
         readings = []

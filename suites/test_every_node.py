@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -70,10 +71,15 @@ def swept(request, cluster, profile, run_id, validated_nodes):
     probes = sweep.ReuseProbes(chosen, lambda target, devices: prove_allocatable(
         cluster, probes.proofs[target].namespace, devices, profile, run_id.labels, list(tainted.values()), view))
 
+    node_states = sweep.NodeStates(cluster)
+    # The targets' namespaces are deleted together once every target's test has its verdict
+    # (each failing one's diagnosis reads its namespace), 16 at a time.
+    deletions: list = []
+
     def prove_one(target, proof):
         sweep.prove(cluster, profile, run_id, published_devices, validated_nodes, target, proof,
-                    lambda label: make_namespace(request, cluster, run_id, label), tainted, class_cel, view,
-                    probes)
+                    lambda label: make_namespace(request, cluster, run_id, label, deletions), tainted,
+                    class_cel, view, probes, node_states)
 
     began = time.monotonic()
     try:
@@ -90,6 +96,11 @@ def swept(request, cluster, profile, run_id, validated_nodes):
     # Once every target's test has its verdict: the fleet picture in the Allure report, on the
     # sweep's teardown, which Allure shows with each of them (fleet.png is written at the end).
     attach_fleet_picture(request.config)
+    if deletions:
+        began = time.monotonic()
+        with ThreadPoolExecutor(max_workers=16, thread_name_prefix="sweep-cleanup") as pool:
+            list(pool.map(lambda delete: delete(), deletions))  # the first error, once all are done
+        say(f"sweep: {len(deletions)} namespace(s) deleted in {time.monotonic() - began:.1f}s")
 
 
 @pytest.mark.exclusive_capacity

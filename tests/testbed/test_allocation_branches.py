@@ -135,7 +135,7 @@ def test_a_device_the_request_selectors_refuse(api, ns):
     manifests.create(api, ns, [claim_doc("wants-h100", selectors=[h100])])
     allocate(api, ns, "wants-h100", [(NODE, "gpu-0")])
     verdict = allocation_verdict(api, consume(api, ns, ["wants-h100"]))
-    assert f"claim wants-h100: device {DRIVER}/{NODE}/gpu-0 does not satisfy the request's selectors" \
+    assert f"claim wants-h100: device {DRIVER}/{NODE}/gpu-0 does not satisfy the request's selector {h100!r}" \
         in verdict and "A100" in verdict
 
 
