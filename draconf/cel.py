@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable
@@ -442,14 +443,22 @@ class _Compiled:
     error: str | None
 
 
+#: cel-python's parser (lark) is not safe to run from two threads at once: compiled together,
+#: one expression can come out holding another's literals.  The fleet sweep compiles one uuid
+#: selector per GPU from 80 threads, and two of 800 GPUs were judged against a neighbour's
+#: uuid ("does not satisfy the request's selectors").  Evaluating a compiled program is safe.
+_COMPILING = threading.Lock()
+
+
 @functools.lru_cache(maxsize=512)
 def _compile(expression: str) -> _Compiled:
-    try:
-        ast = _ENV.compile(expression)
-    except celpy.CELParseError as err:
-        detail = " ".join(str(a) for a in err.args).strip()
-        return _Compiled(None, f"syntax error: {detail}")
-    return _Compiled(_ENV.program(ast, functions=FUNCTIONS), None)
+    with _COMPILING:
+        try:
+            ast = _ENV.compile(expression)
+        except celpy.CELParseError as err:
+            detail = " ".join(str(a) for a in err.args).strip()
+            return _Compiled(None, f"syntax error: {detail}")
+        return _Compiled(_ENV.program(ast, functions=FUNCTIONS), None)
 
 
 def check(expression: str) -> Verdict | None:
