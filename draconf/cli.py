@@ -244,7 +244,8 @@ def _gate_rules(args) -> dict:
 
 
 def cmd_compare(args) -> int:
-    """Exit 0: no regression; 1: regressions; 2: bad input."""
+    """Exit 0: no regression; 1: regressions; 11: bad input (a baseline that cannot be read);
+    12: the cluster cannot be used (when comparing with it now)."""
     before = baseline.load(args.baseline)
     now = baseline.load(args.current) if args.current else _snapshot(args)
     return 1 if _print_changes(baseline.compare(before, now, **_gate_rules(args)), args.baseline) else 0
@@ -343,7 +344,12 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    """Read-only: namespaces whose GPU quota no longer binds after a move to DRA claims."""
+    """Read-only: namespaces whose GPU quota no longer binds after a move to DRA claims.
+
+    Exit 0: no such namespace; 1: some (findings); 11: bad input (unknown profile, bad
+    kubeconfig, a bed that is not up); 12: the cluster cannot be used or read, as for every
+    command.
+    """
     from draconf.audit import audit_quotas, format_findings
     from draconf.kube import label_selector
     from draconf.namespaces import MANAGED_BY
@@ -396,6 +402,37 @@ exit codes:
   {TargetUnusable.exit_code}  the target cannot be used at all (unreachable, untrusted, credentials rejected)
   {EXIT_INTERRUPTED} interrupted (Ctrl-C or SIGTERM), before or during the run
 options draconf does not know go to pytest (-k, -m, -n N, -x ...)."""
+
+
+def exit_codes(ok: str, findings: str | None = None, summary: bool = False) -> str:
+    """The exit codes of a command that reads a cluster: 0 ``ok``, 1 ``findings``, then
+    draconf's bad input and unusable target; ``summary``: in one line, for the list of commands.
+
+    >>> exit_codes("no regression", "regressions", summary=True)
+    'exit 0 no regression, 1 regressions, 11 bad input, 12 target unusable'
+    """
+    if summary:
+        return ", ".join([f"exit 0 {ok}", *([f"1 {findings}"] if findings else []),
+                          f"{EXIT_BAD_INPUT} bad input", f"{TargetUnusable.exit_code} target unusable"])
+    return "\n".join([
+        "exit codes:", f"  0   {ok}", *([f"  1   {findings}"] if findings else []),
+        f"  {EXIT_BAD_INPUT}  bad input (kubeconfig, profile, file, option, a test bed that is not up)",
+        f"  {TargetUnusable.exit_code}  the target cannot be used (unreachable, untrusted, credentials "
+        "rejected, or it stopped answering)"])
+
+
+#: What 0 and 1 mean for each command that reads a cluster: (short, in the list of commands;
+#: long, in its own --help).
+READING_COMMANDS = {
+    "compare": (("no regression", "regressions"),
+                ("no regression", "regressions (listed)")),
+    "sweep": (("done", None), ("done (also when nothing was left)", None)),
+    "audit": (("none found", "findings"),
+              ("no namespace caps nvidia.com/gpu without a DeviceClass quota", "such namespaces (listed)")),
+    "lint": (("all match", "findings"),
+             ("every selector matches some device and fails on none",
+              "some selector matches nothing, fails, or names a missing DeviceClass")),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -510,9 +547,15 @@ def build_parser() -> argparse.ArgumentParser:
     with_gate_rules(p)
     p.set_defaults(func=cmd_run, passthrough=True)
 
-    p = with_target(sub.add_parser(
-        "compare", help="what changed from a baseline to another, or to the cluster now "
-                        "(exit 0 no regression, 1 regressions, 2 bad input, 3 target unusable)"), name_flag="--name")
+    def reading(name: str, help_: str, in_list: bool = True):
+        """A command that reads a cluster: its exit codes in its --help (and in the list)."""
+        short, long = READING_COMMANDS[name]
+        listed = f" ({exit_codes(*short, summary=True)})" if in_list else ""
+        return with_target(sub.add_parser(name, help=help_ + listed, epilog=exit_codes(*long),
+                                          formatter_class=argparse.RawDescriptionHelpFormatter),
+                           name_flag="--name")
+
+    p = reading("compare", "what changed from a baseline to another, or to the cluster now")
     p.add_argument("baseline", metavar="BASELINE")
     p.add_argument("current", metavar="CURRENT", nargs="?",
                    help="a later baseline (default: the target cluster now, without verdicts)")
@@ -532,21 +575,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pass rates over the last N runs kept (default: %(default)s; 0: all)")
     p.set_defaults(func=cmd_report)
 
-    p = with_target(sub.add_parser("sweep", help="delete namespaces a killed draconf run left behind"),
-                    name_flag="--name")
+    p = reading("sweep", "delete namespaces a killed draconf run left behind", in_list=False)
     p.add_argument("--run-id", help="only this run's namespaces (default: every draconf namespace)")
     p.set_defaults(func=cmd_sweep)
 
-    p = with_target(sub.add_parser(
-        "audit", help="read-only: list namespaces capping nvidia.com/gpu but no DeviceClass quota"),
-        name_flag="--name")
+    p = reading("audit", "read-only: list namespaces capping nvidia.com/gpu but no DeviceClass quota")
     p.add_argument("--profile", default="nvidia", help="driver profile (gives the DeviceClass)")
     p.set_defaults(func=cmd_audit)
 
-    p = with_target(sub.add_parser(
-        "lint", help="read-only: which published devices each CEL selector in FILEs matches, or "
-                     "the scheduler's error (exit 0 all match, 1 findings, 2 bad input, 3 target unusable)"),
-        name_flag="--name")
+    p = reading("lint", "read-only: which published devices each CEL selector in FILEs matches, or "
+                        "the scheduler's error")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML manifests (claims, templates, DeviceClasses)")
     p.set_defaults(func=cmd_lint)
 

@@ -14,7 +14,9 @@ Outcomes:
   **skipped** with the reason;
 * info checks (optional DeviceClasses) are not tests: they cannot fail a run, so a test of them
   could only pass; their PASS/WARN is in the preflight table and summary.json's ``preflight``;
-* an unreachable API server ends the run with one message.
+* an unreachable API server ends the run with one message and draconf's exit code for a
+  target that cannot be used (12, :data:`draconf.errors.EXIT_TARGET_UNUSABLE`), not pytest's
+  3 (internal error).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import pytest
 
 from draconf import preflight as checks
+from draconf.errors import EXIT_TARGET_UNUSABLE
 from draconf.reporting import diagnosis_prefix, record_diagnosis
 
 pytestmark = pytest.mark.preflight
@@ -34,7 +37,7 @@ def test_preflight(request, preflight, check_name):
     # The run's one reading (the gate judges the same): not the cluster read again per row.
     result = next(r for r in preflight if r.name == check_name)
     if result.unreachable:
-        pytest.exit(f"draconf: {result.summary}", returncode=3)
+        pytest.exit(f"draconf: {result.summary}", returncode=EXIT_TARGET_UNUSABLE)
     if result.inconclusive:
         if "403 Forbidden" in result.evidence:
             # Forbidden, not slow: the row says which permission (permission-denied).
