@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf.errors import server_message
+from draconf.answers import ServerAnswer
+
+#: A dry-run's answers that refuse the probe (validation, admission, RBAC), not the feature.
+REFUSALS = (400, 403, 422)
 
 #: The namespace label without which the API server refuses adminAccess claims (KEP-5018).
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
@@ -37,8 +40,13 @@ class Capability:
     name: str
     available: bool
     evidence: str
-    #: the probe itself was refused (admission, validation): nothing was learnt of the feature
-    refused: bool = False
+    #: the server's answer when the probe itself was refused (admission, validation, RBAC):
+    #: nothing was learnt of the feature
+    refusal: ServerAnswer | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.refusal is not None
 
     @property
     def skip_reason(self) -> str:
@@ -59,7 +67,7 @@ def field_at(obj, path: str):
     return obj
 
 
-def dry_run_claim(api, namespace: str, claim: dict) -> tuple[dict | None, str | None]:
+def dry_run_claim(api, namespace: str, claim: dict) -> tuple[dict | None, ServerAnswer | None]:
     """Create ``claim`` with ``dryRun=All`` (validated and admitted, never stored): the object
     as the server would keep it, or None and the server's refusal."""
     body = copy.deepcopy(claim)
@@ -67,18 +75,23 @@ def dry_run_claim(api, namespace: str, claim: dict) -> tuple[dict | None, str | 
     try:
         created = api.resource.create_namespaced_resource_claim(namespace, body, dry_run="All")
     except ApiException as err:
-        if err.status in (400, 403, 422):
-            return None, f"HTTP {err.status}: {server_message(err)}"
+        if err.status in REFUSALS:
+            return None, ServerAnswer.of(err)
         raise
     return api.api_client.sanitize_for_serialization(created), None
+
+
+def refused_probe(name: str, what: str, answer: ServerAnswer) -> Capability:
+    """A probe the server turned away: no verdict on the feature, its answer kept."""
+    return Capability(name, False, f"a server-side dry-run create of {what} was refused: "
+                                   f"HTTP {answer.status}: {answer.message}", refusal=answer)
 
 
 def served_field(api, namespace: str, name: str, claim: dict, path: str) -> Capability:
     """Whether the API server keeps the field at ``path`` of ``claim`` (dry-run create, read back)."""
     kept, refused = dry_run_claim(api, namespace, claim)
     if refused:
-        return Capability(name, False, f"a server-side dry-run create of a claim using it was "
-                                       f"refused: {refused}", refused=True)
+        return refused_probe(name, "a claim using it", refused)
     value = field_at(kept, path)
     if value in (None, [], {}, False):
         return Capability(name, False, f"the API server dropped `{path}` from a dry-run create "
@@ -175,9 +188,8 @@ def device_taint_rules(api, driver: str) -> Capability:
                                            "--feature-gates=DRADeviceTaintRules=true on kube-apiserver, "
                                            "kube-scheduler and kube-controller-manager, and "
                                            "--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true)")
-        if err.status in (400, 403, 422):
-            return Capability(name, False, f"a server-side dry-run create of a DeviceTaintRule was refused: "
-                                           f"HTTP {err.status}: {server_message(err)}", refused=True)
+        if err.status in REFUSALS:
+            return refused_probe(name, "a DeviceTaintRule", ServerAnswer.of(err))
         raise
     kept = api.api_client.sanitize_for_serialization(kept)
     if field_at(kept, "spec.taint.key") is None or field_at(kept, "spec.deviceSelector.device") is None:

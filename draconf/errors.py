@@ -64,11 +64,15 @@ class NoVerdict(Skipped):
     message; draconf's reports (summary.json, the matrix) show it as ``no-verdict``.  Use it
     where a check applies but cannot be judged; a plain ``pytest.skip`` stays for checks that
     do not apply to this cluster (no node with 3 GPUs, containers on KWOK nodes).
+
+    ``code``: the diagnosis code of what blocked it, where the raiser read it itself (an
+    admission policy that refused a probe): the run's verdict groups its reasons by it.
     """
 
-    def __init__(self, cause: str):
+    def __init__(self, cause: str, code: str | None = None):
         super().__init__(msg=cause)
         self.cause = cause
+        self.code = code
 
 
 # As pytest does for Skipped: tracebacks and JUnit show "NoVerdict: <cause>", no module path

@@ -69,6 +69,25 @@ def validate(names) -> list[str]:
     return names
 
 
+def refusal_code(answer) -> str | None:
+    """The diagnosis of a probe refused with ``answer`` (a :class:`~draconf.answers.ServerAnswer`):
+    ``admission-denied`` when an admission control named itself, ``permission-denied`` for any
+    other 403 (RBAC: the credentials may not create the probe), else none (a validation answer
+    says nothing of who refused).
+
+    >>> from draconf.answers import ServerAnswer
+    >>> refusal_code(ServerAnswer(403, 'admission webhook "deny.example.com" denied the request: no'))
+    'admission-denied'
+    >>> refusal_code(ServerAnswer(403, 'resourceclaims is forbidden: User "ci" cannot create resource "resourceclaims"'))
+    'permission-denied'
+    >>> refusal_code(ServerAnswer(422, "spec.devices: Invalid value")) is None
+    True
+    """
+    if denial_in_text(answer.message):
+        return "admission-denied"
+    return "permission-denied" if answer.status == 403 else None
+
+
 @dataclass(frozen=True)
 class Expectations:
     """The features a run holds the cluster to: GA in its server version, or named by flag."""
@@ -107,7 +126,7 @@ class Expectations:
             denial = denial_in_text(capability.evidence)
             raise NoVerdict(f"{capability.name} could not be probed: "
                             + (f"{denial} refused the probe: " if denial else "")
-                            + capability.evidence)
+                            + capability.evidence, code=refusal_code(capability.refusal))
         why = self.why(feature)
         if why:
             raise FeatureMissing(f"{FEATURE_DISABLED}{capability.name} must be available on this cluster "

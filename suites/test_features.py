@@ -170,8 +170,10 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
     kept = Claim.read(cluster, ns, doc["metadata"]["name"])
     admin = [r.get("exactly", {}).get("adminAccess") for r in kept.requests]
     if not any(admin):
-        pytest.skip("admin access (adminAccess) is not available on this cluster: the API server "
-                    "dropped `adminAccess` from the claim (its feature gate is off)")
+        # GA in 1.36: a feature the cluster must have fails feature-disabled, else a skip
+        request.getfixturevalue("expected_features").require("admin-access", capabilities.Capability(
+            "admin access (adminAccess)", False, "the API server dropped `adminAccess` from the claim "
+                                                 "(its feature gate is off)"))
     labels = cluster.core.read_namespace(ns).metadata.labels or {}
     record_diagnosis(request.node, "admin-access-unrestricted",
                      {"namespace labels": json.dumps(labels, indent=2), "claim": json.dumps(kept.raw, indent=2,

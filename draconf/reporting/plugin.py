@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from draconf.errors import NoVerdict
 from draconf.parallel import plain_nodeid
 from draconf.nodescope import scope_line
 from draconf.reporting.allure_extras import write_allure_extras
@@ -125,6 +126,11 @@ class ReportingPlugin:
         # (VerdictSection, the innermost wrapper, made the report say the diagnosis already.)
         report = yield
         verdict = verdict_of(item)
+        blocked = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(blocked, NoVerdict) and blocked.code and not verdict.code:
+            # A check that read what blocked it (the policy that refused its probe) names it
+            # with a code: its row, and the run's verdict's reasons, give that code.
+            verdict.diagnose(blocked.code, blocked.cause)
         # Plain values only: under xdist this attribute is serialised to the controller.
         report.draconf_phase = verdict.phase(report.when, phase_outcome(report, call.excinfo),
                                              phase_message(report, call.excinfo, verdict.code))
@@ -314,19 +320,25 @@ def attach_fleet_picture(config: pytest.Config) -> bool:
 def fleet_verdicts(rows) -> list:
     """The sweep's rows (workload ``every-node``, check ``<node>`` or ``<node>/<gpu>``) as the
     fleet picture's nodes: a node's status is its worst GPU's (failed, then no verdict, then
-    busy); a node swept whole is a square per GPU its row says it has (``gpus``), all of the
-    node's status.
+    busy, then tainted); a node swept whole is a square per GPU its row says it has (``gpus``),
+    all of the node's status.
 
     >>> rows = [{"workload": "every-node", "check": "n1/gpu-0", "outcome": "passed"},
     ...         {"workload": "every-node", "check": "n1/gpu-1", "outcome": "failed", "diagnosis": "plugin-unhealthy"},
-    ...         {"workload": "every-node", "check": "n2", "outcome": "skipped", "message": "busy, not tested: x"},
+    ...         {"workload": "every-node", "check": "n2", "outcome": "no-verdict", "message": "busy, not tested: x"},
     ...         {"workload": "every-node", "check": "n3", "outcome": "passed", "gpus": 3},
+    ...         {"workload": "every-node", "check": "n4/gpu-0", "outcome": "passed"},
+    ...         {"workload": "every-node", "check": "n4/gpu-1", "outcome": "skipped", "message": "tainted, not tested: t"},
     ...         {"workload": "single-gpu", "check": "allocation", "outcome": "passed"}]
-    >>> [(n.name, n.gpus, n.status, n.code, n.gpu_status) for n in fleet_verdicts(rows)]
-    [('n1', 2, 'failed', 'plugin-unhealthy', ('passed', 'failed')), ('n2', 1, 'busy', '', ('busy',)), ('n3', 3, 'passed', '', ('passed', 'passed', 'passed'))]
+    >>> for n in fleet_verdicts(rows):
+    ...     print(n.name, n.gpus, n.status, n.code, n.gpu_status)
+    n1 2 failed plugin-unhealthy ('passed', 'failed')
+    n2 1 busy  ('busy',)
+    n3 3 passed  ('passed', 'passed', 'passed')
+    n4 2 tainted  ('passed', 'tainted')
     """
-    from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, NodeVerdict
-    from draconf.sweep import BUSY as BUSY_MESSAGE  # how the sweep words a busy target's skip
+    from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, TAINTED, NodeVerdict
+    from draconf.sweep import BUSY as BUSY_MESSAGE, TAINTED as TAINTED_MESSAGE  # how the sweep words them
 
     def status(row) -> str:
         outcome = row.get("outcome")
@@ -334,7 +346,10 @@ def fleet_verdicts(rows) -> list:
             return PASSED
         if outcome in ("failed", "broken", "error"):
             return FAILED
-        return BUSY if str(row.get("message") or "").startswith(BUSY_MESSAGE) else NO_VERDICT
+        message = str(row.get("message") or "")
+        if message.startswith(BUSY_MESSAGE):
+            return BUSY
+        return TAINTED if outcome == "skipped" and message.startswith(TAINTED_MESSAGE) else NO_VERDICT
 
     per_node: dict[str, list] = {}
     for row in rows:
@@ -346,7 +361,7 @@ def fleet_verdicts(rows) -> list:
         # A GPU's row is one square; a node's, one per GPU it proved.
         squares = tuple(status(r) for r in node_rows
                         for _ in range(1 if "/" in str(r["check"]) else r.get("gpus") or 1))
-        worst = next(s for s in (FAILED, NO_VERDICT, BUSY, PASSED) if s in squares)
+        worst = next(s for s in (FAILED, NO_VERDICT, BUSY, TAINTED, PASSED) if s in squares)
         code = next((str(r.get("diagnosis") or "") for r in node_rows if status(r) == FAILED), "")
         nodes.append(NodeVerdict(name, len(squares), worst, code, squares))
     return nodes

@@ -2,15 +2,15 @@
 
 import pytest
 
-from draconf.capabilities import Capability
+from draconf.answers import ServerAnswer
+from draconf.capabilities import Capability, refused_probe
 from draconf.errors import DraconfError, NoVerdict
 from draconf.expectations import FEATURE_DISABLED, Expectations, FeatureMissing
 
 DROPPED = Capability("prioritized-list (firstAvailable)", False,
                      "the API server dropped `spec.devices.requests.0.firstAvailable.1.name` from a dry-run create")
-REFUSED = Capability("admin access (adminAccess)", False,
-                     "a server-side dry-run create of a claim using it was refused: HTTP 403: "
-                     "admission webhook \"deny-claims.example.com\" denied the request: no", refused=True)
+REFUSED = refused_probe("admin access (adminAccess)", "a claim using it",
+                        ServerAnswer(403, 'admission webhook "deny-claims.example.com" denied the request: no'))
 
 
 def test_a_ga_feature_missing_fails_with_feature_disabled():
@@ -38,6 +38,8 @@ def test_a_refused_probe_is_no_verdict_naming_the_webhook():
     with pytest.raises(NoVerdict) as err:
         Expectations.of("v1.36.3").require("admin-access", REFUSED)
     assert 'admission webhook "deny-claims.example.com" refused the probe' in str(err.value)
+    # the admission's code goes with it: the run's verdict groups the reason by it
+    assert err.value.code == "admission-denied"
 
 
 def test_available_is_nothing():

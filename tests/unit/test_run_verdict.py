@@ -32,6 +32,13 @@ def test_sees_its_gpu():
 def test_releases():
     raise NoVerdict("workload never started: pod gpu-test1 is Pending")
 """
+REFUSED_PROBE = """
+from draconf.errors import NoVerdict
+
+def test_admin_access():
+    raise NoVerdict("admin access could not be probed: admission webhook \\"deny.example.com\\" refused the "
+                    "probe", code="admission-denied")
+"""
 FAILS = "def test_breaks():\n    assert False, 'sees no GPU'\n"
 
 
@@ -100,3 +107,14 @@ def test_reasons_are_grouped_most_first_and_by_diagnosis_when_there_is_one():
 
 def test_a_flaky_pass_is_a_pass():
     assert judge_run([{"outcome": "flaky"}]).status == "PASS"
+
+
+def test_a_no_verdict_that_names_its_cause_gives_its_code_in_every_channel(session):
+    """A probe an admission webhook refused: the row carries admission-denied, and the run's
+    reasons group by it, not by the first words of the sentence."""
+    result, summary, junit = session(test_a=PASSES, test_b=REFUSED_PROBE)
+    assert result.ret == EXIT_INCONCLUSIVE
+    row = next(r for r in summary["tests"] if r["id"].endswith("test_admin_access"))
+    assert row["outcome"] == "no-verdict" and row["diagnosis"] == "admission-denied", row
+    assert summary["verdict"]["reasons"] == {"admission-denied": 1}
+    assert junit["draconf.verdict"] == "INCONCLUSIVE: 1 without a verdict: 1 admission-denied"
