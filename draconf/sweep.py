@@ -7,7 +7,7 @@ pinned there and judged as every workload is: the claim allocated a GPU of that 
 the container sees exactly it, and once released it is allocatable again.
 
 Safe on a live cluster: GPUs others hold are never taken (a target whose GPUs are all held is
-*busy, not tested*, naming the holders); a cordoned or NotReady node, or one preflight left
+*busy, not tested*, naming the holders: no verdict, so the run is not green); a cordoned or NotReady node, or one preflight left
 out, gives no verdict naming why; a GPU its driver taints is *tainted, not tested*; at most
 :func:`bound` targets are in flight at once, each holding one GPU, so most of the fleet stays
 free.  Targets run in a thread pool: a hundred nodes take about as long as their slowest
@@ -264,13 +264,13 @@ def verdict_word(proof: Proof) -> str:
     ('passed', 'no-verdict')
     >>> verdict_word(Proof(Target("n"), outcome=AssertionError("x")))
     'failed'
+    >>> verdict_word(Proof(Target("n"), outcome=NoVerdict(f"{BUSY}: gpu-0 held by a/b")))
+    'busy'
     """
     outcome = proof.outcome
     if outcome is None:
         return "passed"
-    if isinstance(outcome, NoVerdict):
-        return "no-verdict"
-    if isinstance(outcome, pytest.skip.Exception):
+    if isinstance(outcome, pytest.skip.Exception):  # NoVerdict too
         return "busy" if str(outcome).startswith(BUSY) else "no-verdict"
     return "failed"
 
@@ -285,8 +285,10 @@ def tally(proofs: Iterable[Proof]) -> str:
     return ", ".join(f"{n} {word}" for word, n in counts.items()) or "none"
 
 
-#: How a busy target's skip starts (the picture and the terminal tell it from other skips).
+#: How a busy target's no-verdict starts (the picture and the terminal tell it from others).
 BUSY = "busy, not tested"
+#: How a tainted target GPU's skip starts (the picture tells it from a check that gave no verdict).
+TAINTED = "tainted, not tested"
 
 
 def node_state(api, name: str) -> str | None:
@@ -331,9 +333,11 @@ def held_by_others(api, run_prefix: str) -> dict[str, str]:
 
 def candidates(api, profile, published, target: Target, run_prefix: str, tainted: dict,
                class_cel: list, view=None) -> list:
-    """The target's GPUs the profile's DeviceClass selects, untainted, that no one else holds; a
-    skip naming the holders when there are none, or naming the taint of a tainted target GPU
-    (out of service by its driver's or an admin's account: not something to prove).  ``tainted``:
+    """The target's GPUs the profile's DeviceClass selects, untainted, that no one else holds.
+    When others hold them all: no verdict, naming the holders (the target exists and was not
+    proven, so the run is not green; it is never taken from them).  A tainted target GPU is a
+    skip naming the taint (out of service by its driver's or an admin's account: not something
+    to prove).  ``tainted``:
     device key -> :class:`~draconf.taints.TaintedDevice`, and ``class_cel`` (the DeviceClass's
     selectors) are read once for the sweep; with a ``view`` (:class:`~draconf.watched.WatchedRun`)
     who holds what is read from it."""
@@ -341,14 +345,14 @@ def candidates(api, profile, published, target: Target, run_prefix: str, tainted
             and (target.device is None or d.name == target.device)]
     blocked = {d.key: tainted[d.key] for d in mine if d.key in tainted and tainted[d.key].blocking}
     if target.device is not None and blocked:
-        pytest.skip(f"tainted, not tested: {next(iter(blocked.values())).summary()}")
+        pytest.skip(f"{TAINTED}: {next(iter(blocked.values())).summary()}")
     held = view.held_outside_run() if view is not None else held_by_others(api, run_prefix)
     free = [d for d in mine if d.key not in held and d.key not in blocked]
     if not free:
         why = [f"{d.key} held by {held[d.key]}" for d in mine if d.key in held]
         why += [f"{d.summary()} tainted" for d in blocked.values()]
-        pytest.skip(f"{BUSY}: no {profile.device_class} GPU of {target.id} is free "
-                    f"({', '.join(why) or 'none published'})")
+        raise NoVerdict(f"{BUSY}: no {profile.device_class} GPU of {target.id} is free "
+                        f"({', '.join(why) or 'none published'})")
     return free
 
 

@@ -26,6 +26,7 @@ from draconf import allocation, capabilities, manifests, mig, waits
 from draconf import selectors as sel
 from draconf.claims import device_holders
 from draconf.devices import PublishedDevices
+from draconf.errors import NoVerdict
 from draconf.pods import exec_in_container
 from draconf.reporting import note
 from draconf.scenarios.mig import MigWorkload
@@ -139,15 +140,24 @@ def test_mig_devices_share_their_parent(request, cluster, profile, run_id, mig_d
 
 
 def free_parent(cluster, profile, found, published) -> tuple[str, object]:
-    """A GPU whose MIG devices and whole device are published and that no claim holds."""
-    held = set(device_holders(cluster))
+    """A GPU whose MIG devices and whole device are published and that no claim holds.  Where
+    such GPUs exist but all are in use now: no verdict, naming the holders (never green)."""
+    held = device_holders(cluster)
     uuid = profile.attributes.get("uuid")
     wholes = published.by_uuid(uuid) if uuid else {}
+    busy = {}
     for parent in sorted({mig.parent_of(d) for d in found}):
         whole = wholes.get(parent)
-        parts = [d for d in found if mig.parent_of(d) == parent]
-        if whole is not None and whole.key not in held and not any(d.key in held for d in parts):
+        if whole is None:
+            continue
+        holders = sorted({h for d in [whole, *(d for d in found if mig.parent_of(d) == parent)]
+                          for h in held.get(d.key, ())})
+        if not holders:
             return parent, whole
+        busy[parent] = holders
+    if busy:
+        raise NoVerdict("every GPU published both whole and as MIG devices is in use now: "
+                        + "; ".join(f"{parent} held by {', '.join(h)}" for parent, h in busy.items()))
     pytest.skip("no GPU is published both whole and as MIG devices, free of claims (a MIG-enabled "
                 "Ampere GPU publishes MIG devices only): the exclusivity of a GPU and its MIG devices "
                 "cannot be observed")

@@ -9,7 +9,8 @@ A hundred nodes fit on one screen. There are ten tiles to a row. Each tile is a 
 eight 12-pixel squares (a node with more GPUs wraps to a second row), with the node's name
 under it and, on a node that did not pass, the reason: its diagnosis code, ``busy`` or
 ``no verdict``. Colour is never the only sign. The palette is colour-blind safe (ColorBrewer
-Dark2's teal and orange, and grey). A failed GPU also has a cross and a busy one a bar. A GPU
+Dark2's teal and orange, and greys). A failed GPU also has a cross, a busy one a bar and a
+tainted one (out of service by a device taint, left alone) a slash. A GPU
 with no verdict is hollow, with a dashed outline, and a failed node's tile is framed.
 
 >>> nodes = [NodeVerdict("gpu-2", 2, FAILED, "prepare-refused"), NodeVerdict("gpu-1", 2, PASSED)]
@@ -31,11 +32,12 @@ from xml.sax.saxutils import escape, quoteattr
 
 from draconf.tables import plain_lines
 
-PASSED, FAILED, BUSY, NO_VERDICT = "passed", "failed", "busy", "no-verdict"
-#: Every status, in the order the legend and the summary line give them.
-STATUSES = (PASSED, FAILED, BUSY, NO_VERDICT)
+PASSED, FAILED, BUSY, NO_VERDICT, TAINTED = "passed", "failed", "busy", "no-verdict", "tainted"
+#: Every status, in the order the legend and the summary line give them.  ``tainted``: a GPU its
+#: driver or an admin took out of service (a device taint), which the sweep leaves alone.
+STATUSES = (PASSED, FAILED, BUSY, NO_VERDICT, TAINTED)
 #: How a status reads in the legend, on a tile and in the terminal.
-LABELS = {PASSED: "passed", FAILED: "failed", BUSY: "busy", NO_VERDICT: "no verdict"}
+LABELS = {PASSED: "passed", FAILED: "failed", BUSY: "busy", NO_VERDICT: "no verdict", TAINTED: "tainted"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class NodeVerdict:
     ('busy', 'busy', 'busy')
     >>> NodeVerdict("n", 2, "ok")
     Traceback (most recent call last):
-    ValueError: node n: unknown status ok (one of passed, failed, busy, no-verdict)
+    ValueError: node n: unknown status ok (one of passed, failed, busy, no-verdict, tainted)
     """
 
     name: str
@@ -122,6 +124,7 @@ _STYLES = {
     FAILED: _Style("#d95f02", "#a34702", "cross"),
     BUSY: _Style("#8c8c8c", "#6b6b6b", "bar"),
     NO_VERDICT: _Style("#f4f4f4", "#707070", ""),
+    TAINTED: _Style("#d9d9d9", "#8c8c8c", "slash"),
 }
 _INK, _MUTED, _FAILED_INK, _BACKGROUND = "#222222", "#5a5a5a", "#a34702", "#ffffff"
 
@@ -198,6 +201,8 @@ def _square(x: int, y: int, status: str) -> list[_Shape]:
                    _Line(x + size - inset, y + inset, x + inset, y + size - inset, _BACKGROUND)]
     elif style.mark == "bar":
         shapes.append(_Line(x + inset, y + size // 2, x + size - inset, y + size // 2, _BACKGROUND))
+    elif style.mark == "slash":
+        shapes.append(_Line(x + inset, y + size - inset, x + size - inset, y + inset, style.outline))
     return shapes
 
 

@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from draconf import capabilities, cel, manifests, taints, waits
 from draconf.claims import device_holders
 from draconf.devices import class_selectors
+from draconf.errors import NoVerdict
 from draconf.pods import Pod
 
 #: 49: one free GPU tainted NoSchedule by rule; 46 then asks for it without a toleration.
@@ -87,11 +88,18 @@ def free_gpu(cluster, profile, published, avoid=frozenset()):
     rules = [cluster.api_client.sanitize_for_serialization(r)
              for r in cluster.resource_beta.list_device_taint_rule().items]
     tainted = {d.key for d in taints.tainted_devices(taints.with_rule_taints(slices, rules)) if d.blocking}
-    held = set(device_holders(cluster))
-    found = [d for d in published if d.node not in avoid and d.key not in tainted | held
-             and d.has_attribute(profile.attributes["uuid"]) and cel.evaluate_all(class_cel, d).matched]
+    held = device_holders(cluster)
+    usable = [d for d in published if d.node not in avoid and d.key not in tainted
+              and d.has_attribute(profile.attributes["uuid"]) and cel.evaluate_all(class_cel, d).matched]
+    if not usable:
+        pytest.skip(f"no untainted {profile.device_class} device with a uuid on the validated nodes "
+                    "to taint by rule")
+    found = [d for d in usable if d.key not in held]
     if not found:
-        pytest.skip(f"no free {profile.device_class} device on the validated nodes to taint by rule")
+        # The cluster has such devices, all in use now: the rule was not checked (never green).
+        raise NoVerdict(f"every {profile.device_class} device the rule could taint is held now: "
+                        + ", ".join(f"{d.key} by {', '.join(held[d.key])}" for d in usable[:5])
+                        + (f" and {len(usable) - 5} more" if len(usable) > 5 else ""))
     return sorted(found, key=lambda d: d.key)[0]
 
 

@@ -51,7 +51,8 @@ def test_a_cordoned_node_is_named_and_the_others_are_still_proven(healthy_bed, a
 def test_gpus_others_hold_are_busy_never_taken(healthy_bed, api, tmp_path):
     """--every-gpu while both A100s are held by a pod of another namespace: the sweep lists
     them busy, naming the holder, leaves them alone and proves every other GPU, one verdict per
-    GPU, at most --sweep-max-gpus at a time; busy is not a failure."""
+    GPU, at most --sweep-max-gpus at a time; busy is not a failure, and, those GPUs unproven,
+    not a green run either."""
     from draconf import manifests, namespaces
     from draconf.builder import Workload
     from draconf.profile import builtin
@@ -68,11 +69,13 @@ def test_gpus_others_hold_are_busy_never_taken(healthy_bed, api, tmp_path):
     finally:
         namespaces.delete(api, ns, wait=60)
     out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-3000:]
-    rows = {r["check"]: r for r in json.loads((tmp_path / "summary.json").read_text())["tests"]}
+    assert result.returncode == 10, out[-3000:]  # nothing failed, two GPUs unproven: INCONCLUSIVE
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    rows = {r["check"]: r for r in summary["tests"]}
     busy = {k: r for k, r in rows.items() if k.startswith("gpu-a100-0/")}
-    assert len(busy) == 2 and all(r["outcome"] == "skipped" and "busy, not tested" in r["message"]
+    assert len(busy) == 2 and all(r["outcome"] == "no-verdict" and r["message"].startswith("busy, not tested")
                                   and ns in r["message"] for r in busy.values()), busy
+    assert summary["verdict"]["reasons"] == {"busy, not tested": 2}, summary["verdict"]
     assert all(r["outcome"] == "passed" for k, r in rows.items() if k not in busy), rows
     # One verdict per whole GPU (MIG devices are no targets), a bounded number in flight.
     whole = sorted(f"{s.spec.node_name}/{d.name}" for s in api.resource.list_resource_slice().items

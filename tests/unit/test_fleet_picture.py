@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from draconf.reporting import fleet_picture as fp
-from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, NodeVerdict
+from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, TAINTED, NodeVerdict
 
 SVG = "{http://www.w3.org/2000/svg}"
 COLOUR = {status: style.fill for status, style in fp._STYLES.items()}
@@ -65,7 +65,8 @@ def test_the_png_and_svg_are_the_same_size(tmp_path):
 
 
 def test_each_status_has_its_colour_and_no_verdict_a_dashed_outline():
-    nodes = fleet() + [NodeVerdict("not-published", 2, NO_VERDICT)]
+    nodes = fleet() + [NodeVerdict("not-published", 2, NO_VERDICT),
+                       NodeVerdict("out-of-service", 2, TAINTED, gpu_status=(PASSED, TAINTED))]
     root = svg_root(nodes)
     fills = {r.get("fill") for r in root.iter(SVG + "rect")}
     assert set(COLOUR.values()) <= fills
@@ -76,6 +77,12 @@ def test_each_status_has_its_colour_and_no_verdict_a_dashed_outline():
 def test_failed_gpus_carry_a_cross_so_colour_is_not_the_only_sign():
     tile = tile_of(svg_root(fleet()), "gpu-node-7")
     assert len(list(tile.iter(SVG + "line"))) == 2 * 8
+
+
+def test_a_tainted_gpu_carries_a_slash_and_its_tile_says_tainted():
+    tile = tile_of(svg_root([NodeVerdict("n", 2, TAINTED, gpu_status=(PASSED, TAINTED))]), "n")
+    assert len(list(tile.iter(SVG + "line"))) == 1
+    assert "tainted" in [t.text for t in tile.iter(SVG + "text")]
 
 
 def test_failure_codes_are_on_their_tiles_and_counted_in_the_legend():
