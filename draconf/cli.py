@@ -75,6 +75,8 @@ def _from_checkout(arg: str) -> str:
 
 def cmd_run(args, pytest_args: list[str]) -> int:
     """Run the suite; with ``--target kind`` on a kind cluster made (or kept) for the run."""
+    # Bad input, before any bed, kind cluster or report.
+    run_args.refuse_reserved(pytest_args, getattr(args, "own_options", ()))
     if args.target != "kind":
         if args.keep_cluster or args.kind_image or args.kind_name != "draconf":
             raise DraconfError("--keep-cluster, --kind-name and --kind-image go with --target kind")
@@ -104,7 +106,6 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if not SUITES_DIR.is_dir():
         raise DraconfError(f"the suites directory {SUITES_DIR} is missing: this draconf was built "
                            "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
-    run_args.refuse_reserved(pytest_args)  # bad input: before any bed or report
     if args.target == "testbed" and not getattr(args, "image", None):
         args.image = run_args.bed_workload_image(cli_testbed.bed_of(args))
     reports = Path(args.reports).resolve()
@@ -401,7 +402,8 @@ exit codes:
       refused); nothing was created
   {TargetUnusable.exit_code}  the target cannot be used at all (unreachable, untrusted, credentials rejected)
   {EXIT_INTERRUPTED} interrupted (Ctrl-C or SIGTERM), before or during the run
-options draconf does not know go to pytest (-k, -m, -n N, -x ...)."""
+options draconf does not know go to pytest (-k, -m, -n N, -x ...); draconf's own go before `--`
+(after it, where pytest's plugins would read them, they are refused as bad input)."""
 
 
 def exit_codes(ok: str, findings: str | None = None, summary: bool = False) -> str:
@@ -545,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", metavar="BASELINE",
                    help="after the run, compare with a saved baseline; regressions fail the run")
     with_gate_rules(p)
-    p.set_defaults(func=cmd_run, passthrough=True)
+    p.set_defaults(func=cmd_run, passthrough=True, own_options=run_args.own_options(p))
 
     def reading(name: str, help_: str, in_list: bool = True):
         """A command that reads a cluster: its exit codes in its --help (and in the list)."""

@@ -1,15 +1,17 @@
 """What ``draconf run`` hands to pytest, checked before any cluster is touched: which target
 its cluster options name (:func:`resolve_target`), the plugin's own option names
-(:func:`plugin_args`), none of them given again behind its back (:func:`refuse_reserved`),
-what pytest makes of the arguments (:func:`check_selection`), and the
-workload image a bed of NVIDIA's own driver needs (:func:`bed_workload_image`)."""
+(:func:`plugin_args`), none of them given again behind its back and none of draconf's own after
+``--`` (:func:`refuse_reserved`), what pytest makes of the arguments (:func:`check_selection`),
+and the workload image a bed of NVIDIA's own driver needs (:func:`bed_workload_image`)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
 import sys
+from typing import Iterable
 
 from draconf.errors import DraconfError
 
@@ -67,13 +69,15 @@ def plugin_args(args) -> list[str]:
 REPORT_OPTIONS = ("--junitxml", "--junit-xml", "--alluredir", "--log-file", "--draconf-reports")
 
 
-def refuse_reserved(pytest_args: list[str]) -> None:
+def refuse_reserved(pytest_args: list[str], own_options: Iterable[str] = ()) -> None:
     """Bad input: an option the run hands to pytest itself, given again among the arguments
     for pytest (the later one wins there, so ``--draconf-kubeconfig=F`` would send the run to
-    another cluster than the one it printed; ``--junitxml`` would split the reports).  Said
-    with draconf's own flag for it.
+    another cluster than the one it printed; ``--junitxml`` would split the reports), or one of
+    ``draconf run``'s own options (``own_options``) given after ``--``, which hands it to pytest,
+    where a plugin's option of that name takes it silently (pytest-kind's ``--kubeconfig``,
+    pytest-profiling's ``--profile``) or pytest refuses it.  Said with draconf's own flag for it.
 
-    >>> refuse_reserved(["-k", "mig", "-x"])
+    >>> refuse_reserved(["-k", "mig", "-x"], own_options=["--kubeconfig"])
     >>> refuse_reserved(["--draconf-kubeconfig=other"])
     Traceback (most recent call last):
     ...
@@ -82,7 +86,12 @@ def refuse_reserved(pytest_args: list[str]) -> None:
     Traceback (most recent call last):
     ...
     draconf.errors.DraconfError: --junitxml is set by draconf run (the reports go together): give --reports DIR instead
+    >>> refuse_reserved(["--", "--kubeconfig=F"], own_options=["--kubeconfig", "--context"])
+    Traceback (most recent call last):
+    ...
+    draconf.errors.DraconfError: --kubeconfig is an option of draconf run, not pytest's: give it before `--` (after it, it goes to pytest, where a plugin may take it)
     """
+    own = set(own_options)
     for arg in pytest_args:
         name = arg.split("=", 1)[0]
         if name in REPORT_OPTIONS:
@@ -90,6 +99,21 @@ def refuse_reserved(pytest_args: list[str]) -> None:
         if name.startswith("--draconf-"):
             raise DraconfError(f"{name} is draconf run's own option for pytest: give "
                                f"--{name.removeprefix('--draconf-')} instead")
+        if name in own:
+            raise DraconfError(f"{name} is an option of draconf run, not pytest's: give it before `--` "
+                               "(after it, it goes to pytest, where a plugin may take it)")
+
+
+def own_options(parser) -> tuple[str, ...]:
+    """Every option string of ``draconf run``'s parser but its help: what must not reach pytest.
+
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(); _ = p.add_argument("--kubeconfig"); _ = p.add_argument("-k", "--keep")
+    >>> own_options(p)
+    ('--kubeconfig', '-k', '--keep')
+    """
+    return tuple(option for action in parser._actions if not isinstance(action, argparse._HelpAction)
+                 for option in action.option_strings)
 
 
 def check_selection(base: list[str], pytest_args: list[str], judge_selection: bool = True) -> None:

@@ -97,3 +97,33 @@ def test_an_option_the_run_sets_itself_is_refused_before_any_bed_starts(tmp_path
         assert code == EXIT_BAD_INPUT and err.startswith("draconf: error: ") and f"give {ours} instead" in err, err
     assert not (tmp_path / "state").exists() and not (tmp_path / "reports").exists()
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_draconfs_own_run_options_after_the_separator_are_refused_before_anything_starts(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """`draconf run -- --kubeconfig F` handed --kubeconfig F to pytest, where pytest-kind-ng's
+    option of that name took it silently and the run went to $KUBECONFIG's cluster.  Every
+    option of draconf run's own after `--` is bad input, said in one line: nothing started.
+    (The run's own target is a server that refuses connections: were the options let through,
+    the run would end there, exit 12, rather than start a bed.)"""
+    monkeypatch.setenv("DRACONF_STATE_DIR", str(tmp_path / "state"))
+    refusing = tmp_path / "kubeconfig"
+    refusing.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    for given in (["--kubeconfig", str(tmp_path / "kc")], ["--context=staging"], ["-x", "--profile", "example"],
+                  ["--image", "mirror/ubuntu:24.04"], ["--target", "kind"], ["--reruns=2"], ["--every-node"]):
+        code = cli.main(["run", "--kubeconfig", str(refusing), "--reports", str(tmp_path / "reports"), "--", *given])
+        err = capsys.readouterr().err
+        name = next(a for a in given if a.startswith("--")).split("=")[0]
+        assert code == EXIT_BAD_INPUT, (given, err)
+        assert err == (f"draconf: error: {name} is an option of draconf run, not pytest's: give it before "
+                       "`--` (after it, it goes to pytest, where a plugin may take it)\n"), err
+    assert not (tmp_path / "state").exists() and not (tmp_path / "reports").exists()
+
+
+def test_the_same_options_before_the_separator_are_draconfs():
+    args, rest = cli.build_parser().parse_known_args(["run", "--kubeconfig", "kc", "--", "-x"])
+    run_args.refuse_reserved(rest, args.own_options)  # -x is pytest's: no error
+    assert args.kubeconfig == "kc" and "--kubeconfig" in args.own_options and "--help" not in args.own_options
