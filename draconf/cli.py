@@ -126,9 +126,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}", "--clean-alluredir",
         f"--draconf-reports={reports}",
-        "-o", "log_cli=true", "--log-cli-level=INFO", "-o", "log_cli_format=%(asctime)s %(message)s",
-        # What the terminal leaves out (a failure's traceback, the client's errors in full).
-        f"--log-file={reports / 'debug.log'}", "--log-file-level=DEBUG",
+        *log_options(reports),
         "-rfEs",
     ]
     if args.reruns:
@@ -175,6 +173,16 @@ def _run_suite(args, pytest_args: list[str]) -> int:
         counts = ", ".join(f"{n} {outcome}" for outcome, n in summary["totals"].items() if n)
         print(f"draconf: {_last_word(code, summary.get('verdict'))} ({counts or ('none finished' if code == EXIT_INTERRUPTED else 'no tests')}); exit {code}")
     return code
+
+
+def log_options(reports: Path) -> list[str]:
+    """How a run logs: INFO and above on the terminal, live and in a failure's captured log;
+    everything in ``REPORTS/debug.log``, with what the terminal leaves out (a failure's or a
+    diagnosis's traceback and the client's errors in full, logged at DEBUG).  ``log_level`` is
+    set here, not left to an ini file: an installed draconf's suites have none, and pytest's
+    captured log would then show DEBUG records (tracebacks) in the terminal's failure reports."""
+    return ["-o", "log_cli=true", "--log-cli-level=INFO", "-o", "log_cli_format=%(asctime)s %(message)s",
+            "-o", "log_level=INFO", f"--log-file={reports / 'debug.log'}", "--log-file-level=DEBUG"]
 
 
 def _build_html(reports: Path) -> None:

@@ -82,7 +82,11 @@ def diagnose(api, profile, namespace: str | None, error: BaseException | str | N
         code, reason = classify(facts)
         ev = evidence(snap, facts, code, reason)
     except Exception as err:  # noqa: BLE001 - the diagnosis must not replace the test's own failure
-        log.exception("diagnosis failed")
+        # The traceback at DEBUG: the debug log has it (draconf run's debug.log), the terminal's
+        # live log (INFO and above) gets one line.
+        log.debug("diagnosis of %s failed", namespace, exc_info=True)
+        log.warning("the diagnosis of %s failed (%s); the debug log has its traceback", namespace,
+                    describe_error(err))
         # Its own code: not "timeout" (which --reruns retries and may end as FLAKY, exit 0).
         code, reason = "diagnosis-error", f"The diagnosis itself failed ({describe_error(err)}): read the test's message."
         ev = {"diagnosis": f"[{code}] {reason}"}
@@ -142,6 +146,9 @@ def record_failure_diagnosis(item, exc: BaseException) -> Diagnosis | None:
             result = Diagnosis(own.group(1), said[:600] or result.reason, result.evidence)
         record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
         return result
-    except Exception:  # noqa: BLE001
-        log.exception("could not diagnose %s", getattr(item, "nodeid", item))
+    except Exception as err:  # noqa: BLE001
+        # As in diagnose(): the traceback to the debug log only, one line to the terminal.
+        nodeid = getattr(item, "nodeid", item)
+        log.debug("could not diagnose %s", nodeid, exc_info=True)
+        log.warning("could not diagnose %s (%s); the debug log has the traceback", nodeid, describe_error(err))
         return None

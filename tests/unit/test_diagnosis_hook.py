@@ -302,3 +302,52 @@ def test_a_server_still_too_busy_after_the_retries_is_api_throttled_not_timeout(
     # The suite's own words are not the server's answer.
     facts.failure = Failure.of(AssertionError("the API server answered 429 Too Many Requests"))
     assert classify(facts)[0] != "api-throttled"
+
+
+BROKEN_DIAGNOSIS_CONFTEST = """
+import pytest
+from draconf import diagnosis
+from draconf.reporting import ReportingPlugin, pytest_addoption  # noqa: F401
+
+def _gather(api, profile, namespace):
+    raise ValueError("gather broke")
+
+def _diagnose_item(item, exc):
+    if "recording" in item.name:
+        raise KeyError("hook broke")
+    return diagnosis.diagnose(object(), None, "ns-x", exc)
+
+def pytest_configure(config):
+    config.pluginmanager.register(ReportingPlugin(config), "draconf-reporting")
+    diagnosis.gather, diagnosis.diagnose_item = _gather, _diagnose_item
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except BaseException as exc:
+        diagnosis.record_failure_diagnosis(item, exc)
+        raise
+"""
+
+
+def test_a_crashing_diagnosis_keeps_its_traceback_for_the_debug_log(pytester, monkeypatch):
+    """log.exception put the diagnosis's own traceback in the live log (INFO and above): with
+    draconf run's log options the terminal gets one warning line, debug.log the traceback."""
+    from draconf.cli import log_options
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(BROKEN_DIAGNOSIS_CONFTEST)
+    pytester.makepyfile(test_crash="def test_diagnosing():\n    assert False, 'x'\n\n"
+                                   "def test_recording():\n    assert False, 'y'\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--draconf-reports=out",
+                                           *log_options(pytester.path / "out"))
+    result.assert_outcomes(failed=2)
+    terminal = result.stdout.str()
+    assert "the diagnosis of ns-x failed (ValueError: gather broke); the debug log has its traceback" in terminal
+    assert ("could not diagnose test_crash.py::test_recording (KeyError: 'hook broke'); the debug log has "
+            "the traceback") in terminal
+    assert "Traceback" not in terminal and 'raise ValueError("gather broke")' not in terminal
+    debug = (pytester.path / "out" / "debug.log").read_text()
+    assert "diagnosis of ns-x failed\nTraceback (most recent call last)" in debug
+    assert "could not diagnose test_crash.py::test_recording\nTraceback (most recent call last)" in debug
+    assert 'raise ValueError("gather broke")' in debug and "raise KeyError(\"hook broke\")" in debug
