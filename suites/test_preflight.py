@@ -8,8 +8,10 @@ Outcomes:
 
 * a blocking check the cluster fails -> **failed**, with the check's diagnosis code and
   evidence (``[code] summary``);
-* a check that could not reach a verdict (e.g. RBAC forbids a read) -> **broken**: the message
-  names the missing permission;
+* a check that could not reach a verdict -> **broken**: RBAC forbids a read
+  (``permission-denied``, the message names the missing permission), the API server kept
+  answering 429 or 5xx after the client's retries (``api-throttled``), or another answer
+  (which the diagnosis reads);
 * a check with nothing to look at (no GPUCluster CRD on a standalone driver install) is
   **skipped** with the reason;
 * info checks (optional DeviceClasses) are not tests: they cannot fail a run, so a test of them
@@ -39,15 +41,18 @@ def test_preflight(request, preflight, check_name):
     if result.unreachable:
         pytest.exit(f"draconf: {result.summary}", returncode=EXIT_TARGET_UNUSABLE)
     if result.inconclusive:
-        if "403 Forbidden" in result.evidence:
-            # Forbidden, not slow: the row says which permission (permission-denied).
-            record_diagnosis(request.node, "permission-denied", result.evidence)
+        # Read from the server's answer: forbidden, not slow (permission-denied, the row names
+        # the permission); a 429 or 5xx that stood after the retries (api-throttled), not a
+        # timeout.  The row's summary is the reason every channel gives.
+        if result.no_verdict_code:
+            record_diagnosis(request.node, result.no_verdict_code, result.evidence, reason=result.summary)
+        # The answers go with the exception: a diagnosis of any other answer reads them.
         raise checks.Inconclusive(f"{check_name} could not be evaluated: {result.summary}",
-                                     result.evidence)
+                                  result.evidence, answers=result.answers)
     if not result.applicable:
         pytest.skip(result.summary)
     if result.ok:
         return
-    record_diagnosis(request.node, result.diagnosis, result.evidence)
+    record_diagnosis(request.node, result.diagnosis, result.evidence, reason=result.summary)
     # The verdict is the row itself: one line, no test source or traceback around it.
     pytest.fail(diagnosis_prefix(result.diagnosis) + result.summary, pytrace=False)

@@ -1,15 +1,18 @@
 """Reading the API for a check, with API trouble turned into a verdict: :func:`read` raises
 :class:`Inconclusive` naming the missing RBAC permission (403), rejected credentials (401), an
-untrusted certificate or an unreachable server, never a traceback."""
+untrusted certificate or an unreachable server, never a traceback; an API server's answer goes
+with it as data (:class:`draconf.answers.ServerAnswer`), for the code of the row and its
+diagnosis."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from draconf.answers import ServerAnswer
 from draconf.errors import server_message
 
 #: Seconds any single preflight request may take (an unroutable server must not hang the run).
@@ -17,14 +20,17 @@ REQUEST_TIMEOUT = 20
 
 
 class Inconclusive(Exception):
-    """Raised while reading: the check cannot reach a verdict; ``str(err)`` says why."""
+    """Raised while reading: the check cannot reach a verdict; ``str(err)`` says why.
+    ``answers``: the API server's answers that turned the reads away (what
+    :func:`draconf.answers.carried_by`, and so the diagnosis, reads of it)."""
 
     def __init__(self, summary: str, evidence: Mapping[str, str] | None = None,
-                 unreachable: bool = False):
+                 unreachable: bool = False, answers: Iterable[ServerAnswer] = ()):
         super().__init__(summary)
         self.summary = summary
         self.evidence = dict(evidence or {})
         self.unreachable = unreachable
+        self.answers = tuple(answers)
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,16 @@ def read(access: Access, call: Callable, *args, not_found_ok: bool = False,
     """``call(*args, **kwargs)`` with a request timeout; API trouble becomes :class:`Inconclusive`.
 
     A 404 returns None when ``not_found_ok``; any other 404 and any non-403 error status
-    also become Inconclusive (the check could not read what it needs).
+    also become Inconclusive (the check could not read what it needs), carrying the answer.
+
+    >>> def busy(_request_timeout=None):
+    ...     raise ApiException(status=429, reason="Too Many Requests")
+    >>> try:
+    ...     read(Access("list", "nodes"), busy)
+    ... except Inconclusive as err:
+    ...     print(err.summary); print(err.answers[0].throttled)
+    the API server answered 429 Too Many Requests to `list` on nodes: 429 Too Many Requests
+    True
     """
     try:
         return call(*args, _request_timeout=request_timeout, **kwargs)
@@ -67,14 +82,15 @@ def read(access: Access, call: Callable, *args, not_found_ok: bool = False,
         if err.status == 404 and not_found_ok:
             return None
         message = server_message(err)
+        answers = (ServerAnswer.of(err),)
         if err.status == 403:
-            raise Inconclusive(forbidden_summary(access), {"403 Forbidden": message}) from None
+            raise Inconclusive(forbidden_summary(access), {"403 Forbidden": message}, answers=answers) from None
         if err.status == 401:
             raise Inconclusive("unauthorized: the API server rejected the credentials in the "
                                "kubeconfig (expired token or certificate?); refresh them and rerun",
-                               {"401 Unauthorized": message}, unreachable=True) from None
+                               {"401 Unauthorized": message}, unreachable=True, answers=answers) from None
         raise Inconclusive(f"the API server answered {err.status} {err.reason} to {access}: "
-                           f"{message}", {f"{err.status} {err.reason}": message}) from None
+                           f"{message}", {f"{err.status} {err.reason}": message}, answers=answers) from None
     except (urllib3.exceptions.HTTPError, OSError) as err:
         host = _host_of(call)
         if "CERTIFICATE_VERIFY_FAILED" in str(err) or isinstance(

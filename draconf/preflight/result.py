@@ -4,8 +4,10 @@ tables come from :mod:`draconf.tables`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping
+
+from draconf.answers import ServerAnswer
 
 BLOCKING = "blocking"
 INFO = "info"
@@ -36,10 +38,13 @@ class CheckResult:
     #: the GPU nodes a failure is confined to (its plugin down there, no slices, devices
     #: lacking attributes); empty: it concerns the whole cluster.  See :mod:`draconf.nodescope`.
     nodes: tuple[str, ...] = ()
+    #: the API server's answers that kept an inconclusive check from its verdict (a 403, a 429
+    #: or 5xx that stood after the client's retries), as the server gave them.
+    answers: tuple[ServerAnswer, ...] = ()
 
     def as_dict(self) -> dict:
         """Plain data (JSON), for sharing one reading between processes."""
-        return {**self.__dict__, "nodes": list(self.nodes)}
+        return {**self.__dict__, "nodes": list(self.nodes), "answers": [asdict(a) for a in self.answers]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CheckResult":
@@ -48,8 +53,35 @@ class CheckResult:
         >>> r = CheckResult("kubelet-plugin", False, BLOCKING, "down on n1", "plugin-unhealthy", nodes=("n1",))
         >>> CheckResult.from_dict(r.as_dict()) == r
         True
+        >>> r = CheckResult("resource-slices", False, BLOCKING, "busy", inconclusive=True,
+        ...                 answers=(ServerAnswer(429, "slow down", "Too Many Requests"),))
+        >>> CheckResult.from_dict(r.as_dict()) == r
+        True
         """
-        return cls(**{**data, "nodes": tuple(data.get("nodes") or ())})
+        return cls(**{**data, "nodes": tuple(data.get("nodes") or ()),
+                      "answers": tuple(ServerAnswer(**a) for a in data.get("answers") or ())})
+
+    @property
+    def no_verdict_code(self) -> str | None:
+        """The diagnosis code of what kept an inconclusive check from its verdict, read from the
+        server's answers: ``permission-denied`` for a 403 (forbidden, not slow),
+        ``api-throttled`` for a 429 or 502/503/504 that stood after the client's retries (a
+        busy server).  None for any other: the diagnosis reads the cluster.
+
+        >>> busy = CheckResult("device-class", False, BLOCKING, "...", inconclusive=True,
+        ...                    answers=(ServerAnswer(503, "", "Service Unavailable"),))
+        >>> busy.no_verdict_code
+        'api-throttled'
+        >>> CheckResult("device-class", False, BLOCKING, "...", inconclusive=True,
+        ...             answers=(ServerAnswer(500, "etcd broke", "Internal Server Error"),)).no_verdict_code
+        """
+        if not self.inconclusive:
+            return None
+        if any(a.status == 403 for a in self.answers):
+            return "permission-denied"
+        if any(a.throttled for a in self.answers):
+            return "api-throttled"
+        return None
 
     @property
     def blocking(self) -> bool:

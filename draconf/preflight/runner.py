@@ -31,7 +31,7 @@ def check(name: str, severity: str = BLOCKING, requires: str | None = None):
                     result = fn(api, profile)
             except Inconclusive as err:
                 result = CheckResult(name, False, severity, err.summary, None, err.evidence,
-                                     inconclusive=True, unreachable=err.unreachable)
+                                     inconclusive=True, unreachable=err.unreachable, answers=err.answers)
             result.name, result.severity = name, severity
             return result
 
