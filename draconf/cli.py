@@ -108,8 +108,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
                            "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
     if args.target == "testbed" and not getattr(args, "image", None):
         args.image = run_args.bed_workload_image(cli_testbed.bed_of(args))
-    reports = Path(args.reports).resolve()
-    reports.mkdir(parents=True, exist_ok=True)
+    reports = Path(args.reports).resolve()  # made once the target is known to answer
     # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
     pytest_args = [a for a in pytest_args if a != "--"]
     # Test files or node ids select those tests, as with pytest; otherwise the whole suite.
@@ -142,6 +141,7 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     run_args.check_selection([a for a in selection if a not in reads_cluster], pytest_args,
                      judge_selection=not set(reads_cluster) & set(selection))
     _prepare_target(args)
+    reports.mkdir(parents=True, exist_ok=True)
     code = int(pytest.main(argv + pytest_args))
     # pytest's own codes that mean something else in draconf's table (RUN_EXIT_CODES).
     if code == pytest.ExitCode.INTERRUPTED:
