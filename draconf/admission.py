@@ -88,28 +88,28 @@ class AdmissionDenied(Failed):
 AdmissionDenied.__module__ = "builtins"  # as NoVerdict: the message, no module path
 
 
-def acts_on_pod_create(rules: list[dict] | None) -> bool:
+def acts_on_create(rules: list[dict] | None, group: str, resource: str) -> bool:
     """Whether admission rules (a policy's ``matchConstraints.resourceRules``, a webhook's
-    ``rules``) cover creating pods.
+    ``rules``) cover creating ``resource`` of API ``group`` ("" for the core group).
 
-    >>> acts_on_pod_create([{"apiGroups": [""], "resources": ["pods"], "operations": ["CREATE"]}])
+    >>> acts_on_create([{"apiGroups": [""], "resources": ["pods"], "operations": ["CREATE"]}], "", "pods")
     True
-    >>> acts_on_pod_create([{"apiGroups": ["*"], "resources": ["*"], "operations": ["*"]}])
+    >>> acts_on_create([{"apiGroups": ["*"], "resources": ["*"], "operations": ["*"]}], "resource.k8s.io", "resourceclaims")
     True
-    >>> acts_on_pod_create([{"apiGroups": [""], "resources": ["namespaces"], "operations": ["CREATE"]}])
+    >>> acts_on_create([{"apiGroups": [""], "resources": ["namespaces"], "operations": ["CREATE"]}], "", "pods")
     False
     """
     for rule in rules or []:
-        if ({"", "*"} & set(rule.get("apiGroups") or [])) and ({"pods", "*"} & set(rule.get("resources") or [])) \
+        if ({group, "*"} & set(rule.get("apiGroups") or [])) and ({resource, "*"} & set(rule.get("resources") or [])) \
                 and ({"CREATE", "*"} & set(rule.get("operations") or [])):
             return True
     return False
 
 
-def pod_mutators(api) -> list[str]:
-    """The mutating admission policies and webhooks of the cluster that act on pod creates:
-    who may have rewritten the suite's pods (read when a pod differs from what was applied;
-    what could not be read is said, not guessed)."""
+def mutators(api, group: str, resources: tuple[str, ...]) -> list[str]:
+    """The mutating admission policies and webhooks of the cluster that act on creates of any of
+    ``resources`` (of API ``group``): who may have rewritten what the suite applied (read when a
+    live object differs from it; what could not be read is said, not guessed)."""
     found = []
     reads = (("MutatingAdmissionPolicy", lambda: api.admission.list_mutating_admission_policy(),
               lambda obj: [(None, (obj.get("spec") or {}).get("matchConstraints", {}).get("resourceRules"))]),
@@ -124,6 +124,6 @@ def pod_mutators(api) -> list[str]:
         for item in items:
             obj = api.api_client.sanitize_for_serialization(item)
             for webhook, rules in rules_of(obj):
-                if acts_on_pod_create(rules):
+                if any(acts_on_create(rules, group, resource) for resource in resources):
                     found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else ""))
     return found

@@ -291,7 +291,7 @@ class DeployedWorkload(StartVerdicts):
         (every promise :mod:`draconf.allocation` names), judged on one reading of the cluster
         (``reading``: one :meth:`allocation_snapshot` the caller took, default a new one)."""
         snapshot = reading or self.allocation_snapshot(published)
-        self.assert_pods_as_applied(snapshot.pods)
+        self.assert_pods_as_applied(snapshot.pods, snapshot.claims)
         judgement = allocation.judge(
             snapshot, expected_pods=self.workload.expected_pods,
             extended_resources=self.workload.extended_resources,
@@ -316,10 +316,11 @@ class DeployedWorkload(StartVerdicts):
                     return spec
         return None
 
-    def assert_pods_as_applied(self, pods: list[Pod]) -> None:
-        """Every live pod asks for the claims, requests and GPU limits the suite applied, and
-        some pod asks for a device at all: otherwise a mutating webhook or policy rewrote them,
-        and whatever runs proves nothing about the GPUs (``spec-altered``)."""
+    def assert_pods_as_applied(self, pods: list[Pod], claims: Mapping[str, Claim]) -> None:
+        """Every live pod asks for the claims, requests and GPU limits the suite applied, every
+        live claim for the devices its ResourceClaim or ResourceClaimTemplate asked, and some
+        pod asks for a device at all: otherwise a mutating webhook or policy rewrote them, and
+        whatever runs proves nothing about the GPUs (``spec-altered``)."""
         found, asking = [], False
         for pod in pods:
             spec = self.applied_spec(pod)
@@ -327,16 +328,26 @@ class DeployedWorkload(StartVerdicts):
                 continue
             found += applied.differences(spec, pod.spec, pod.name)
             asking = asking or applied.asks_for_devices(pod.spec)
-        if found or (pods and not asking):
-            mutators = admission.pod_mutators(self.api)
-            who = ("; mutating admission acting on pod creates: " + ", ".join(mutators)) if mutators \
-                else "; no mutating admission policy or webhook acting on pod creates was found"
-        if found:
-            raise AssertionError(SPEC_ALTERED + "the pods do not ask for what the suite applied (an "
-                                 "admission webhook or policy changed them): " + "; ".join(found) + who)
+        altered_claims = applied.claim_differences(self.documents, pods, claims)
+        # Who may have done it first (what the operator acts on), then what differs.
+        if found or altered_claims:
+            raise AssertionError(SPEC_ALTERED + "the pods and claims do not ask for what the suite applied "
+                                 f"({self._mutators_named(pods=bool(found), claims=bool(altered_claims))}): "
+                                 + "; ".join(found + altered_claims))
         if pods and not asking:
-            raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a device ("
-                                 + ", ".join(p.name for p in pods) + "), so no allocation can be judged" + who)
+            raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a device "
+                                 f"({self._mutators_named(pods=True, claims=False)}): "
+                                 + ", ".join(p.name for p in pods) + " ask for none, so no allocation can be judged")
+
+    def _mutators_named(self, pods: bool, claims: bool) -> str:
+        """Who may have rewritten the pods or claims: the mutating admission acting on creating them."""
+        what = " and ".join(w for w, asked in (("pod", pods), ("claim", claims)) if asked)
+        found = (admission.mutators(self.api, "", ("pods",)) if pods else []) + (
+            admission.mutators(self.api, "resource.k8s.io", ("resourceclaims", "resourceclaimtemplates"))
+            if claims else [])
+        if found:
+            return f"mutating admission acting on {what} creates: " + ", ".join(dict.fromkeys(found))
+        return f"no mutating admission policy or webhook acting on {what} creates was found"
 
     def allocation_snapshot(self, published: PublishedDevices,
                             classes_read: Mapping[str, list[str] | None] | None = None) -> allocation.Snapshot:
@@ -390,7 +401,7 @@ class DeployedWorkload(StartVerdicts):
             f"found {len(pods)} ({'; '.join(p.summary() for p in pods)})")
         claims = self.claims() if reading is None else dict(reading.claims)
         injection = self.profile.injection
-        self.assert_pods_as_applied(pods)
+        self.assert_pods_as_applied(pods, claims)
         readings = []
         for pod in pods:
             for container in pod.containers:

@@ -30,11 +30,13 @@ DIAGNOSES: dict[str, str] = {
         "(`kubectl -n kube-system get lease kube-controller-manager`); the workloads after it got "
         "no verdict.",
     "spec-altered":
-        "The workload's pods do not ask for what the suite applied: a claim, a container's "
-        "resources.claims or a GPU limit is missing or different on the live pod, so it ran "
-        "without the GPU it was written to have. A mutating admission webhook or policy changed "
-        "it: check `kubectl get mutatingwebhookconfigurations,mutatingadmissionpolicies` and "
-        "the pod's managedFields, and exempt DRA pods' resourceClaims from the mutation.",
+        "The workload's pods or claims do not ask for what the suite applied: a claim, a "
+        "container's resources.claims or a GPU limit is missing or different on the live pod, or "
+        "a claim's request asks for another count, class or selectors than its manifest, so it "
+        "ran without the GPUs it was written to have. A mutating admission webhook or policy "
+        "changed it: check `kubectl get mutatingwebhookconfigurations,mutatingadmissionpolicies` "
+        "and the object's managedFields, and exempt GPU workloads' pods and claims from the "
+        "mutation.",
     "diagnosis-error":
         "The check failed, and reading the cluster to explain why failed too: the test's own "
         "message is the evidence. The debug log (draconf.diagnosis) has the diagnosis's error; "

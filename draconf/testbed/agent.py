@@ -55,7 +55,7 @@ from draconf.kube import connect, unread
 from draconf.reflector import Reflector
 from draconf.testbed import faults as faults_mod
 from draconf.testbed.driver_objects import (DRIVER_IDENTITY, admin_access_everywhere_policy,
-                                            claims_stripped_policy, driver_rbac, resource_slice)
+                                            claims_stripped_policy, claim_count_lowered_policy, driver_rbac, resource_slice)
 from draconf.testbed.kwok_config import SIMULATE_ANNOTATION, PodIPs, running_status
 from draconf.testbed.kwok_containers import EXTENDED_CLAIM, KwokContainers
 from draconf.testbed.nvidia import (DEVICE_CLASSES, DRIVER, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE,
@@ -153,6 +153,8 @@ class Agent:
             self._create_policy(admin_access_everywhere_policy())
         if "claims-stripped" in self.faults:
             self._create_policy(claims_stripped_policy())
+        if "claim-count-lowered" in self.faults:
+            self._create_policy(claim_count_lowered_policy())
         self._wait_until_granted()
         log.info("install complete: %d GPU nodes, faults=%s", len(self.gpu_nodes),
                  sorted(self.faults) or "none")
@@ -258,7 +260,7 @@ class Agent:
         """An admin's cluster policy, through the API server's own MutatingAdmissionPolicy
         (admissionregistration.k8s.io/v1): admin-access-everywhere labels every new namespace
         for admin access ("let monitoring work everywhere"); claims-stripped removes the claims
-        of the suite's pods."""
+        of the suite's pods; claim-count-lowered makes the suite's claims ask for one device."""
         from kubernetes.dynamic import DynamicClient
         dynamic = DynamicClient(self.admin.api_client)
         for body in docs:

@@ -119,6 +119,41 @@ def claims_stripped_policy() -> list[dict]:
     ]
 
 
+#: Sets every device request's count above 1 to 1, by index (transformList gives it).
+ONE_DEVICE_EACH = ('object.spec.devices.requests.transformList(i, r, '
+                   'has(r.exactly) && has(r.exactly.count) && r.exactly.count > 1, '
+                   'JSONPatch{op: "replace", path: "/spec/devices/requests/" + string(i) + "/exactly/count", '
+                   'value: 1})')
+
+
+def claim_count_lowered_policy() -> list[dict]:
+    """A MutatingAdmissionPolicy and its binding that make every claim created in the suite's
+    namespaces ask for one device per request (an admin's "one GPU per test claim" rule): the
+    claims made from a template asking for two GPUs are allocated one, and a check that judged
+    the live claim alone would find it right.
+
+    >>> policy, binding = claim_count_lowered_policy()
+    >>> policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"], binding["spec"]["policyName"]
+    (['resourceclaims'], 'lower-gpu-count-in-test-namespaces')
+    """
+    name = "lower-gpu-count-in-test-namespaces"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": ["resourceclaims"]}]},
+                  "matchConditions": [{"name": "asks-for-more-than-one", "expression":
+                                       "object.spec.devices.requests.exists(r, has(r.exactly) && "
+                                       "has(r.exactly.count) && r.exactly.count > 1)"}],
+                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": ONE_DEVICE_EACH}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name,
+                  "matchResources": {"namespaceSelector": {"matchLabels": dict(SUITE_NAMESPACE_LABEL)}}}},
+    ]
+
+
 #: What the agent runs as once the install is done (a key of :data:`pki.IDENTITIES`).
 DRIVER_IDENTITY = "nvidia-dra-driver"
 #: Its ServiceAccount: the identity's user name is that ServiceAccount's.

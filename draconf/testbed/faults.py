@@ -43,6 +43,9 @@ FAULTS: dict[str, str] = {
     "claims-stripped":
         "a MutatingAdmissionPolicy made by an admin removes resourceClaims from every pod created in "
         "the suite's namespaces: the pods run, without any GPU",
+    "claim-count-lowered":
+        "a MutatingAdmissionPolicy made by an admin lowers every device request's count to 1 in the "
+        "claims created in the suite's namespaces: a pod written for two GPUs runs on one",
     "quota-not-enforced":
         "kube-apiserver runs without the ResourceQuota admission plugin",
     "clusterpolicy-conflict":

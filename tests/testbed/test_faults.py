@@ -527,6 +527,16 @@ def test_claims_stripped(start_fault_bed):
     assert not any((c.get("resources") or {}).get("claims") for c in pod.spec["containers"])
 
 
+def test_claim_count_lowered(start_fault_bed):
+    """The admin's policy makes the suite's claims ask for one device: a pod written for two GPUs
+    (05-two-gpus.yaml) runs with its generated claim asking for, and allocated, one."""
+    bed, api = start_fault_bed("claim-count-lowered")
+    deployed = deploy(api, Workload("two-gpu", ["05-two-gpus.yaml"], 1))
+    (pod,) = deployed.wait_running(timeout=60)
+    claim = Claim.read(api, pod.namespace, pod.generated_claim_names()[0])
+    assert [r["exactly"]["count"] for r in claim.requests] == [1] and len(claim.results) == 1
+
+
 @pytest.mark.skipif(not REAL_NODES, reason="the fault is the real plugin's, on one node")
 @pytest.mark.parametrize("fault", ["one-node-refuses-prepare", "one-node-wrong-device", "one-gpu-bad"])
 def test_one_node_faults_act_on_that_node_only(fault, start_fault_bed):
