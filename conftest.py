@@ -8,6 +8,9 @@ fails naming it, as a newcomer's first run would otherwise quietly do less.
 
 **Fast lanes first.**  The doctests and unit tests (a minute, no bed) run before the tests
 that start beds, so a broken unit shows in the first minute, not after the fault matrix.
+CI runs that lane on its own before it builds anything, then sets
+``DRACONF_FAST_LANE_DONE=1`` so that the full run does not run it a second time (its tests are
+deselected, and say so).
 
 **A hang names its test.**  Every test of the project's own run has a timeout (pytest-timeout,
 ``SELF_TEST_TIMEOUT`` unless it sets its own ``timeout`` mark): a wait that never ends fails
@@ -57,8 +60,13 @@ def pytest_collection_modifyitems(session, config, items):
             if item.nodeid.startswith(("tests/", "draconf/")) and item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(SELF_TEST_TIMEOUT))
     # A stable partition: each lane keeps the order pytest and the plugins gave it.
-    items[:] = [i for i in items if i.nodeid.startswith(_FAST)] + \
-        [i for i in items if not i.nodeid.startswith(_FAST)]
+    fast = [i for i in items if i.nodeid.startswith(_FAST)]
+    rest = [i for i in items if not i.nodeid.startswith(_FAST)]
+    if os.environ.get("DRACONF_FAST_LANE_DONE") == "1" and rest:
+        config.hook.pytest_deselected(items=fast)
+        items[:] = rest
+    else:
+        items[:] = fast + rest
 
 
 def pytest_runtest_logreport(report):
