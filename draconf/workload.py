@@ -186,11 +186,16 @@ class DeployedWorkload(StartVerdicts):
             self.wait_running()
         except ControlPlaneStalled as err:
             return Start(self, str(err), stalled=err.code, cause=startup.STALLED)
-        except waits.TerminalState as err:
-            return Start(self, str(err), cause=self.start_cause, answers=self.start_answers)
         except waits.WaitFailed as err:
-            return Start(self, str(err), cause=startup.TIMEOUT)
+            return self.not_started(err)
         return Start(self)
+
+    def not_started(self, err: waits.WaitFailed) -> Start:
+        """The :class:`Start` of a wait for the pods that ended with them not running: the
+        cluster's verdict that ended it early (as data), or the timeout."""
+        if isinstance(err, waits.TerminalState):
+            return Start(self, str(err), cause=self.start_cause, answers=self.start_answers)
+        return Start(self, str(err), cause=startup.TIMEOUT)
 
     # --- observing ---------------------------------------------------------------------------
     def pods(self, include_deleting: bool = False) -> list[Pod]:
@@ -634,14 +639,21 @@ def prove_allocatable(api, namespace: str, devices: list, profile: Profile,
         assert got == sorted(d.key for d in group), (
             f"probe for the freed devices got {got}, expected {sorted(d.key for d in group)}")
         # Allocated is the scheduler's part; a driver that said "unprepared" but still holds
-        # the device refuses it here, on the node: only a running pod proves it reusable.
+        # the device refuses it here, on the node: only a running pod proves it reusable.  Its
+        # start is judged as any workload's: the node refusing the claim is the failure; a
+        # cause outside the driver's promise (an image that cannot be pulled, a timeout) proves
+        # nothing either way.
         try:
             probe.wait_running()
         except ControlPlaneStalled:
             raise  # the run's breaker and diagnosis take it as it is
         except waits.WaitFailed as err:
-            raise AssertionError(f"freed devices are not reusable: {', '.join(got)} were allocated again, but "
-                                 f"the probe pod on them never ran: {err}") from None
+            start = probe.not_started(err)
+            if start.refused_by_node:
+                raise start.failed(f"freed devices are not reusable: {', '.join(got)} were allocated again, "
+                                   f"but the node refused the probe pod on them: {err}") from None
+            raise NoVerdict(f"the freed devices {', '.join(got)} were allocated again, but the probe pod on "
+                            f"them did not start ({err}): that they can be used again is not proven") from None
         evidence.append(f"re-allocated {', '.join(got)} to a probe claim, and its pod ran on {node}")
         delete_pods(api, namespace, name)
         api.resource.delete_namespaced_resource_claim(name, namespace)
