@@ -185,6 +185,9 @@ def preflight(pytestconfig, cluster, profile):
     """The read-only preflight results, read once per run and shown on the terminal."""
     from draconf.preflight.runner import describe, run_all
     results = read_preflight_once(lambda: run_all(cluster, profile))
+    # The permissions gate takes this reading's verdict, not a review of its own.
+    from draconf.permissions import remember_gate
+    remember_gate(pytestconfig, results)
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line("")

@@ -151,7 +151,7 @@ def evaluate(wanted: Iterable[Permission], denied: Iterable[Permission], user: s
     if not denied:
         return check_result(True, f"{who} may do all {len(wanted)} things the suite needs "
                                   "(SelfSubjectAccessReview per verb and resource)", evidence=evidence)
-    evidence["missing"] = "\n".join(str(p) for p in denied)
+    evidence[MISSING] = "\n".join(str(p) for p in denied)
     writes_only = all(p.is_write for p in denied)
     then = ("the tests that create objects are skipped; read-only checks run" if writes_only else
             "the tests that create objects are skipped; read-only checks that need a missing "
@@ -163,7 +163,7 @@ def evaluate(wanted: Iterable[Permission], denied: Iterable[Permission], user: s
                         "permission-denied", evidence)
 
 
-def gate_text(denied: Iterable[Permission]) -> str | None:
+def gate_text(denied: Iterable[Permission | str]) -> str | None:
     """Why a test that creates objects cannot run (None: it can).
 
     >>> gate_text([Permission("create", "resourceclaims", "resource.k8s.io")])
@@ -176,10 +176,49 @@ def gate_text(denied: Iterable[Permission]) -> str | None:
             "permissions [permission-denied]); nothing was created")
 
 
+#: The evidence entry of the preflight ``permissions`` row that lists what is missing, one
+#: permission per line (:func:`evaluate`).
+MISSING = "missing"
+
+
+def gate_from_reading(results) -> tuple[bool, str | None]:
+    """The gate as the run's preflight reading (:class:`~draconf.preflight.result.CheckResult`
+    list, shared by every pytest-xdist worker) says it: (whether the reading has a verdict on
+    the permissions, and the gate's text).  A row that could not be evaluated gives no verdict
+    on them, and the gate then reviews them itself.
+
+    >>> from draconf.preflight.result import CheckResult
+    >>> row = CheckResult("permissions", False, "blocking", "lacks 1", "permission-denied",
+    ...                   {MISSING: "`create` on pods"})
+    >>> gate_from_reading([row])
+    (True, 'the credentials in use lack `create` on pods (preflight permissions [permission-denied]); nothing was created')
+    >>> gate_from_reading([CheckResult("permissions", True, "blocking", "may do all")])
+    (True, None)
+    >>> gate_from_reading([CheckResult("permissions", False, "blocking", "refused", inconclusive=True)])
+    (False, None)
+    """
+    row = next((r for r in results if r.name == "permissions"), None)
+    if row is None or row.inconclusive or not row.applicable:
+        return False, None
+    if row.ok:
+        return True, None
+    return True, gate_text(line for line in row.evidence.get(MISSING, "").splitlines() if line.strip())
+
+
+def remember_gate(config, results) -> None:
+    """Keep the gate the run's preflight reading decided (:func:`gate_from_reading`) for
+    :func:`gate_reason`: the gate, the preflight row and every worker then judge the
+    credentials on one review."""
+    judged, text = gate_from_reading(results)
+    if judged:
+        config.stash[GATE_KEY] = text
+
+
 def gate_reason(config, api) -> str | None:
     """For a pytest session: why tests that create objects must be skipped, or None.
 
-    Reviewed once per process and kept in ``config.stash``.  A review that cannot be made
+    As the run's preflight reading decided it where the session has read it
+    (:func:`remember_gate`), else reviewed once per process; kept in ``config.stash``.  A review that cannot be made
     (the server refuses SelfSubjectAccessReview, or errs) blocks nothing: the tests then meet
     the server's own answers."""
     if GATE_KEY not in config.stash:
