@@ -316,17 +316,23 @@ def cmd_report(args) -> int:
     return 0
 
 
-def _target_api(args):
+def _target_api(args, announce: bool = False):
     """The target's API, probed: an unusable cluster is one line now, not a client traceback
-    at the command's first read."""
+    at the command's first read.  ``announce``: first print which cluster, as whom, as
+    ``draconf run`` does (for a command that deletes or creates objects there)."""
     from draconf.kube import connect
     if args.target == "testbed":
         bed = cli_testbed.bed_of(args)
         if not bed.is_up:
             raise DraconfError(f"test bed {bed.name!r} is not up; start it or use --target kubeconfig")
-        return connect(bed.kubeconfig)
-    api = _connect_target(args)
-    _probe(api)
+        api = connect(bed.kubeconfig)
+        where = f"embedded test bed {bed.name!r}, "
+    else:
+        api, where = _connect_target(args), ""
+    if announce:
+        print(f"draconf: target: {where}{api.describe()}", flush=True)
+    if args.target != "testbed":
+        _probe(api)
     return api
 
 
@@ -344,7 +350,7 @@ def _probe(api) -> None:
 
 def cmd_sweep(args) -> int:
     from draconf import namespaces
-    api = _target_api(args)
+    api = _target_api(args, announce=True)  # it deletes namespaces: say where first
     run = namespaces.RunId(args.run_id) if args.run_id else None
     removed = namespaces.sweep(api, run)
     print(f"removed {len(removed)} namespace(s) left by draconf"

@@ -72,9 +72,12 @@ def test_commands_against_an_unreachable_cluster_say_so_in_one_line(tmp_path, ca
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
     for command in ("sweep", "audit"):
         assert cli.main([command, "--kubeconfig", str(kubeconfig)]) == EXIT_TARGET_UNUSABLE
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert err.startswith("draconf: error: cannot reach the API server at https://127.0.0.1:1")
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        # sweep deletes namespaces: it names the cluster and identity before anything else
+        if command == "sweep":
+            assert out == f"draconf: target: server https://127.0.0.1:1, context x, user u (kubeconfig {kubeconfig})\n"
 
 
 def test_an_option_argparse_refuses_is_bad_input_not_argparse_2(capsys):
