@@ -43,6 +43,9 @@ class Capability:
     #: the server's answer when the probe itself was refused (admission, validation, RBAC):
     #: nothing was learnt of the feature
     refusal: ServerAnswer | None = None
+    #: why the cluster's own configuration promises the feature (its driver runs with the
+    #: feature's gate on): then a missing feature is a failure, as a GA one is
+    promised: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -320,12 +323,43 @@ def sharing_nodes(profile, published, kwok: set[str], avoid=frozenset(),
                                    "does to a GPU cannot be observed there"), []
 
 
+def mig_promised(published, plugin_pods) -> str | None:
+    """Why the cluster must publish MIG devices, or None: a kubelet plugin runs with the
+    DynamicMIG gate on (:data:`draconf.mig.MIG_GATE`) on a node that publishes a partitionable
+    GPU (one that consumes a counter set, which only a GPU that can be carved does).
+
+    >>> from draconf.devices import Device
+    >>> from draconf.plugins import PluginPod
+    >>> gpu = Device("gpu.nvidia.com", "n1", "gpu-0", "n1", {}, counter_sets=("gpu-0-counter-set",))
+    >>> on = PluginPod("d", "plugin-n1", "n1", "Running", True, feature_gates=(("DynamicMIG", True),))
+    >>> mig_promised([gpu], [on])
+    'the kubelet plugin runs with DynamicMIG=true on n1 (pod d/plugin-n1), where gpu-0 is published partitionable (it consumes counter set gpu-0-counter-set)'
+    >>> mig_promised([gpu], [PluginPod("d", "plugin-n1", "n1", "Running", True)]) is None  # gate not set
+    True
+    >>> mig_promised([Device("gpu.nvidia.com", "n1", "gpu-0", "n1", {})], [on]) is None  # nothing to carve
+    True
+    """
+    from draconf.mig import MIG_GATE
+    partitionable: dict = {}  # node -> its first partitionable GPU
+    for device in published:
+        if device.node and device.counter_sets:
+            partitionable.setdefault(device.node, device)
+    for pod in plugin_pods:
+        device = partitionable.get(pod.node or "")
+        if device is not None and pod.gate(MIG_GATE) is True:
+            return (f"the kubelet plugin runs with {MIG_GATE}=true on {pod.node} (pod {pod.namespace}/{pod.name}), "
+                    f"where {device.name} is published partitionable (it consumes counter set "
+                    f"{', '.join(device.counter_sets)})")
+    return None
+
+
 def mig(api, profile, published) -> tuple[Capability, list]:
     """MIG devices are published: the profile knows the MIG DeviceClass, it exists, and some
     published device (of the validated nodes: ``published``) satisfies its selectors and names
     its parent GPU.  Returns the capability and those devices."""
     from draconf.devices import class_selectors
     from draconf.mig import MIG_DEVICE_CLASS, class_devices, is_mig
+    from draconf.preflight.nodes import read_plugin_pods
     name = "MIG (DeviceClass mig.nvidia.com)"
     if MIG_DEVICE_CLASS not in (profile.optional_device_classes or []):
         return Capability(name, False, f"the {profile.name} driver profile has no {MIG_DEVICE_CLASS} "
@@ -337,6 +371,7 @@ def mig(api, profile, published) -> tuple[Capability, list]:
     if not found:
         return Capability(name, False, f"no published device matches DeviceClass {MIG_DEVICE_CLASS} "
                                        "(the driver publishes no MIG device: DynamicMIG off, no "
-                                       "MIG-capable GPU, or KWOK nodes)"), []
+                                       "MIG-capable GPU, or KWOK nodes)",
+                          promised=mig_promised(published, read_plugin_pods(api, profile.plugin)[1])), []
     nodes = sorted({d.node for d in found if d.node})
     return Capability(name, True, f"{len(found)} MIG device(s) published on {', '.join(nodes)}"), found

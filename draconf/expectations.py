@@ -127,7 +127,7 @@ class Expectations:
             raise NoVerdict(f"{capability.name} could not be probed: "
                             + (f"{denial} refused the probe: " if denial else "")
                             + capability.evidence, code=refusal_code(capability.refusal))
-        why = self.why(feature)
+        why = self.why(feature) or (capability.promised if feature not in self.waive else None)
         if why:
             raise FeatureMissing(f"{FEATURE_DISABLED}{capability.name} must be available on this cluster "
                                  f"({why}), but {capability.evidence}")

@@ -27,6 +27,9 @@ from draconf import cel
 
 #: The DeviceClass of MIG devices, as the NVIDIA chart renders it.
 MIG_DEVICE_CLASS = "mig.nvidia.com"
+#: The driver's feature gate under which it publishes MIG devices, carved on demand
+#: (pkg/featuregates in NVIDIA's releases): a plugin running with it on promises them.
+MIG_GATE = "DynamicMIG"
 #: The `type` attribute's value of a MIG device.
 MIG_TYPE = "mig"
 PROFILE_ATTRIBUTE = "profile"

@@ -107,6 +107,10 @@ FAULTS: dict[str, str] = {
         "the GPU nodes lack the MIG capability device nodes (/dev/nvidia-caps, which nvidia-modprobe "
         "creates from /proc/driver/nvidia-caps/mig-minors), so the driver cannot hand a MIG device to "
         "a container: MIG pods never start (the bed turns DynamicMIG on)",
+    "mig-unpublished":
+        "the driver (DynamicMIG on) publishes no MIG device, only each MIG-capable GPU whole with its "
+        "counter set (MIG discovery broken): the MIG checks would find nothing to ask for (the bed "
+        "turns DynamicMIG on)",
     "mig-parent-mislabelled":
         "the driver (DynamicMIG on) publishes MIG devices of more than one memory slice with the next "
         "GPU's UUID as parentUUID (a wrong device inventory): the scheduler keeps a claim's MIG devices "
@@ -137,7 +141,7 @@ BED_RUNTIME_CONFIG = ("resource.k8s.io/v1beta2/devicetaintrules=true",)
 NEED_UNHEALTHY_GPU = ("device-taints-ignored",)
 
 #: Faults that need the driver's DynamicMIG gate on (``inventory.with_dynamic_mig``).
-NEED_DYNAMIC_MIG = ("mig-counters-ignored", "mig-caps-missing", "mig-parent-mislabelled")
+NEED_DYNAMIC_MIG = ("mig-counters-ignored", "mig-caps-missing", "mig-parent-mislabelled", "mig-unpublished")
 
 
 #: The chart's ``featureGates`` the bed installs the driver with (GPU sharing is alpha upstream,

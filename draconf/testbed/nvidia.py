@@ -182,7 +182,7 @@ PLUGIN_FAULTS = {"attribute-drift": "attribute-drift", "no-resourceslices": "no-
                  "admin-access-exclusive": "admin-access-exclusive",
                  "exec-flaky": "nvml-flaky", "sharing-config-ignored": "sharing-config-ignored",
                  "mig-counters-ignored": "mig-counters-ignored",
-                 "mig-parent-mislabelled": "mig-parent-mislabelled",
+                 "mig-parent-mislabelled": "mig-parent-mislabelled", "mig-unpublished": "mig-unpublished",
                  "mps-daemon-fails": "mps-daemon-fails", "prepare-refused": "prepare-fails",
                  "unprepare-keeps-device": "unprepare-keeps-device",
                  "one-node-refuses-prepare": "prepare-fails", "one-node-wrong-device": "cdi-wrong-device",

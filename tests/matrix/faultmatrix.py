@@ -45,7 +45,7 @@ REAL_NODES_ONLY = ("job/", "gpu-sharing/")
 #: Faults that act in the real nodes' runtime (CDI-injected environment, exec): nothing to
 #: catch on KWOK nodes.
 REAL_NODE_FAULTS = ("exec-flaky", "sharing-config-ignored", "sharing-gates-off", "mps-daemon-fails",
-                    "mig-counters-ignored", "mig-caps-missing", "mig-parent-mislabelled")
+                    "mig-counters-ignored", "mig-caps-missing", "mig-parent-mislabelled", "mig-unpublished")
 #: Faults that act on the node side: in the runtime, or in the driver's kubelet plugin (which
 #: real nodes run as the real plugin binary, KWOK nodes as the bed's agent).
 NODE_SIDE_FAULTS = (*REAL_NODE_FAULTS, *PLUGIN_FAULTS)
@@ -329,6 +329,13 @@ EXPECTED: dict[str, Expectation] = {
     # right, so those two pass.
     "mig-parent-mislabelled": Expectation(
         ("mig/same-parent",), {"mig/same-parent": "inventory-mismatch"}, run_args=MIG_ONLY),
+    # The plugin runs with DynamicMIG on and publishes its partitionable GPUs whole, with no MIG
+    # device: MIG is promised by the cluster's own driver, so every MIG check fails, naming the
+    # gate, where a skip ("no MIG device published") would have let the run pass.
+    "mig-unpublished": Expectation(
+        ("mig/by-profile", "mig/same-parent", "mig/exclusive"),
+        {p: "feature-disabled" for p in ("mig/by-profile", "mig/same-parent", "mig/exclusive")},
+        run_args=MIG_ONLY, reason_names=("DynamicMIG=true",)),
 }
 
 

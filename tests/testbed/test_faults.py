@@ -420,6 +420,17 @@ def _mig_devices(api):
 
 
 @pytest.mark.skipif(not REAL_NODES, reason="MIG devices are published on real nodes only")
+def test_mig_unpublished(start_fault_bed):
+    """The bed turns DynamicMIG on; the plugin publishes each MIG-capable GPU whole, with its
+    counter set, and none of its MIG devices."""
+    bed, api = start_fault_bed("mig-unpublished")
+    slices = [api.api_client.sanitize_for_serialization(s) for s in
+              api.resource.list_resource_slice(field_selector=f"spec.driver={PROFILE.driver}").items]
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    assert not [d for d in devices if d["attributes"]["type"]["string"] == "mig"]
+    assert any(d.get("consumesCounters") for d in devices)  # the GPUs still count theirs
+
+
 def test_mig_counters_ignored(start_fault_bed):
     """The bed turns DynamicMIG on; the plugin publishes MIG devices without consumesCounters,
     so the scheduler gives a GPU held whole and a MIG device of it to two claims."""

@@ -51,3 +51,18 @@ def test_bad_flags_are_clear_errors():
         Expectations.of("v1.36.3", expect=["mig"], waive=["mig"])
     with pytest.raises(DraconfError, match="unknown feature 'sharing'"):
         Expectations.of("v1.36.3", expect=["sharing"])
+
+
+PROMISED = Capability("MIG (DeviceClass mig.nvidia.com)", False, "no published device matches DeviceClass mig.nvidia.com",
+                      promised="the kubelet plugin runs with DynamicMIG=true on n1 (pod d/p), where gpu-0 is "
+                               "published partitionable")
+
+
+def test_a_feature_the_clusters_own_driver_promises_fails_when_missing():
+    """MIG is no GA feature, but a plugin running with DynamicMIG on a partitionable GPU promises
+    it: no MIG device published is a regression, never a quiet skip."""
+    with pytest.raises(FeatureMissing) as err:
+        Expectations.of("v1.36.3").require("mig", PROMISED)
+    assert str(err.value).startswith(FEATURE_DISABLED) and "DynamicMIG=true on n1" in str(err.value)
+    with pytest.raises(pytest.skip.Exception):
+        Expectations.of("v1.36.3", waive=["mig"]).require("mig", PROMISED)

@@ -43,6 +43,9 @@
 //     parentUUID (a driver whose device inventory mixes up its GPUs); their names, counters and
 //     what preparing them creates stay the right GPU's, so a container lists such a device
 //     under a GPU other than the one its parentUUID names (see mislabelledParent in mig.go);
+//   - mig-unpublished: with DynamicMIG, no MIG device is published (a driver whose MIG
+//     discovery broke); each MIG-capable GPU is still published whole, consuming its counter
+//     set, so the cluster shows that it could be partitioned and that nothing can ask for a part;
 //   - mps-daemon-fails: the MPS control daemon's Deployment gets NVIDIA_SIM_MPS_DAEMON=fail,
 //     so the nvidia-cuda-mps-control stand-in's `-d` fails and the container exits at once,
 //     as a daemon that cannot start on its GPUs; preparing an MPS claim then fails: "MPS
@@ -138,6 +141,8 @@ const (
 	FaultMigCountersIgnored Fault = "mig-counters-ignored"
 	// FaultMigParentMislabelled publishes multi-slice MIG devices under the next GPU's UUID.
 	FaultMigParentMislabelled Fault = "mig-parent-mislabelled"
+	// FaultMigUnpublished publishes no MIG device under DynamicMIG.
+	FaultMigUnpublished Fault = "mig-unpublished"
 	// FaultMpsDaemonFails makes the MPS control daemon's container exit at once.
 	FaultMpsDaemonFails Fault = "mps-daemon-fails"
 	// FaultLastGPUFails fails NodePrepareResources for claims given the node's last GPU only:
@@ -152,7 +157,7 @@ const FlakyEnv = "NVIDIA_SIM_FLAKY=exec-once"
 var AllFaults = []Fault{FaultAttributeDrift, FaultNoDevices, FaultCDINotInjected,
 	FaultCDIWrongDevice, FaultUnprepareFails, FaultCrash, FaultAdminAccessExclusive,
 	FaultNVMLFlaky, FaultSharingConfigIgnored, FaultMigCountersIgnored, FaultMigParentMislabelled,
-	FaultMpsDaemonFails, FaultPrepareFails, FaultUnprepareKeepsDevice, FaultLastGPUFails}
+	FaultMigUnpublished, FaultMpsDaemonFails, FaultPrepareFails, FaultUnprepareKeepsDevice, FaultLastGPUFails}
 
 // Faults is a set of simulated malfunctions.
 type Faults map[Fault]bool

@@ -240,6 +240,9 @@ func (l *DeviceLib) partitionedResources(nodeName string, faults Faults) resourc
 		if mc := l.migs[g.CanonicalName()]; mc != nil {
 			counterSets = append(counterSets, resourceapi.CounterSet{Name: counterSetName(g), Counters: l.fullCounters(g)})
 			for _, m := range mc.specs {
+				if faults.Has(FaultMigUnpublished) {
+					break // the whole GPU, with its counter set, and none of its parts
+				}
 				dev := m.GetDevice(faults)
 				if wrong := l.mislabelledParent(m, faults); wrong != "" {
 					dev.Attributes["parentUUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(wrong)}

@@ -119,6 +119,19 @@ func TestMigCountersIgnoredFault(t *testing.T) {
 	}
 }
 
+func TestMigUnpublishedFault(t *testing.T) {
+	b := newMigBed(t, 2, FaultMigUnpublished)
+	pool := b.lib.DriverResources(testNode, b.cfg.Faults).Pools[testNode]
+	if len(pool.Slices[0].SharedCounters) != 2 {
+		t.Errorf("the GPUs' counter sets are gone: %v", pool.Slices[0].SharedCounters)
+	}
+	for g, s := range pool.Slices[1:] {
+		if len(s.Devices) != 1 || s.Devices[0].Name != "gpu-"+itoa(g) || len(s.Devices[0].ConsumesCounters) == 0 {
+			t.Errorf("slice %d: want the whole GPU alone, consuming its counter set; got %d device(s)", g, len(s.Devices))
+		}
+	}
+}
+
 func TestMigParentMislabelledFault(t *testing.T) {
 	b := newMigBed(t, 3, FaultMigParentMislabelled)
 	pool := b.lib.DriverResources(testNode, b.cfg.Faults).Pools[testNode]
