@@ -144,7 +144,8 @@ def namespace(request, cluster, run_id):
 
 #: Preflight checks whose failure leaves no point in deploying GPU workloads.
 GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-slices",
-                 "device-attributes", "device-class-selectors", "kubelet-plugin", "gpu-cluster"}
+                 "device-attributes", "device-class-selectors", "kubelet-plugin", "gpu-cluster",
+                 "gpu-node-taints"}
 
 
 @pytest.fixture(scope="session")

@@ -234,13 +234,11 @@ EXPECTED: dict[str, Expectation] = {
     "exec-flaky": Expectation(
         (), {p: "intermittent" for p in _all("cdi-injection")}, flaky=_all("cdi-injection"),
         run_args=("--reruns", "1", "--fail-on-flaky", "-k", WALKTHROUGH)),
-    # No pod is ever placed, so nothing is allocated: injection and cleanup have nothing to judge.
-    # (device-taint-rule: the ruled GPU's claim stays Pending with the rule deleted, the drained
-    # pods never start: no verdict, when the run selects them, as the example bed's run does.)
+    # Every GPU node closed to the suite's pods: preflight says so once, naming the taint, and
+    # the gate gives every workload no verdict at once (no pod could be placed anywhere).
     "gpu-nodes-tainted": Expectation(
-        _all("allocation"), {p: "node-excluded" for p in _all("allocation")},
-        dragged=("job/*", "quota/*", "failure-modes/*", "device-taint-rule/*") + _features(),
-        no_verdict=_all("cdi-injection") + _all("cleanup"), run_args=("-k", WALKTHROUGH),
+        ("preflight/gpu-node-taints",), {"preflight/gpu-node-taints": "node-excluded"},
+        no_verdict=GATED, run_args=("-k", WALKTHROUGH),
         reason_names=("untolerated taint {key}={value}:{effect}".format(**GPU_NODE_TAINT),)),
     # kube-scheduler with a DRA gate off: the feature's pod is never placed, with the
     # scheduler's own words; nothing was allocated, so injection and cleanup have nothing to judge.

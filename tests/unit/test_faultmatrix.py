@@ -11,47 +11,62 @@ def row(workload, check, outcome, diagnosis=None, duration=1.0):
             "message": f"{workload}/{check} {outcome}"}
 
 
-#: The reason the diagnosis gives a pod kept off the tainted GPU nodes (rule_node_excluded).
-TAINT_REASON = ("Pod gpu-pod is kept off every node with a usable GPU (gpu-a100-0: untolerated taint "
-                "dedicated=gpu-reserved:NoSchedule): add the matching toleration/selector to the pod")
+#: The reason the allocation and injection checks give a pod whose claims an admin's policy stripped.
+STRIPPED_REASON = ("the pods and claims do not ask for what the suite applied (mutating admission acting on "
+                   "pod creates: MutatingAdmissionPolicy 'strip-gpu-claims-from-test-namespaces'): pod gpu-pod: "
+                   "spec.resourceClaims lacks gpu (template single-gpu)")
 
 
-def tainted_rows(injection="no-verdict", cleanup="no-verdict", reason=TAINT_REASON):
+def stripped_rows(cleanup="no-verdict", reason=STRIPPED_REASON):
     rows = []
     for w in GPU_WORKLOADS:
-        rows += [dict(row(w, "allocation", "failed", "node-excluded"), reason=reason),
-                 row(w, "cdi-injection", injection), row(w, "cleanup", cleanup)]
+        rows += [dict(row(w, "allocation", "failed", "spec-altered"), reason=reason),
+                 dict(row(w, "cdi-injection", "failed", "spec-altered"), reason=reason),
+                 row(w, "cleanup", cleanup)]
     return rows
 
 
-def test_tainted_bed_with_no_verdict_for_injection_and_cleanup_is_as_expected():
-    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(), []))
+def test_a_stripped_bed_with_no_verdict_for_cleanup_is_as_expected():
+    verdict = judge(RunResult("claims-stripped", 1, 60, stripped_rows(), []))
     assert verdict.ok, verdict.problems
-    assert verdict.detected_by == sorted(f"{w}/allocation" for w in GPU_WORKLOADS)
+    assert verdict.detected_by == sorted(f"{w}/{c}" for w in GPU_WORKLOADS for c in ("allocation", "cdi-injection"))
 
 
-def test_a_tainted_bed_whose_reasons_do_not_name_the_taint_is_a_problem():
-    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(reason="3 node(s) had untolerated taint(s)"), []))
-    assert sum("does not name 'untolerated taint dedicated=gpu-reserved:NoSchedule'" in p
-               for p in verdict.problems) == len(GPU_WORKLOADS), verdict.problems
+def test_reasons_that_do_not_name_the_culprit_are_a_problem():
+    verdict = judge(RunResult("claims-stripped", 1, 60, stripped_rows(reason="the pods were changed"), []))
+    assert sum("does not name 'strip-gpu-claims-from-test-namespaces'" in p
+               for p in verdict.problems) == 2 * len(GPU_WORKLOADS), verdict.problems
 
 
 def test_a_cleanup_pass_where_nothing_was_allocated_is_a_problem():
-    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(cleanup="passed"), []))
+    verdict = judge(RunResult("claims-stripped", 1, 60, stripped_rows(cleanup="passed"), []))
     assert not verdict.ok
     assert sum("passed, but this fault leaves it nothing to judge" in p for p in verdict.problems) == len(GPU_WORKLOADS)
 
 
-def test_an_injection_failure_where_nothing_ran_blames_the_wrong_check():
-    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, tainted_rows(injection="failed"), []))
+def test_a_failure_of_a_check_the_fault_leaves_alone_blames_the_wrong_check():
+    """prepare-refused: the scheduler did its part, so an allocation failure is unrelated."""
+    rows = [row("single-gpu", "allocation", "failed", "allocation-invalid"),
+            row("single-gpu", "cdi-injection", "failed", "plugin-unhealthy"), row("single-gpu", "cleanup", "no-verdict")]
+    verdict = judge(RunResult("prepare-refused", 1, 60, rows, []))
     assert any(p.startswith("unrelated check failed") for p in verdict.problems)
 
 
 def test_a_no_verdict_is_not_a_catch():
-    rows = tainted_rows()
+    rows = stripped_rows()
     rows[0]["outcome"] = "no-verdict"  # single-gpu/allocation
-    verdict = judge(RunResult("gpu-nodes-tainted", 1, 60, rows, []))
+    verdict = judge(RunResult("claims-stripped", 1, 60, rows, []))
     assert "single-gpu/allocation did not fail" in verdict.problems
+
+
+def test_every_gpu_node_tainted_is_one_preflight_row_naming_the_taint_and_the_rest_held():
+    taint = "untolerated taint dedicated=gpu-reserved:NoSchedule"
+    rows = [dict(row("preflight", "gpu-node-taints", "failed", "node-excluded"),
+                 reason=f"every GPU node (3) carries a taint the suite's pods do not tolerate: gpu-a100-0: {taint}")]
+    rows += [row(w, c, "no-verdict") for w in GPU_WORKLOADS for c in ("allocation", "cdi-injection", "cleanup")]
+    assert judge(RunResult("gpu-nodes-tainted", 1, 20, rows, [])).ok
+    rows[1] = row("single-gpu", "allocation", "failed", "node-excluded")  # tried anyway: the gate did not hold
+    assert not judge(RunResult("gpu-nodes-tainted", 1, 20, rows, [])).ok
 
 
 def test_an_unexpected_no_verdict_on_a_fault_bed_is_a_problem():

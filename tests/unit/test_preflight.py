@@ -377,7 +377,7 @@ def test_registered_checks_and_severities():
     assert list(pf.CHECKS) == ["server-version", "permissions", "resource-api", "device-class",
                                "optional-device-classes", "resource-slices", "device-attributes",
                                "device-class-selectors", "kubelet-plugin", "gpu-cluster", "policy-conflict",
-                               "device-taints"]
+                               "gpu-node-taints", "device-taints"]
     assert pf.SEVERITY["optional-device-classes"] == pf.INFO
     assert pf.SEVERITY["device-taints"] == pf.INFO
     assert {s for n, s in pf.SEVERITY.items()
