@@ -94,6 +94,27 @@ STRIP_CLAIMS = ('[JSONPatch{op: "remove", path: "/spec/resourceClaims"}] + '
                 'JSONPatch{op: "remove", path: "/spec/containers/" + string(i) + "/resources/claims"})')
 
 
+def suite_namespace_patch_policy(name: str, group: str, resource: str, condition: tuple[str, str],
+                                 patch: str) -> list[dict]:
+    """A MutatingAdmissionPolicy that JSON-patches every ``resource`` (of API ``group``) created
+    in the suite's namespaces and matching ``condition`` (its name, its CEL), and its binding
+    (selecting those namespaces by :data:`SUITE_NAMESPACE_LABEL`): what an admin's rule aimed
+    at "the conformance suite" looks like."""
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": [resource]}]},
+                  "matchConditions": [{"name": condition[0], "expression": condition[1]}],
+                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name,
+                  "matchResources": {"namespaceSelector": {"matchLabels": dict(SUITE_NAMESPACE_LABEL)}}}},
+    ]
+
+
 def claims_stripped_policy() -> list[dict]:
     """A MutatingAdmissionPolicy and its binding that strip the DRA claims from every pod
     created in the suite's namespaces (an admin's "no GPUs for test namespaces" rule, or a
@@ -103,20 +124,8 @@ def claims_stripped_policy() -> list[dict]:
     >>> policy["spec"]["matchConditions"][0]["expression"], binding["spec"]["matchResources"]["namespaceSelector"]
     ('has(object.spec.resourceClaims)', {'matchLabels': {'app.kubernetes.io/managed-by': 'draconf'}})
     """
-    name = "strip-gpu-claims-from-test-namespaces"
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-         "metadata": {"name": name},
-         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                          "operations": ["CREATE"], "resources": ["pods"]}]},
-                  "matchConditions": [{"name": "has-claims", "expression": "has(object.spec.resourceClaims)"}],
-                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
-                  "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": STRIP_CLAIMS}}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": {"name": name},
-         "spec": {"policyName": name,
-                  "matchResources": {"namespaceSelector": {"matchLabels": dict(SUITE_NAMESPACE_LABEL)}}}},
-    ]
+    return suite_namespace_patch_policy("strip-gpu-claims-from-test-namespaces", "", "pods",
+                                        ("has-claims", "has(object.spec.resourceClaims)"), STRIP_CLAIMS)
 
 
 #: Sets every device request's count above 1 to 1, by index (transformList gives it).
@@ -136,22 +145,11 @@ def claim_count_lowered_policy() -> list[dict]:
     >>> policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"], binding["spec"]["policyName"]
     (['resourceclaims'], 'lower-gpu-count-in-test-namespaces')
     """
-    name = "lower-gpu-count-in-test-namespaces"
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-         "metadata": {"name": name},
-         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"],
-                                                          "operations": ["CREATE"], "resources": ["resourceclaims"]}]},
-                  "matchConditions": [{"name": "asks-for-more-than-one", "expression":
-                                       "object.spec.devices.requests.exists(r, has(r.exactly) && "
-                                       "has(r.exactly.count) && r.exactly.count > 1)"}],
-                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
-                  "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": ONE_DEVICE_EACH}}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": {"name": name},
-         "spec": {"policyName": name,
-                  "matchResources": {"namespaceSelector": {"matchLabels": dict(SUITE_NAMESPACE_LABEL)}}}},
-    ]
+    return suite_namespace_patch_policy(
+        "lower-gpu-count-in-test-namespaces", "resource.k8s.io", "resourceclaims",
+        ("asks-for-more-than-one",
+         "object.spec.devices.requests.exists(r, has(r.exactly) && has(r.exactly.count) && r.exactly.count > 1)"),
+        ONE_DEVICE_EACH)
 
 
 #: What the agent runs as once the install is done (a key of :data:`pki.IDENTITIES`).
