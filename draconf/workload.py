@@ -40,6 +40,7 @@ from draconf.injection import Seen, WrongInjection, judge as judge_injection
 from draconf.errors import NoVerdict, ReleaseIncomplete, server_message
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
+from draconf.release import CONTROLLER, ReleaseJudge
 from draconf.startup import ControlPlaneStalled, StartVerdicts, stall_after
 from draconf.watched import WatchedRun
 
@@ -49,13 +50,6 @@ log = logging.getLogger("draconf.workload")
 #: (the diagnosis records it; written out here because the vocabulary is a layer above).
 SPEC_ALTERED = "[spec-altered] "
 
-#: Seconds past a deleted pod's grace period (or a deleted claim held by a driver's finalizer)
-#: before the node is judged never to finish it.  A busy node is slow, not broken: a sweep of
-#: 800 GPUs, 80 in flight on a 2-core machine, saw healthy KWOK nodes finish pods 10-11 s past
-#: their grace period, and 10 s failed them as refusing to unprepare.  A kubelet that cannot
-#: unprepare retries forever: 20 s, twice the slowest healthy finish seen, names it some 40 s
-#: into the cleanup check (tests/matrix: claims-not-released, bound 60 s).
-STUCK_CLAIM_AFTER = 20.0
 
 @dataclass(frozen=True)
 class Start:
@@ -476,57 +470,21 @@ class DeployedWorkload(StartVerdicts):
         def state():
             return self.observed_pods(include_deleting=True), self.observed_claims()
 
-        def done(s):
-            pods, current = s
-            if pods:
-                return False
-            for claim in current.values():
-                if claim.is_generated or claim.is_allocated or claim.reserved_for_uids:
-                    return False
-            return True
-
         def describe(s):
             pods, current = s
             return "; ".join([p.summary() for p in pods] + [c.summary() for c in current.values()]) \
                 or "nothing left"
 
-        stuck_since: dict[str, float] = {}
+        judge = ReleaseJudge(stall_after(self.profile))
+
+        def done(s):
+            return judge.released(s[0], s[1].values())
 
         def verdict(s):
-            """A deleted pod its node never finishes (the kubelet cannot unprepare its claims),
-            or a claim whose consumers are all gone, held only by someone else's finalizer."""
-            pods, current = s
-            now = time.monotonic()
-            for pod in pods:
-                overdue = pod.seconds_past_grace_period
-                if overdue is not None and overdue >= STUCK_CLAIM_AFTER:
-                    held = [c.name for c in current.values() if pod.uid in c.reserved_for_uids]
-                    return (f"pod {pod.name} was deleted and its grace period ended {overdue:.0f}s ago, "
-                            f"but its node has not finished it, so its claims {held} stay reserved "
-                            "(the node never finished unpreparing them)")
-            if pods:
-                return None
-            # Every consumer is gone.  The resourceclaim controller (kube-controller-manager)
-            # deletes generated claims and releases named ones within a second; none of it
-            # happening for stall_after seconds is the controller not acting, not the node.
-            untouched = sorted(c.name for c in current.values() if not c.is_deleting and (
-                c.is_generated or c.is_allocated or c.reserved_for_uids))
-            if not untouched:
-                stuck_since.pop("consumers-gone", None)
-            elif now - stuck_since.setdefault("consumers-gone", now) >= stall_after(self.profile):
-                raise self._stalled(
-                    "kube-controller-manager", "controller-manager-unavailable",
-                    f"claims {', '.join(untouched)} were neither deleted nor released "
-                    f"{stall_after(self.profile):.0f}s after their last consumer was gone: the "
-                    "resourceclaim controller did not act")
-            for claim in current.values():
-                foreign = [f for f in claim.finalizers if not f.startswith("resource.kubernetes.io/")]
-                if claim.is_deleting and foreign and not claim.reserved_for_uids:
-                    if now - stuck_since.setdefault(claim.name, now) >= STUCK_CLAIM_AFTER:
-                        return (f"claim {claim.name} is being deleted but finalizer "
-                                f"{', '.join(foreign)} still holds it {STUCK_CLAIM_AFTER:.0f}s after its "
-                                "last consumer went away (the node never finished unpreparing it)")
-            return None
+            stuck = judge.stuck(s[0], list(s[1].values()), time.monotonic())
+            if stuck is not None and stuck.where == CONTROLLER:
+                raise self._stalled("kube-controller-manager", "controller-manager-unavailable", stuck.observed)
+            return stuck.observed if stuck is not None else None
 
         try:
             waits.wait_until(f"{self.workload.name}'s claims to be released", state, done,
