@@ -96,14 +96,17 @@ def ensure_example_built(log=print) -> Path:
 
 def ensure_helm_built(log=print) -> Path:
     """Build only helm (into ``bin/example``, where :func:`ensure_example_built` puts it), for
-    beds that render another chart than dra-example-driver's; return its path."""
-    bindir = ensure_built(log=log)
+    beds that render another chart than dra-example-driver's and for a kind cluster; return its
+    path.  Nothing else is built: a kind target needs helm, not the bed's binaries."""
     target = next(t for t in pins.EXAMPLE_TARGETS if t.module == "helm")
-    helm = bindir / target.output
+    helm = pins.bin_dir() / target.output
     stamp = helm.with_name(".helm-" + STAMP.lstrip("."))
     digest = pins.pins_digest([target])
     if helm.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
         return helm
+    if shutil.which("go") is None:
+        raise DraconfError(f"helm {pins.HELM_VERSION} is built from its Go module, but `go` is not on PATH: "
+                           "install Go 1.26 or later")
     helm.parent.mkdir(parents=True, exist_ok=True)
     log(f"[build] helm {pins.HELM_VERSION} -> {helm.parent}")
     _go_build(pins.GOMOD_DIR / target.module, [target], helm.parent, log, static=True, tags="", ldflags="-s -w")

@@ -69,6 +69,12 @@ def check_tools(which=shutil.which, run=subprocess.run) -> Path:
             f"--target kind needs {' and '.join(missing)} on PATH, and this machine has "
             f"{'neither' if len(missing) == 2 else 'no ' + missing[0]}; install kind "
             "(https://kind.sigs.k8s.io) and Docker, or use --target testbed (no Docker needed)")
+    if not which("go"):
+        # Before the cluster is made: the driver's chart comes from its Go module, and helm
+        # is built from Go, once the cluster is up.
+        raise TargetUnusable("--target kind installs dra-example-driver from its own chart, which comes from "
+                             "its Go module, with helm built from Go; this machine has no `go` on PATH: "
+                             "install Go 1.26 or later, or use --target testbed")
     proc = run([which("docker"), "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
@@ -144,7 +150,7 @@ class KindTarget:
         from draconf.kube import connect
         from draconf.testbed import build, example_driver
         api = connect(self.kubeconfig)
-        helm = build.ensure_example_built(log=self.log) / "helm"
+        helm = build.ensure_helm_built(log=self.log)  # helm only: not the embedded bed's binaries
         self.log("installing dra-example-driver from its chart (helm template, the chart's own image)")
         docs = example_driver.render(helm, build.example_chart_dir(), None, *example_driver.cluster_facts(api))
         example_driver.install(api, docs)

@@ -50,6 +50,31 @@ def test_missing_tools_are_one_line_and_target_unusable():
         kind.check_tools(which=lambda tool: "/usr/bin/docker" if tool == "docker" else None)
 
 
+def test_a_machine_without_go_is_told_before_any_cluster_is_made():
+    """The chart and helm come from Go modules: found missing after `kind create cluster`, it
+    left a cluster behind and a traceback; now one line, and docker is not even asked."""
+    asked = []
+    which = lambda tool: None if tool == "go" else f"/usr/bin/{tool}"  # noqa: E731
+    with pytest.raises(TargetUnusable, match=r"no `go` on PATH: install Go 1.26 or later") as err:
+        kind.check_tools(which=which, run=lambda *a, **k: asked.append(a))
+    assert err.value.exit_code == EXIT_TARGET_UNUSABLE and "\n" not in str(err.value) and not asked
+
+
+def test_helm_for_a_kind_cluster_does_not_build_the_embedded_bed(tmp_path, monkeypatch):
+    from draconf.testbed import build, pins
+    monkeypatch.setattr(pins, "bin_dir", lambda: tmp_path / "bin")
+    monkeypatch.setattr(build, "ensure_built", lambda **kw: pytest.fail("the whole bed was built for helm"))
+    built = []
+
+    def go_build(moddir, targets, outdir, log, **kw):
+        built.extend(t.module for t in targets)
+        (outdir / "helm").write_text("helm")
+    monkeypatch.setattr(build, "_go_build", go_build)
+    helm = build.ensure_helm_built(log=lambda m: None)
+    assert helm.read_text() == "helm" and built == ["helm"]
+    assert build.ensure_helm_built(log=lambda m: None) == helm and built == ["helm"]  # once
+
+
 @pytest.mark.skipif(not shutil.which("docker"), reason="needs a docker client (without its daemon)")
 def test_a_docker_daemon_that_does_not_answer_is_target_unusable(tmp_path):
     """The real docker client against no daemon (this machine has the client only)."""
