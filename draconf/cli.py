@@ -154,8 +154,11 @@ def _run_suite(args, pytest_args: list[str]) -> int:
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("draconf: error: no tests were selected; check the -k/-m arguments", file=sys.stderr)
         return 1
-    print(f"reports: {reports / 'summary.json'}, {reports / 'junit.xml'}, "
-          f"{reports / 'allure-results'} (HTML: draconf report)")
+    # Only what the run wrote (a run pytest refused before collecting wrote nothing).
+    written = [p for p in (reports / "summary.json", reports / "junit.xml", reports / "allure-results") if p.exists()]
+    if written:
+        print(f"reports: {', '.join(map(str, written))}"
+              + (" (HTML: draconf report)" if reports / "allure-results" in written else ""))
     summary = json.loads((reports / "summary.json").read_text()) if (reports / "summary.json").is_file() else None
     if summary and (args.save_baseline or before) and code != EXIT_INTERRUPTED:
         now = _snapshot(args, summary["tests"])
