@@ -7,8 +7,9 @@ pinned there and judged as every workload is: the claim allocated a GPU of that 
 the container sees exactly it, and once released it is allocatable again.
 
 Safe on a live cluster: GPUs others hold are never taken (a target whose GPUs are all held is
-*busy, not tested*, naming the holders: no verdict, so the run is not green); a cordoned or NotReady node, or one preflight left
-out, gives no verdict naming why; a GPU its driver taints is *tainted, not tested*; at most
+*busy, not tested*, naming the holders: no verdict, so the run is not green); a cordoned or
+NotReady node, or one preflight left out, gives no verdict naming why; a GPU its driver taints
+is skipped, *tainted, not tested*; at most
 :func:`bound` targets are in flight at once, each holding one GPU, so most of the fleet stays
 free.  Targets run in a thread pool: a hundred nodes take about as long as their slowest
 wave, not a hundred workloads one after another.
@@ -258,7 +259,7 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
 
 
 def verdict_word(proof: Proof) -> str:
-    """passed, failed, busy or no-verdict: what the fleet picture colours a target by.
+    """passed, failed, busy, tainted or no-verdict: what the fleet picture colours a target by.
 
     >>> verdict_word(Proof(Target("n"))), verdict_word(Proof(Target("n"), outcome=NoVerdict("x")))
     ('passed', 'no-verdict')
@@ -271,7 +272,10 @@ def verdict_word(proof: Proof) -> str:
     if outcome is None:
         return "passed"
     if isinstance(outcome, pytest.skip.Exception):  # NoVerdict too
-        return "busy" if str(outcome).startswith(BUSY) else "no-verdict"
+        if str(outcome).startswith(BUSY):
+            return "busy"
+        tainted = not isinstance(outcome, NoVerdict) and str(outcome).startswith(TAINTED)
+        return "tainted" if tainted else "no-verdict"
     return "failed"
 
 
