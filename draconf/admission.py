@@ -106,24 +106,65 @@ def acts_on_create(rules: list[dict] | None, group: str, resource: str) -> bool:
     return False
 
 
-def mutators(api, group: str, resources: tuple[str, ...]) -> list[str]:
+def selects(selector: dict | None, labels: dict | None) -> bool:
+    """Whether a label selector (``matchLabels``, ``matchExpressions``) selects an object with
+    ``labels``; an absent or empty selector selects everything, as in admission's
+    ``namespaceSelector``.
+
+    >>> ns = {"app.kubernetes.io/managed-by": "draconf", "kubernetes.io/metadata.name": "d-1"}
+    >>> selects(None, ns), selects({"matchLabels": {"app.kubernetes.io/managed-by": "draconf"}}, ns)
+    (True, True)
+    >>> selects({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+    ...                                "values": ["d-1"]}]}, ns)
+    False
+    >>> selects({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, ns)
+    False
+    """
+    selector, labels = selector or {}, labels or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values or op == "NotIn" and key in labels and labels[key] in values \
+                or op == "Exists" and key not in labels or op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def mutators(api, group: str, resources: tuple[str, ...], namespace_labels: dict | None = None) -> list[str]:
     """The mutating admission policies and webhooks of the cluster that act on creates of any of
     ``resources`` (of API ``group``): who may have rewritten what the suite applied (read when a
-    live object differs from it; what could not be read is said, not guessed)."""
+    live object differs from it; what could not be read is said, not guessed).  With
+    ``namespace_labels`` (the labels of the namespace the object was made in), only those whose
+    namespace selectors select it: a policy through a binding that does, a webhook whose
+    ``namespaceSelector`` does (match conditions and object selectors are not evaluated)."""
     found = []
-    reads = (("MutatingAdmissionPolicy", lambda: api.admission.list_mutating_admission_policy(),
-              lambda obj: [(None, (obj.get("spec") or {}).get("matchConstraints", {}).get("resourceRules"))]),
-             ("MutatingWebhookConfiguration", lambda: api.admission.list_mutating_webhook_configuration(),
-              lambda obj: [(w.get("name"), w.get("rules")) for w in obj.get("webhooks") or []]))
-    for kind, list_them, rules_of in reads:
+
+    def policies():
+        bindings = [api.api_client.sanitize_for_serialization(b)
+                    for b in api.admission.list_mutating_admission_policy_binding().items]
+        for item in api.admission.list_mutating_admission_policy().items:
+            obj = api.api_client.sanitize_for_serialization(item)
+            spec = obj.get("spec") or {}
+            bound = [(b.get("spec") or {}).get("matchResources") or {} for b in bindings
+                     if (b.get("spec") or {}).get("policyName") == obj["metadata"]["name"]]
+            in_scope = selects((spec.get("matchConstraints") or {}).get("namespaceSelector"), namespace_labels) \
+                and any(selects(m.get("namespaceSelector"), namespace_labels) for m in bound)
+            yield obj, None, (spec.get("matchConstraints") or {}).get("resourceRules"), in_scope
+
+    def webhooks():
+        for item in api.admission.list_mutating_webhook_configuration().items:
+            obj = api.api_client.sanitize_for_serialization(item)
+            for w in obj.get("webhooks") or []:
+                yield obj, w.get("name"), w.get("rules"), selects(w.get("namespaceSelector"), namespace_labels)
+
+    for kind, read in (("MutatingAdmissionPolicy", policies), ("MutatingWebhookConfiguration", webhooks)):
         try:
-            items = list_them().items
+            acting = list(read())
         except Exception as err:  # noqa: BLE001 - any failure here only leaves the culprit unnamed
             found.append(f"{kind}s could not be read ({getattr(err, 'status', None) or type(err).__name__})")
             continue
-        for item in items:
-            obj = api.api_client.sanitize_for_serialization(item)
-            for webhook, rules in rules_of(obj):
-                if any(acts_on_create(rules, group, resource) for resource in resources):
-                    found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else ""))
+        for obj, webhook, rules, in_scope in acting:
+            if (in_scope or namespace_labels is None) and any(acts_on_create(rules, group, r) for r in resources):
+                found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else ""))
     return found

@@ -339,10 +339,15 @@ class DeployedWorkload(StartVerdicts):
                                  + ", ".join(p.name for p in pods) + " ask for none, so no allocation can be judged")
 
     def _mutators_named(self, pods: bool, claims: bool) -> str:
-        """Who may have rewritten the pods or claims: the mutating admission acting on creating them."""
+        """Who may have rewritten the pods or claims: the mutating admission acting on creating
+        them in this workload's namespace."""
         what = " and ".join(w for w, asked in (("pod", pods), ("claim", claims)) if asked)
-        found = (admission.mutators(self.api, "", ("pods",)) if pods else []) + (
-            admission.mutators(self.api, "resource.k8s.io", ("resourceclaims", "resourceclaimtemplates"))
+        try:
+            labels = self.api.core.read_namespace(self.namespace).metadata.labels or {}
+        except Exception:  # noqa: BLE001 - unread, every mutator acting on those creates is named
+            labels = None
+        found = (admission.mutators(self.api, "", ("pods",), labels) if pods else []) + (
+            admission.mutators(self.api, "resource.k8s.io", ("resourceclaims", "resourceclaimtemplates"), labels)
             if claims else [])
         if found:
             return f"mutating admission acting on {what} creates: " + ", ".join(dict.fromkeys(found))

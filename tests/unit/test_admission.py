@@ -7,7 +7,7 @@ import json
 
 from kubernetes.client.exceptions import ApiException
 
-from draconf import startup
+from draconf import admission, startup
 from draconf.admission import AdmissionDenied, denial_in_text, is_refusal
 from draconf.answers import ServerAnswer, carried_by
 from draconf.diagnosis import EventFacts, Facts, Failure, QuotaFacts, classify
@@ -94,3 +94,62 @@ def test_the_suites_own_quota_is_not_an_admission_denial():
 def test_denial_in_text_names_limitrange():
     assert denial_in_text('pods "p" is forbidden: maximum cpu usage per Container is 1, but limit is 2') \
         == "a LimitRange"
+
+
+class _Listed:
+    def __init__(self, items):
+        self.items = items
+
+
+class _Serializer:
+    @staticmethod
+    def sanitize_for_serialization(obj):
+        return obj
+
+
+class _AdmissionApi:
+    """What admission.mutators reads, as the API server lists it (plain dicts)."""
+
+    def __init__(self, policies=(), bindings=(), webhooks=()):
+        self.api_client = _Serializer()
+        self.admission = self
+        self._policies, self._bindings, self._webhooks = list(policies), list(bindings), list(webhooks)
+
+    def list_mutating_admission_policy(self):
+        return _Listed(self._policies)
+
+    def list_mutating_admission_policy_binding(self):
+        return _Listed(self._bindings)
+
+    def list_mutating_webhook_configuration(self):
+        return _Listed(self._webhooks)
+
+
+CLAIM_RULES = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "operations": ["CREATE"]}]
+SUITE_NS = {"app.kubernetes.io/managed-by": "draconf", "kubernetes.io/metadata.name": "draconf-r1-two-gpu"}
+
+
+def _policy(name):
+    return {"metadata": {"name": name}, "spec": {"matchConstraints": {"resourceRules": CLAIM_RULES}}}
+
+
+def _binding(policy, selector=None):
+    return {"metadata": {"name": policy}, "spec": {"policyName": policy,
+                                                   "matchResources": {"namespaceSelector": selector or {}}}}
+
+
+def test_only_the_mutators_bound_to_the_suites_namespace_are_named():
+    """Three policies act on claim creates: one bound to the suite's namespaces, one bound to a
+    team's, one with no binding at all (it acts nowhere); and a webhook limited to a team."""
+    api = _AdmissionApi(
+        policies=[_policy("lower-gpu-count"), _policy("team-quota"), _policy("unbound")],
+        bindings=[_binding("lower-gpu-count", {"matchLabels": {"app.kubernetes.io/managed-by": "draconf"}}),
+                  _binding("team-quota", {"matchLabels": {"team": "ml"}})],
+        webhooks=[{"metadata": {"name": "inject"}, "webhooks": [
+            {"name": "inject.example.com", "rules": CLAIM_RULES, "namespaceSelector": {"matchLabels": {"team": "ml"}}},
+            {"name": "all.example.com", "rules": CLAIM_RULES}]}])
+    assert admission.mutators(api, "resource.k8s.io", ("resourceclaims",), SUITE_NS) == [
+        "MutatingAdmissionPolicy 'lower-gpu-count'", "MutatingWebhookConfiguration 'inject' (webhook all.example.com)"]
+    # Where the namespace could not be read: every one acting on those creates, as before.
+    assert len(admission.mutators(api, "resource.k8s.io", ("resourceclaims",))) == 5
+    assert admission.mutators(api, "", ("pods",), SUITE_NS) == []
