@@ -251,6 +251,8 @@ def _read_devices_for_collection(config) -> None:
         if unusable:
             raise DraconfError(unusable)
         config.stash[COLLECTED_DEVICES] = PublishedDevices.read(api, run_profile(config).driver)
+        if sweeping(config):
+            config.stash[COLLECTED_GPU_NODES] = _gpu_nodes(api, run_profile(config))
     except Exception as err:  # DraconfError, or the API refusing the read
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         what = "model and memory classes" if flag == "--all-models" else "GPU nodes"
@@ -261,6 +263,28 @@ def _read_devices_for_collection(config) -> None:
 def collected_devices(config):
     """The devices ``--all-models`` collects its classes from (read at session start)."""
     return config.stash[COLLECTED_DEVICES]
+
+
+#: The GPU nodes (labelled so, or hosting a kubelet-plugin pod) the sweep collects, whether or
+#: not they publish a device.
+COLLECTED_GPU_NODES = pytest.StashKey[list]()
+
+
+def _gpu_nodes(api, profile) -> list[str]:
+    """The cluster's GPU nodes as preflight finds them; none when they cannot be read (the sweep
+    then covers the nodes that publish, and preflight's own rows say what could not be read)."""
+    from draconf.preflight.nodes import read_gpu_nodes, read_plugin_pods
+    try:
+        # As preflight's resource-slices row reads them, with the profile's GPU-node labels.
+        return read_gpu_nodes(api, read_plugin_pods(api, profile.plugin)[1], dict(profile.plugin.gpu_node_labels))[0]
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.debug("the GPU nodes could not be read for the sweep", exc_info=True)
+        return []
+
+
+def collected_gpu_nodes(config) -> list[str]:
+    """The GPU nodes read at session start for the sweep (:func:`_gpu_nodes`)."""
+    return config.stash.get(COLLECTED_GPU_NODES, [])
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

@@ -48,10 +48,16 @@ DEFAULT_SHARE = 0.1
 @dataclass(frozen=True, order=True)
 class Target:
     """What one sweep test proves: a node, or one GPU (device name) of it; ``gpus``: how many
-    GPUs that is (a node's published whole GPUs), for the fleet picture."""
+    GPUs that is (a node's published whole GPUs), for the fleet picture.  A GPU node that
+    publishes no device at all is a target too, of 0 GPUs: nothing of it can be proven, and
+    the sweep says so."""
     node: str
     device: str | None = None
     gpus: int = field(default=1, compare=False)
+
+    @property
+    def publishes_nothing(self) -> bool:
+        return self.device is None and self.gpus == 0
 
     @property
     def id(self) -> str:
@@ -76,6 +82,17 @@ def targets(devices_per_node: dict[str, list], every_gpu: bool) -> list[Target]:
     if not every_gpu:
         return sorted(Target(node, gpus=len(devices)) for node, devices in devices_per_node.items())
     return sorted(Target(node, d.name) for node, devices in devices_per_node.items() for d in devices)
+
+
+def unpublished_targets(gpu_nodes, publishing) -> list[Target]:
+    """A target of 0 GPUs for each GPU node (labelled one, or hosting a kubelet-plugin pod) that
+    publishes no device of the driver at all (``publishing``: the nodes that publish some):
+    the sweep names it instead of leaving it out of the fleet.
+
+    >>> [(t.id, t.gpus, t.publishes_nothing) for t in unpublished_targets(["a", "b", "c"], {"a"})]
+    [('b', 0, True), ('c', 0, True)]
+    """
+    return sorted(Target(node, gpus=0) for node in set(gpu_nodes) - set(publishing))
 
 
 def full_gpus(published, profile) -> dict[str, list]:
@@ -274,6 +291,8 @@ def verdict_word(proof: Proof) -> str:
     if isinstance(outcome, pytest.skip.Exception):  # NoVerdict too
         if str(outcome).startswith(BUSY):
             return "busy"
+        if str(outcome).startswith(NOT_PUBLISHED):
+            return "not published"
         tainted = not isinstance(outcome, NoVerdict) and str(outcome).startswith(TAINTED)
         return "tainted" if tainted else "no-verdict"
     return "failed"
@@ -293,6 +312,8 @@ def tally(proofs: Iterable[Proof]) -> str:
 BUSY = "busy, not tested"
 #: How a tainted target GPU's skip starts (the picture tells it from a check that gave no verdict).
 TAINTED = "tainted, not tested"
+#: How the no-verdict of a GPU node that publishes no device starts.
+NOT_PUBLISHED = "not published"
 
 
 def node_state(api, name: str) -> str | None:
@@ -371,6 +392,11 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
     ``class_cel``: the profile's DeviceClass selectors, read for the sweep (preflight's gate
     has stopped a run whose class is missing)."""
     from draconf.workload import DeployedWorkload, prove_allocatable
+    if target.publishes_nothing:
+        left_out = validated_nodes.excluded.get(target.node)
+        raise NoVerdict(f"{NOT_PUBLISHED}: {target.node} is a GPU node (labelled so, or it hosts a kubelet-plugin "
+                        f"pod) that publishes no {profile.driver} device"
+                        + (f"; preflight: {', '.join(left_out)}" if left_out else ""))
     if not validated_nodes.keeps(target.node):
         raise NoVerdict(f"node {target.node} was left out by preflight: {validated_nodes.describe()}")
     if why := (node_states or (lambda name: node_state(api, name)))(target.node):

@@ -38,10 +38,13 @@ def pytest_generate_tests(metafunc):
     if "target" not in metafunc.fixturenames:
         return
     config, found = metafunc.config, []
-    from draconf.pytest_plugin import collected_devices, run_profile, sweeping
+    from draconf.pytest_plugin import collected_devices, collected_gpu_nodes, run_profile, sweeping
     if sweeping(config):
-        found = sweep.targets(sweep.full_gpus(collected_devices(config), run_profile(config)),
+        published = collected_devices(config)
+        found = sweep.targets(sweep.full_gpus(published, run_profile(config)),
                               every_gpu=config.getoption("draconf_every_gpu"))
+        # A GPU node that publishes nothing is named too, not left out of the fleet.
+        found += sweep.unpublished_targets(collected_gpu_nodes(config), published.devices_per_node())
     metafunc.parametrize("target", [
         pytest.param(t, id=t.id, marks=pytest.mark.draconf(workload="every-node", check=t.id))
         for t in found])

@@ -10,7 +10,8 @@ eight 12-pixel squares (a node with more GPUs wraps to a second row), with the n
 under it and, on a node that did not pass, the reason: its diagnosis code, ``busy`` or
 ``no verdict``. Colour is never the only sign. The palette is colour-blind safe (ColorBrewer
 Dark2's teal and orange, and greys). A failed GPU also has a cross, a busy one a bar and a
-tainted one (out of service by a device taint, left alone) a slash. A GPU
+tainted one (out of service by a device taint, left alone) a slash; a GPU node that publishes
+no device is one white square with a grey cross. A GPU
 with no verdict is hollow, with a dashed outline, and a failed node's tile is framed.
 
 >>> nodes = [NodeVerdict("gpu-2", 2, FAILED, "prepare-refused"), NodeVerdict("gpu-1", 2, PASSED)]
@@ -33,11 +34,14 @@ from xml.sax.saxutils import escape, quoteattr
 from draconf.tables import plain_lines
 
 PASSED, FAILED, BUSY, NO_VERDICT, TAINTED = "passed", "failed", "busy", "no-verdict", "tainted"
+NOT_PUBLISHED = "not-published"
 #: Every status, in the order the legend and the summary line give them.  ``tainted``: a GPU its
-#: driver or an admin took out of service (a device taint), which the sweep leaves alone.
-STATUSES = (PASSED, FAILED, BUSY, NO_VERDICT, TAINTED)
+#: driver or an admin took out of service (a device taint), which the sweep leaves alone;
+#: ``not-published``: a GPU node that publishes no device, so none of it can be proven.
+STATUSES = (PASSED, FAILED, BUSY, NO_VERDICT, TAINTED, NOT_PUBLISHED)
 #: How a status reads in the legend, on a tile and in the terminal.
-LABELS = {PASSED: "passed", FAILED: "failed", BUSY: "busy", NO_VERDICT: "no verdict", TAINTED: "tainted"}
+LABELS = {PASSED: "passed", FAILED: "failed", BUSY: "busy", NO_VERDICT: "no verdict", TAINTED: "tainted",
+          NOT_PUBLISHED: "not published"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class NodeVerdict:
     ('busy', 'busy', 'busy')
     >>> NodeVerdict("n", 2, "ok")
     Traceback (most recent call last):
-    ValueError: node n: unknown status ok (one of passed, failed, busy, no-verdict, tainted)
+    ValueError: node n: unknown status ok (one of passed, failed, busy, no-verdict, tainted, not-published)
     """
 
     name: str
@@ -125,6 +129,7 @@ _STYLES = {
     BUSY: _Style("#8c8c8c", "#6b6b6b", "bar"),
     NO_VERDICT: _Style("#f4f4f4", "#707070", ""),
     TAINTED: _Style("#d9d9d9", "#8c8c8c", "slash"),
+    NOT_PUBLISHED: _Style("#ffffff", "#b0b0b0", "cross"),
 }
 _INK, _MUTED, _FAILED_INK, _BACKGROUND = "#222222", "#5a5a5a", "#a34702", "#ffffff"
 
@@ -196,11 +201,13 @@ def _square(x: int, y: int, status: str) -> list[_Shape]:
     style, size, inset = _STYLES[status], _SQUARE, 3
     shapes: list[_Shape] = [_Box(x, y, size, size, style.fill, style.outline,
                                  dashed=status == NO_VERDICT)]
+    # A mark on a coloured square is cut out of it; on a white one, drawn in its outline's colour.
+    ink = style.outline if style.fill in ("", _BACKGROUND) else _BACKGROUND
     if style.mark == "cross":
-        shapes += [_Line(x + inset, y + inset, x + size - inset, y + size - inset, _BACKGROUND),
-                   _Line(x + size - inset, y + inset, x + inset, y + size - inset, _BACKGROUND)]
+        shapes += [_Line(x + inset, y + inset, x + size - inset, y + size - inset, ink),
+                   _Line(x + size - inset, y + inset, x + inset, y + size - inset, ink)]
     elif style.mark == "bar":
-        shapes.append(_Line(x + inset, y + size // 2, x + size - inset, y + size // 2, _BACKGROUND))
+        shapes.append(_Line(x + inset, y + size // 2, x + size - inset, y + size // 2, ink))
     elif style.mark == "slash":
         shapes.append(_Line(x + inset, y + size - inset, x + size - inset, y + inset, style.outline))
     return shapes
@@ -219,8 +226,8 @@ def _tile(node: NodeVerdict, x: int, y: int, square_rows: int) -> _Group:
     if node.status == FAILED:
         # a frame, so a failed node stands out even when only one of its GPUs failed
         shapes.append(_Box(x - 4, y - 4, _TILE_WIDTH + 8, height + 6, "", _STYLES[FAILED].outline))
-    # A node that publishes no GPU still gets one hollow square, so its tile is not empty.
-    for index, status in enumerate(node.squares or (NO_VERDICT,)):
+    # A node that publishes no GPU still gets one square of its status, so its tile is not empty.
+    for index, status in enumerate(node.squares or (node.status,)):
         row, column = divmod(index, _SQUARES_PER_ROW)
         shapes += _square(x + column * (_SQUARE + _SQUARE_GAP), y + row * (_SQUARE + _SQUARE_GAP), status)
     label_y = y + square_rows * (_SQUARE + _SQUARE_GAP) + 2
@@ -424,7 +431,7 @@ def summary_line(nodes: Iterable[NodeVerdict]) -> str:
 
 
 def terminal_lines(nodes: list[NodeVerdict]) -> list[str]:
-    """What the terminal prints for the sweep: one aligned line per failed or busy node (name,
+    """What the terminal prints for the sweep: one aligned line per failed, busy or not published node (name,
     status, code), then :func:`summary_line`. There is never a line per passed node, so a
     hundred good nodes take one line.
 
@@ -436,5 +443,5 @@ def terminal_lines(nodes: list[NodeVerdict]) -> list[str]:
     every-node: 1 passed, 1 failed, 1 busy of 3 nodes
     """
     nodes = by_name(nodes)
-    rows = [(n.name, LABELS[n.status], n.code) for n in nodes if n.status in (FAILED, BUSY)]
+    rows = [(n.name, LABELS[n.status], n.code) for n in nodes if n.status in (FAILED, BUSY, NOT_PUBLISHED)]
     return ["  " + line for line in plain_lines(rows)] + [summary_line(nodes)]

@@ -321,7 +321,8 @@ def fleet_verdicts(rows) -> list:
     """The sweep's rows (workload ``every-node``, check ``<node>`` or ``<node>/<gpu>``) as the
     fleet picture's nodes: a node's status is its worst GPU's (failed, then no verdict, then
     busy, then tainted); a node swept whole is a square per GPU its row says it has (``gpus``),
-    all of the node's status.
+    all of the node's status; a GPU node that publishes none has no square and is "not
+    published".
 
     >>> rows = [{"workload": "every-node", "check": "n1/gpu-0", "outcome": "passed"},
     ...         {"workload": "every-node", "check": "n1/gpu-1", "outcome": "failed", "diagnosis": "plugin-unhealthy"},
@@ -329,6 +330,8 @@ def fleet_verdicts(rows) -> list:
     ...         {"workload": "every-node", "check": "n3", "outcome": "passed", "gpus": 3},
     ...         {"workload": "every-node", "check": "n4/gpu-0", "outcome": "passed"},
     ...         {"workload": "every-node", "check": "n4/gpu-1", "outcome": "skipped", "message": "tainted, not tested: t"},
+    ...         {"workload": "every-node", "check": "n5", "outcome": "no-verdict", "gpus": 0,
+    ...          "message": "not published: n5 is a GPU node ..."},
     ...         {"workload": "single-gpu", "check": "allocation", "outcome": "passed"}]
     >>> for n in fleet_verdicts(rows):
     ...     print(n.name, n.gpus, n.status, n.code, n.gpu_status)
@@ -336,9 +339,12 @@ def fleet_verdicts(rows) -> list:
     n2 1 busy  ('busy',)
     n3 3 passed  ('passed', 'passed', 'passed')
     n4 2 tainted  ('passed', 'tainted')
+    n5 0 not-published  ()
     """
-    from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, TAINTED, NodeVerdict
-    from draconf.sweep import BUSY as BUSY_MESSAGE, TAINTED as TAINTED_MESSAGE  # how the sweep words them
+    from draconf.reporting.fleet_picture import (BUSY, FAILED, NO_VERDICT, NOT_PUBLISHED, PASSED, TAINTED,
+                                                 NodeVerdict)
+    from draconf.sweep import BUSY as BUSY_MESSAGE, NOT_PUBLISHED as NOT_PUBLISHED_MESSAGE, \
+        TAINTED as TAINTED_MESSAGE  # how the sweep words them
 
     def status(row) -> str:
         outcome = row.get("outcome")
@@ -349,6 +355,8 @@ def fleet_verdicts(rows) -> list:
         message = str(row.get("message") or "")
         if message.startswith(BUSY_MESSAGE):
             return BUSY
+        if message.startswith(NOT_PUBLISHED_MESSAGE):
+            return NOT_PUBLISHED
         return TAINTED if outcome == "skipped" and message.startswith(TAINTED_MESSAGE) else NO_VERDICT
 
     per_node: dict[str, list] = {}
@@ -358,10 +366,11 @@ def fleet_verdicts(rows) -> list:
     nodes = []
     for name, node_rows in sorted(per_node.items()):
         node_rows.sort(key=lambda r: str(r["check"]))
-        # A GPU's row is one square; a node's, one per GPU it proved.
+        # A GPU's row is one square; a node's, one per GPU it proved (none: it publishes none).
         squares = tuple(status(r) for r in node_rows
-                        for _ in range(1 if "/" in str(r["check"]) else r.get("gpus") or 1))
-        worst = next(s for s in (FAILED, NO_VERDICT, BUSY, TAINTED, PASSED) if s in squares)
+                        for _ in range(1 if "/" in str(r["check"]) else r.get("gpus", 1)))
+        statuses = {status(r) for r in node_rows}
+        worst = next(s for s in (FAILED, NO_VERDICT, BUSY, TAINTED, NOT_PUBLISHED, PASSED) if s in statuses)
         code = next((str(r.get("diagnosis") or "") for r in node_rows if status(r) == FAILED), "")
         nodes.append(NodeVerdict(name, len(squares), worst, code, squares))
     return nodes

@@ -92,7 +92,7 @@ def new_row(nodeid: str, phase: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": nodeid, "workload": phase.get("workload"), "check": phase.get("check"),
             "outcome": phase["outcome"], "duration": 0.0,
             "diagnosis": phase.get("diagnosis"), "reason": phase.get("reason"),
-            "message": phase.get("message"), **({"gpus": phase["gpus"]} if phase.get("gpus") else {})}
+            "message": phase.get("message"), **({"gpus": phase["gpus"]} if phase.get("gpus") is not None else {})}
 
 
 def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duration: float) -> None:
@@ -111,7 +111,7 @@ def fold_phase(row: dict[str, Any], when: str, phase: Mapping[str, Any], duratio
     row["duration"] = round(row["duration"] + duration, 6)  # microseconds are plenty
     row["diagnosis"] = phase.get("diagnosis") or row["diagnosis"]
     row["reason"] = phase.get("reason") or row.get("reason")
-    if phase.get("gpus"):
+    if phase.get("gpus") is not None:  # 0: a GPU node that publishes none
         row["gpus"] = phase["gpus"]
     if when == "setup":
         return  # new_row() already took setup's outcome

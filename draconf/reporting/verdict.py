@@ -80,7 +80,8 @@ class Verdict:
         which pytest-xdist serialises to its controller)."""
         self.phases[when] = {
             "workload": self.workload, "check": self.check, "outcome": outcome, "message": message,
-            "diagnosis": self.code, "reason": self.reason, **({"gpus": self.gpus} if self.gpus else {})}
+            "diagnosis": self.code, "reason": self.reason,
+            **({"gpus": self.gpus} if self.gpus is not None else {})}
         return dict(self.phases[when])
 
 

@@ -82,3 +82,27 @@ def test_gpus_others_hold_are_busy_never_taken(healthy_bed, api, tmp_path):
                    for d in s.spec.devices if s.spec.node_name and d.attributes["type"].string == "gpu")
     assert sorted(rows) == whole and len(whole) >= 8, (sorted(rows), whole)
     assert "at most 4 at a time" in out, out[-3000:]
+
+
+def test_a_gpu_node_that_publishes_nothing_is_named_not_left_out(healthy_bed, api, tmp_path):
+    """One GPU node's kubelet plugin taken off (its nvidia.com/gpu.present label turned false, as
+    in test_node_gating.py): the node withdraws its slices, yet NFD's label still makes it a GPU
+    node. The sweep gives it a row of its own, no verdict "not published", and the picture and
+    the terminal name it; the other nodes are proven."""
+    from draconf.devices import PublishedDevices
+    from draconf import waits
+    from .test_node_gating import DRIVER, plugin_taken_off
+    nodes = gpu_nodes(api)
+    silent = nodes[0]
+    with plugin_taken_off(api, silent):
+        waits.wait_until(f"{silent} to withdraw its slices",
+                         lambda: PublishedDevices.read(api, DRIVER).devices_per_node().get(silent, 0),
+                         lambda count: count == 0, timeout=120)
+        result, rows = _sweep(healthy_bed, tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode == 10, out[-3000:]  # nothing failed, one node unproven: never green
+    row = rows[silent]
+    assert row["outcome"] == "no-verdict" and row["message"].startswith("not published") and row["gpus"] == 0, row
+    assert all(rows[n]["outcome"] == "passed" for n in nodes[1:]), rows
+    assert f"{silent}  not published" in out, out[-3000:]
+    assert (tmp_path / "fleet.png").is_file()

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from draconf.reporting import fleet_picture as fp
-from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, PASSED, TAINTED, NodeVerdict
+from draconf.reporting.fleet_picture import BUSY, FAILED, NO_VERDICT, NOT_PUBLISHED, PASSED, TAINTED, NodeVerdict
 
 SVG = "{http://www.w3.org/2000/svg}"
 COLOUR = {status: style.fill for status, style in fp._STYLES.items()}
@@ -77,6 +77,15 @@ def test_each_status_has_its_colour_and_no_verdict_a_dashed_outline():
 def test_failed_gpus_carry_a_cross_so_colour_is_not_the_only_sign():
     tile = tile_of(svg_root(fleet()), "gpu-node-7")
     assert len(list(tile.iter(SVG + "line"))) == 2 * 8
+
+
+def test_a_gpu_node_that_publishes_nothing_is_one_crossed_white_square_named_in_the_terminal():
+    nodes = [NodeVerdict("gpu-1", 8, PASSED), NodeVerdict("gpu-9", 0, NOT_PUBLISHED)]
+    tile = tile_of(svg_root(nodes), "gpu-9")
+    assert square_fills(tile) == [COLOUR[NOT_PUBLISHED]]
+    assert {line.get("stroke") for line in tile.iter(SVG + "line")} == {fp._STYLES[NOT_PUBLISHED].outline}
+    assert "not published" in [t.text for t in tile.iter(SVG + "text")]
+    assert fp.terminal_lines(nodes) == ["  gpu-9  not published", "every-node: 1 passed, 1 not published of 2 nodes"]
 
 
 def test_a_tainted_gpu_carries_a_slash_and_its_tile_says_tainted():
