@@ -5,23 +5,9 @@ from __future__ import annotations
 
 from draconf.diagnosis.facts import NodeFacts
 from draconf.pods import Pod
-
-
-def tolerates(tolerations: list[dict], taint: dict) -> bool:
-    """Kubernetes' toleration matching (k8s.io/api/core/v1 Toleration.ToleratesTaint)."""
-    for t in tolerations or []:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        op = t.get("operator") or "Equal"
-        if not t.get("key"):
-            if op == "Exists":
-                return True
-            continue
-        if t.get("key") != taint.get("key"):
-            continue
-        if op == "Exists" or (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
+# Kubernetes' toleration matching (Toleration.ToleratesTaint): the same rules for node taints
+# as for device taints, one implementation.
+from draconf.taints import tolerates
 
 
 def _expression_matches(expr: dict, labels: dict, fields: dict | None = None) -> bool:
