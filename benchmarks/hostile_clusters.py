@@ -13,6 +13,10 @@ Each round runs, in turn, on a bed that is up (each run into reports of its own)
   namespaces (the blanket denial of ``tests/testbed/test_admission.py``), exit 1;
 - ``-k "preflight or single-gpu"`` with the gpu.nvidia.com DeviceClass's selector matching no
   device, exit 1;
+- the whole suite as the bed's user ``draconf-suite`` bound only to the built-in ``view`` role
+  (credentials that may only read: ``tests/testbed/test_rbac.py``), exit 1;
+- the whole suite with every GPU node tainted ``dedicated=gpu-reserved:NoSchedule`` (the
+  external fault ``gpu-nodes-tainted``), exit 1;
 
 and two baselines in the same window: a kubeconfig that does not exist (exit 11: the CLI's own
 start, no cluster reached) for the bad kubeconfigs, and a healthy ``-k preflight`` run (exit 0:
@@ -47,6 +51,8 @@ KUBECONFIGS = ("unreachable", "untrusted", "wrong-token", "silent")
 #: The selector patched onto gpu.nvidia.com: no published device is a TPU.
 NOTHING = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'tpu'"
 CLASS = "gpu.nvidia.com"
+#: The bed's driver, whose nodes the tainted scenario taints.
+DRIVER = "gpu.nvidia.com"
 
 
 @contextmanager
@@ -132,6 +138,37 @@ def bed_round(bed, api, scenario: str) -> tuple[float, int, str]:
             finally:
                 kubectl.delete(api, objects)
                 run_leftovers_gone(api, before)
+        if scenario == "read-only-credentials":
+            from draconf.profile import TESTBED_IMAGE
+            binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                       "metadata": {"name": "draconf-suite-view-only"},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                       "subjects": [{"kind": "User", "name": "draconf-suite",
+                                     "apiGroup": "rbac.authorization.k8s.io"}]}
+            profile = Path(tmp) / "profile.yaml"
+            profile.write_text(f"name: testbed-mirror\nimage: {TESTBED_IMAGE}\n")
+            kubectl.apply(api, [binding])
+            try:
+                return draconf_run(["--target", "kubeconfig", "--profile", str(profile), "--reports",
+                                    str(Path(tmp) / "reports")],
+                                   {"KUBECONFIG": str(bed.dir / "draconf-suite.kubeconfig")})
+            finally:
+                kubectl.delete(api, [binding])
+                run_leftovers_gone(api, before)
+        if scenario == "gpu-nodes-tainted":
+            from draconf.devices import PublishedDevices
+            from draconf.testbed.faults import GPU_NODE_TAINT
+            nodes = sorted(PublishedDevices.read(api, DRIVER).devices_per_node())
+            kept = {n: [api.api_client.sanitize_for_serialization(t) for t in api.core.read_node(n).spec.taints or []]
+                    for n in nodes}
+            try:
+                for node in nodes:  # an admin's taint on every GPU node, as the matrix row's
+                    api.core.patch_node(node, {"spec": {"taints": [*kept[node], dict(GPU_NODE_TAINT)]}})
+                return draconf_run(args)
+            finally:
+                for node in nodes:
+                    api.core.patch_node(node, {"spec": {"taints": kept[node] or None}})
+                run_leftovers_gone(api, before)
         if scenario == "class-selects-nothing":
             spec = api.resource.read_device_class(CLASS).spec
             original = copy.deepcopy(api.api_client.sanitize_for_serialization(spec.selectors))
@@ -151,6 +188,8 @@ SCENARIOS = {
     "preflight-only": (0, None),
     "blanket-denial": (EXIT_FAILED, "preflight-only"),
     "class-selects-nothing": (EXIT_FAILED, "preflight-only"),
+    "read-only-credentials": (EXIT_FAILED, "preflight-only"),
+    "gpu-nodes-tainted": (EXIT_FAILED, "preflight-only"),
 }
 
 
