@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from draconf.errors import server_message  # noqa: F401  (re-exported: the refusal's words)
 from _pytest.outcomes import Failed  # pytest.fail.Exception, by a name a type checker follows
@@ -131,14 +132,14 @@ def selects(selector: dict | None, labels: dict | None) -> bool:
     return True
 
 
-def mutators(api, group: str, resources: tuple[str, ...], namespace_labels: dict | None = None) -> list[str]:
+def mutators(api, creates: Iterable[tuple[str, str]], namespace_labels: dict | None = None) -> list[str]:
     """The mutating admission policies and webhooks of the cluster that act on creates of any of
-    ``resources`` (of API ``group``): who may have rewritten what the suite applied (read when a
-    live object differs from it; what could not be read is said, not guessed).  With
+    ``creates`` (``(API group, resource)``): who may have rewritten what the suite applied (read
+    when a live object differs from it; what could not be read is said, not guessed).  With
     ``namespace_labels`` (the labels of the namespace the object was made in), only those whose
     namespace selectors select it: a policy through a binding that does, a webhook whose
     ``namespaceSelector`` does (match conditions and object selectors are not evaluated)."""
-    found = []
+    found, creates = [], list(creates)
 
     def policies():
         bindings = [api.api_client.sanitize_for_serialization(b)
@@ -165,6 +166,6 @@ def mutators(api, group: str, resources: tuple[str, ...], namespace_labels: dict
             found.append(f"{kind}s could not be read ({getattr(err, 'status', None) or type(err).__name__})")
             continue
         for obj, webhook, rules, in_scope in acting:
-            if (in_scope or namespace_labels is None) and any(acts_on_create(rules, group, r) for r in resources):
+            if (in_scope or namespace_labels is None) and any(acts_on_create(rules, g, r) for g, r in creates):
                 found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else ""))
     return found

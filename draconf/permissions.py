@@ -218,9 +218,9 @@ def gate_reason(config, api) -> str | None:
     """For a pytest session: why tests that create objects must be skipped, or None.
 
     As the run's preflight reading decided it where the session has read it
-    (:func:`remember_gate`), else reviewed once per process; kept in ``config.stash``.  A review that cannot be made
-    (the server refuses SelfSubjectAccessReview, or errs) blocks nothing: the tests then meet
-    the server's own answers."""
+    (:func:`remember_gate`), else reviewed once per process; kept in ``config.stash``.  A
+    review that cannot be made (the server refuses SelfSubjectAccessReview, or errs) blocks
+    nothing: the tests then meet the server's own answers."""
     if GATE_KEY not in config.stash:
         wanted = needed()  # a broken role file is a DraconfError, never "nothing missing"
         try:

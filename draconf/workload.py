@@ -346,11 +346,11 @@ class DeployedWorkload(StartVerdicts):
             labels = self.api.core.read_namespace(self.namespace).metadata.labels or {}
         except Exception:  # noqa: BLE001 - unread, every mutator acting on those creates is named
             labels = None
-        found = (admission.mutators(self.api, "", ("pods",), labels) if pods else []) + (
-            admission.mutators(self.api, "resource.k8s.io", ("resourceclaims", "resourceclaimtemplates"), labels)
-            if claims else [])
+        creates = ([("", "pods")] if pods else []) + (
+            [("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")] if claims else [])
+        found = admission.mutators(self.api, creates, labels)  # one read of the policies and webhooks
         if found:
-            return f"mutating admission acting on {what} creates: " + ", ".join(dict.fromkeys(found))
+            return f"mutating admission acting on {what} creates: " + ", ".join(found)
         return f"no mutating admission policy or webhook acting on {what} creates was found"
 
     def allocation_snapshot(self, published: PublishedDevices,

@@ -148,8 +148,8 @@ def test_only_the_mutators_bound_to_the_suites_namespace_are_named():
         webhooks=[{"metadata": {"name": "inject"}, "webhooks": [
             {"name": "inject.example.com", "rules": CLAIM_RULES, "namespaceSelector": {"matchLabels": {"team": "ml"}}},
             {"name": "all.example.com", "rules": CLAIM_RULES}]}])
-    assert admission.mutators(api, "resource.k8s.io", ("resourceclaims",), SUITE_NS) == [
+    assert admission.mutators(api, [("resource.k8s.io", "resourceclaims")], SUITE_NS) == [
         "MutatingAdmissionPolicy 'lower-gpu-count'", "MutatingWebhookConfiguration 'inject' (webhook all.example.com)"]
     # Where the namespace could not be read: every one acting on those creates, as before.
-    assert len(admission.mutators(api, "resource.k8s.io", ("resourceclaims",))) == 5
-    assert admission.mutators(api, "", ("pods",), SUITE_NS) == []
+    assert len(admission.mutators(api, [("resource.k8s.io", "resourceclaims")])) == 5
+    assert admission.mutators(api, [("", "pods")], SUITE_NS) == []
