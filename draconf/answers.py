@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from _pytest.outcomes import Failed  # pytest.fail.Exception
 from kubernetes.client.exceptions import ApiException
 
 from draconf.admission import FORBIDDEN, AdmissionDenied, server_message
+from draconf.errors import CheckFailed
 
 #: Statuses of a server too busy to serve the request (what kube.API_RETRY retries), kept when
 #: they stood after the retries.
@@ -104,11 +104,4 @@ def carried_by(error: BaseException | None) -> tuple[ServerAnswer, ...]:
 
 def failure(message: str, answers: Iterable[ServerAnswer]) -> BaseException:
     """A check's failure (pytest's, no traceback) that carries the server's answers behind it."""
-    err = CheckFailed(msg=message, pytrace=False)
-    err.answers = tuple(answers)
-    return err
-
-
-class CheckFailed(Failed):
-    """pytest's failure outcome, with the server's answers that decided it."""
-    answers: tuple[ServerAnswer, ...] = ()
+    return CheckFailed(message, answers=tuple(answers))

@@ -51,8 +51,35 @@ class ReleaseIncomplete(AssertionError):
     consumer is gone is the check's to know, not the cluster's to show)."""
 
 
-# pytest.skip.Exception by its class's name, which a type checker can follow as a base class
-from _pytest.outcomes import Skipped  # noqa: E402  (only for the skip outcome NoVerdict derives from)
+# pytest.skip.Exception and pytest.fail.Exception by their classes' names, which a type checker
+# can follow as base classes
+from _pytest.outcomes import Failed, Skipped  # noqa: E402  (only for the outcomes derived below)
+
+
+class CheckFailed(Failed):
+    """A check's failure (pytest's fail outcome, no traceback), with its cause as data.
+
+    ``code``: the diagnosis code of the cause, where the check read the cause itself (a claim
+    whose count admission lowered is ``spec-altered``, a feature the cluster must have and lacks
+    ``feature-disabled``); the diagnosis then records that code and ``reason``, never a rule's
+    guess, and nothing reads the code back out of the message.  ``answers``: the API server's
+    answers behind the failure (draconf.answers), for the diagnosis to read.
+
+    >>> err = CheckFailed("the claim asks for 1 GPU, the manifest for 2", code="spec-altered")
+    >>> str(err), err.code, err.reason
+    ('[spec-altered] the claim asks for 1 GPU, the manifest for 2', 'spec-altered', 'the claim asks for 1 GPU, the manifest for 2')
+    >>> str(CheckFailed("no GPU")), CheckFailed("no GPU").code
+    ('no GPU', None)
+    """
+
+    def __init__(self, reason: str, code: str | None = None, answers: tuple = ()):
+        super().__init__(msg=f"[{code}] {reason}" if code else reason, pytrace=False)
+        self.reason = reason
+        self.code = code
+        self.answers = tuple(answers)
+
+
+CheckFailed.__module__ = "builtins"  # as pytest's Failed shows: "CheckFailed: <message>"
 
 
 class NoVerdict(Skipped):
@@ -70,7 +97,8 @@ class NoVerdict(Skipped):
     """
 
     def __init__(self, cause: str, code: str | None = None):
-        super().__init__(msg=cause)
+        # pytest's skip line and JUnit lead with the code, as a failure's message does
+        super().__init__(msg=f"[{code}] {cause}" if code else cause)
         self.cause = cause
         self.code = code
 

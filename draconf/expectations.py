@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass, field
 
 from draconf.admission import denial_in_text
-from draconf.errors import DraconfError, NoVerdict
+from draconf.errors import CheckFailed, DraconfError, NoVerdict
 
-#: The ``[code]`` a failure message starts with (the diagnosis records it).
-FEATURE_DISABLED = "[feature-disabled] "
+#: The diagnosis code of an expected feature that is missing (the diagnosis records it).
+FEATURE_DISABLED = "feature-disabled"
 
 #: Feature (as the suite names it) -> (gate, the minor version from which it is GA and locked on).
 #: dra-facts §7 (the upstream versioned gate table): both beta and on in 1.34 and 1.35, GA in 1.36.
@@ -47,8 +47,11 @@ FEATURES = ("prioritized-list", "admin-access", "device-taints", "device-taint-r
 _MINOR = re.compile(r"^v?1\.(\d+)")
 
 
-class FeatureMissing(AssertionError):
+class FeatureMissing(CheckFailed):
     """A feature the cluster must have is not there (``feature-disabled``): a failure."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason, code=FEATURE_DISABLED)
 
 
 def validate(names) -> list[str]:
@@ -129,7 +132,7 @@ class Expectations:
                             + capability.evidence, code=refusal_code(capability.refusal))
         why = self.why(feature) or (capability.promised if feature not in self.waive else None)
         if why:
-            raise FeatureMissing(f"{FEATURE_DISABLED}{capability.name} must be available on this cluster "
-                                 f"({why}), but {capability.evidence}")
+            raise FeatureMissing(f"{capability.name} must be available on this cluster ({why}), but "
+                                 f"{capability.evidence}")
         import pytest
         pytest.skip(capability.skip_reason)

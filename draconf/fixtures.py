@@ -216,7 +216,7 @@ def preflight_gate(pytestconfig, preflight, cluster, profile, record_testsuite_p
     if missing:
         # Permissions preflight found missing: a test that needs them never starts (its
         # fixtures' reads would only be refused, one ForbiddenException each).
-        raise NoVerdict(f"[permission-denied] {missing}")
+        raise NoVerdict(missing, code="permission-denied")
     blocking = [r for r in blocking_failures(preflight) if r.name in GATING_CHECKS]
     gpu_nodes = {n for r in blocking for n in r.nodes}
     if gpu_nodes:

@@ -112,7 +112,7 @@ def create(api, run: RunId, test_name: str, extra_labels: dict | None = None,
         from draconf.controlplane import health
         raise waits.ControlPlaneStalled(
             "controller-manager-unavailable",
-            f"[controller-manager-unavailable] no ServiceAccount default was created in namespace "
+            f"no ServiceAccount default was created in namespace "
             f"{name} in {sa_timeout:g}s: the serviceaccount controller of kube-controller-manager "
             f"did not act; kube-controller-manager: {health(api, 'kube-controller-manager')}",
             err.last_observed) from None

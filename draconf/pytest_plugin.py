@@ -318,7 +318,7 @@ def _diagnose(item, exc) -> None:
         # could read again: its sentence is the diagnosis.
         from draconf.reporting import record_diagnosis, verdict_of
         if not verdict_of(item).code:
-            record_diagnosis(item, exc.code, reason=str(exc).removeprefix(f"[{exc.code}] "))
+            record_diagnosis(item, exc.code, reason=exc.reason)
     from draconf.diagnosis import record_failure_diagnosis
     record_failure_diagnosis(item, exc)
 

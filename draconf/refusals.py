@@ -120,5 +120,5 @@ def check(docs: list[dict]) -> None:
     blocked = book().blocking(kinds_made_by(docs))
     if blocked:
         denier, kind, count, message = blocked
-        raise NoVerdict(f"[admission-denied] not tried: {denier} has refused the suite's {kind} objects "
-                        f"{count} times in this run: {message}")
+        raise NoVerdict(f"not tried: {denier} has refused the suite's {kind} objects {count} times in this "
+                        f"run: {message}", code="admission-denied")

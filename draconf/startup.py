@@ -41,7 +41,7 @@ TRANSIENT_UNSCHEDULABLE = ("resourceclaim not available on the node", "not creat
 #: Seconds a definitive scheduler message must stand before it is a verdict.
 VERDICT_AFTER = 3.0
 
-# Why a workload never started, as data (``StartVerdicts.start_cause``, ``Start.cause``): what a
+# Why a workload never started, as data (``waits.Verdict.kind``, ``Start.cause``): what a
 # check does with it depends on whose promise it was, not on how the reason is worded.
 #: the scheduler cannot place a pod (its standing or confirmed PodScheduled message)
 UNSCHEDULABLE = "unschedulable"
@@ -129,7 +129,7 @@ class StartVerdicts:
         def events(self) -> list[str]: ...
         def describe(self, pods: list[Pod] | None = None) -> str: ...
 
-    def verdict(self, pods: list[Pod]) -> str | None:
+    def verdict(self, pods: list[Pod]) -> waits.Verdict | None:
         """Why the pods will not run, once the cluster says so for good (None: keep waiting);
         raises :class:`ControlPlaneStalled` when nothing acts on them at all."""
         now = time.monotonic()
@@ -188,17 +188,12 @@ class StartVerdicts:
                                    ServerAnswer(None, refused, via="FailedResourceClaimCreation event"))
         return self._controller_denied(pods)
 
-    #: the kind of the last verdict :meth:`verdict` gave (one of the causes above)
-    start_cause: str | None = None
-    #: the server's answers behind it, when a refusal is the verdict (draconf.answers)
-    start_answers: tuple = ()
-
-    def _cause(self, kind: str, message: str, answer: ServerAnswer | None = None) -> str:
-        """``message``, the verdict, with its kind (and the server's answer behind it) kept for
+    @staticmethod
+    def _cause(kind: str, message: str, answer: ServerAnswer | None = None) -> waits.Verdict:
+        """``message``, the verdict, with its kind (and the server's answer behind it) as data,
+        which the wait's :class:`~draconf.waits.TerminalState` carries to
         :class:`draconf.workload.Start`."""
-        self.start_cause = kind
-        self.start_answers = (answer,) if answer is not None else ()
-        return message
+        return waits.Verdict(message, kind=kind, answers=(answer,) if answer is not None else ())
 
     def claim_not_created(self, pod: Pod, now: float | None = None) -> str | None:
         """Why the claim the resourceclaim controller makes for ``pod`` (from its template) is
@@ -290,7 +285,7 @@ class StartVerdicts:
             out += [name for name in names.values() if name in claims and not claims[name].is_allocated]
         return out
 
-    def _controller_denied(self, pods: list[Pod]) -> str | None:
+    def _controller_denied(self, pods: list[Pod]) -> waits.Verdict | None:
         """A controller (Job, ReplicaSet) whose pods admission refuses records it only in a
         ``FailedCreate`` event naming the policy or webhook: that is the verdict, at once."""
         if len(pods) >= self.workload.expected_pods:
@@ -341,7 +336,7 @@ class StartVerdicts:
 
     def _stalled(self, component: str, code: str, observed: str) -> ControlPlaneStalled:
         from draconf.controlplane import health
-        return ControlPlaneStalled(code, f"[{code}] {observed}; {component}: {health(self.api, component)}",
+        return ControlPlaneStalled(code, f"{observed}; {component}: {health(self.api, component)}",
                                    self.describe())
 
     def _standing(self, key, now: float) -> float:

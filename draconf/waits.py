@@ -33,8 +33,33 @@ T = TypeVar("T")
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 
 
+class Verdict(str):
+    """What a wait's ``verdict`` callback returns to end it: the sentence, and its cause as data
+    (``kind``: what kind of reason it is, e.g. draconf.startup.PREPARE_REFUSED; ``answers``: the
+    API server's answers behind it), which :class:`TerminalState` then carries, so that no
+    caller reads the kind back out of the words.  A plain ``str`` is a verdict without a kind.
+
+    >>> v = Verdict("pod p cannot pull its image", kind="image-pull")
+    >>> v, v.kind, Verdict("x").answers
+    ('pod p cannot pull its image', 'image-pull', ())
+    """
+
+    kind: str | None
+    answers: tuple
+
+    def __new__(cls, message: str, kind: str | None = None, answers: tuple = ()):
+        verdict = super().__new__(cls, message)
+        verdict.kind, verdict.answers = kind, tuple(answers)
+        return verdict
+
+
 class WaitFailed(AssertionError):
-    """A wait ended without the expected state; the cluster failed the check."""
+    """A wait ended without the expected state; the cluster failed the check.
+
+    ``code``: the diagnosis code of the cause where the wait read it itself (a stalled
+    control plane), else None and the diagnosis reads the cluster."""
+
+    code: str | None = None
 
     def __init__(self, message: str, last_observed: str = ""):
         super().__init__(message)
@@ -46,17 +71,27 @@ class WaitTimeout(WaitFailed):
 
 
 class TerminalState(WaitFailed):
-    """The observed state can no longer turn into the expected one."""
+    """The observed state can no longer turn into the expected one; ``kind`` and ``answers``
+    are the cause the wait's verdict gave (:class:`Verdict`), None and () if it gave none."""
+
+    def __init__(self, message: str, last_observed: str = "", kind: str | None = None, answers: tuple = ()):
+        super().__init__(message, last_observed)
+        self.kind = kind
+        self.answers = tuple(answers)
 
 
 class ControlPlaneStalled(TerminalState):
     """Nothing in the control plane acted for a bounded time while the API server answered:
-    ``code`` is ``scheduler-unavailable`` or ``controller-manager-unavailable``.  The run's
-    breaker (draconf.pytest_plugin) gives every later workload no verdict with this cause."""
+    ``code`` is ``scheduler-unavailable`` or ``controller-manager-unavailable``, ``reason`` what
+    was observed.  The run's breaker (draconf.pytest_plugin) gives every later workload no
+    verdict with this cause."""
 
-    def __init__(self, code: str, message: str, last_observed: str = ""):
-        super().__init__(message, last_observed)
+    code: str
+
+    def __init__(self, code: str, reason: str, last_observed: str = ""):
+        super().__init__(f"[{code}] {reason}", last_observed)
         self.code = code
+        self.reason = reason
 
 
 class Cancelled(BaseException):
@@ -129,7 +164,7 @@ def adaptive(interval: float):
 
 
 def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], *, timeout: float,
-               describe: Callable[[T], str] = str, verdict: Callable[[T], str | None] | None = None,
+               describe: Callable[[T], str] = str, verdict: Callable[[T], str | Verdict | None] | None = None,
                interval: float = 0.5, progress_every: float = 15,
                progress: Callable[[str], None] | None = None,
                confirm: Callable[[], T] | None = None) -> T:
@@ -140,7 +175,8 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
     the suite waits for happens within 0.01-0.3 s, and a fixed 0.5 s poll put up to half a
     second between an event and its verdict.
 
-    Raises :class:`TerminalState` as soon as ``verdict(state)`` returns a message, and
+    Raises :class:`TerminalState` as soon as ``verdict(state)`` returns a message (with its
+    cause, where the message is a :class:`Verdict`), and
     :class:`WaitTimeout` (with ``describe`` of the last state) when ``timeout`` runs out.
     Every ``progress_every`` seconds a line saying what it still waits for goes to
     ``progress`` (default: the ``draconf.wait`` logger at INFO).
@@ -153,7 +189,7 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
     last: list = []
     next_progress = [started + progress_every]
 
-    def judged(state) -> str | None:
+    def judged(state) -> str | Verdict | None:
         return verdict(state) if verdict is not None and not ready(state) else None
 
     def attempt():
@@ -171,7 +207,8 @@ def wait_until(what: str, observe: Callable[[], T], ready: Callable[[T], bool], 
             last[:] = [state]
             message = judged(state)  # the server's state: ready (None), or its verdict (may raise)
         if message:
-            raise TerminalState(f"{what}: {message}", describe(state))
+            raise TerminalState(f"{what}: {message}", describe(state), kind=getattr(message, "kind", None),
+                                answers=getattr(message, "answers", ()))
         now = time.monotonic()
         if now >= next_progress[0]:
             next_progress[0] = now + progress_every

@@ -37,7 +37,7 @@ from draconf.kube import Api, label_selector, raw_items
 from draconf.claims import Claim, held_devices
 from draconf.devices import PublishedDevices, class_selectors
 from draconf.injection import Seen, WrongInjection, judge as judge_injection
-from draconf.errors import NoVerdict, ReleaseIncomplete, server_message
+from draconf.errors import CheckFailed, NoVerdict, ReleaseIncomplete, server_message
 from draconf.pods import Pod, delete_pods, exec_in_container, request_matches
 from draconf.profile import Profile
 from draconf.release import CONTROLLER, ReleaseJudge
@@ -46,9 +46,9 @@ from draconf.watched import WatchedRun
 
 log = logging.getLogger("draconf.workload")
 
-#: The ``[code]`` a failure message starts with when the live pods are not what the suite applied
-#: (the diagnosis records it; written out here because the vocabulary is a layer above).
-SPEC_ALTERED = "[spec-altered] "
+#: The diagnosis code of a failure where the live pods are not what the suite applied (the
+#: vocabulary is a layer above: draconf.reporting.diagnoses).
+SPEC_ALTERED = "spec-altered"
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,9 @@ class Start:
     #: the API server's answers that refused the workload's objects (draconf.answers), if that
     #: is why: what a check failing on this start carries for the diagnosis
     answers: tuple = ()
+    #: the diagnosis code of ``failure`` where the suite read the cause itself (a feature the
+    #: cluster must have is missing, an attribute to select on is not published)
+    code: str | None = None
 
     @property
     def never_started(self) -> bool:
@@ -117,7 +120,7 @@ class Start:
         "allocated wrong".  ``label`` leads the message (a sweep target's id)."""
         try:
             return self.running.check_allocation(published)
-        except AssertionError as err:
+        except (AssertionError, CheckFailed) as err:
             if not self.never_started:
                 raise
             found = str(err).removeprefix("allocation is wrong: ")
@@ -188,7 +191,7 @@ class DeployedWorkload(StartVerdicts):
         """The :class:`Start` of a wait for the pods that ended with them not running: the
         cluster's verdict that ended it early (as data), or the timeout."""
         if isinstance(err, waits.TerminalState):
-            return Start(self, str(err), cause=self.start_cause, answers=self.start_answers)
+            return Start(self, str(err), cause=err.kind, answers=err.answers)
         return Start(self, str(err), cause=startup.TIMEOUT)
 
     # --- observing ---------------------------------------------------------------------------
@@ -330,13 +333,14 @@ class DeployedWorkload(StartVerdicts):
         altered_claims = applied.claim_differences(self.documents, pods, claims)
         # Who may have done it first (what the operator acts on), then what differs.
         if found or altered_claims:
-            raise AssertionError(SPEC_ALTERED + "the pods and claims do not ask for what the suite applied "
-                                 f"({self._mutators_named(pods=bool(found), claims=bool(altered_claims))}): "
-                                 + "; ".join(found + altered_claims))
+            raise CheckFailed("the pods and claims do not ask for what the suite applied "
+                              f"({self._mutators_named(pods=bool(found), claims=bool(altered_claims))}): "
+                              + "; ".join(found + altered_claims), code=SPEC_ALTERED)
         if pods and not asking:
-            raise AssertionError(SPEC_ALTERED + "no pod of the workload asks for a device "
-                                 f"({self._mutators_named(pods=True, claims=False)}): "
-                                 + ", ".join(p.name for p in pods) + " ask for none, so no allocation can be judged")
+            raise CheckFailed("no pod of the workload asks for a device "
+                              f"({self._mutators_named(pods=True, claims=False)}): "
+                              + ", ".join(p.name for p in pods) + " ask for none, so no allocation can be judged",
+                              code=SPEC_ALTERED)
 
     def _mutators_named(self, pods: bool, claims: bool) -> str:
         """Who may have rewritten the pods or claims: the mutating admission acting on creating
@@ -423,8 +427,8 @@ class DeployedWorkload(StartVerdicts):
                                  {c.who: c.expected for c in readings if not c.unknown})
         if judgement.nothing_shown:
             # Every container "expects no GPU and sees none": nothing about injection was shown.
-            raise AssertionError(SPEC_ALTERED + "no container of the workload was "
-                                 "allocated a GPU, so none could show one: " + "; ".join(judgement.evidence))
+            raise CheckFailed("no container of the workload was allocated a GPU, so none could show one: "
+                              + "; ".join(judgement.evidence), code=SPEC_ALTERED)
         if judgement.unjudged:
             # The allocation check judges the claims; here they leave nothing to compare with.
             raise NoVerdict("which GPUs a container should see is not known, so its injection cannot be "

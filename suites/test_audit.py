@@ -20,7 +20,8 @@ import pytest
 from draconf.audit import GPU_EXTENDED_KEYS, audit_quotas, format_findings
 from draconf.kube import label_selector
 from draconf.namespaces import MANAGED_BY
-from draconf.reporting import diagnosis_prefix, record_diagnosis
+from draconf.errors import CheckFailed
+from draconf.reporting import record_diagnosis
 
 log = logging.getLogger("draconf")
 
@@ -43,9 +44,8 @@ def test_gpu_quotas_also_cap_deviceclasses(request, cluster, profile):
     log.info(report)
     if findings:
         record_diagnosis(request.node, "quota-not-enforced", {"quota audit": report})
-        pytest.fail(diagnosis_prefix("quota-not-enforced")
-                    + f"{len(findings)} namespace(s) cap nvidia.com/gpu but no DeviceClass, so "
-                    "DRA GPUs there are unlimited: "
-                    + "; ".join(f"{f.namespace} ({', '.join(f'{k}: {v}' for k, v in f.keys.items())})"
-                                for f in findings)
-                    + "\n" + report, pytrace=False)
+        raise CheckFailed(f"{len(findings)} namespace(s) cap nvidia.com/gpu but no DeviceClass, so "
+                          "DRA GPUs there are unlimited: "
+                          + "; ".join(f"{f.namespace} ({', '.join(f'{k}: {v}' for k, v in f.keys.items())})"
+                                      for f in findings)
+                          + "\n" + report, code="quota-not-enforced")

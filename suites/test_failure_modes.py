@@ -33,8 +33,8 @@ from draconf.devices import PublishedDevices, class_selectors
 from draconf.pods import delete_pods
 from draconf.pods import Pod
 from draconf.quantity import format_binary
-from draconf.errors import NoVerdict
-from draconf.reporting import diagnosis_prefix, note, record_diagnosis, show_templated
+from draconf.errors import CheckFailed, NoVerdict
+from draconf.reporting import note, record_diagnosis, show_templated
 from draconf.startup import VERDICT_AFTER, is_definitive
 from draconf.workload import DeployedWorkload, Workload
 
@@ -291,8 +291,7 @@ def test_exhausted_capacity_waits_and_recovers(request, cluster, namespace, prof
     published = validated_nodes.devices(PublishedDevices.read(api, profile.driver))
     if not len(published):
         record_diagnosis(request.node, "no-resourceslices")
-        pytest.fail(diagnosis_prefix("no-resourceslices")
-                    + f"no devices of driver {profile.driver} are published", pytrace=False)
+        raise CheckFailed(f"no devices of driver {profile.driver} are published", code="no-resourceslices")
     if not profile.has("model"):
         pytest.skip(f"capacity-exhausted holds every GPU of one model: {profile.lacks('model')}")
     if profile.has("type"):

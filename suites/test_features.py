@@ -46,10 +46,10 @@ from draconf import capabilities, manifests, startup, taints, waits
 from draconf.admission import AdmissionDenied
 from draconf.breaker import trip_breaker
 from draconf.claims import Claim, device_holders
-from draconf.errors import NoVerdict, server_message
+from draconf.errors import CheckFailed, NoVerdict, server_message
 from draconf.expectations import FeatureMissing
 from draconf.pods import Pod
-from draconf.reporting import diagnosis_prefix, note, record_diagnosis
+from draconf.reporting import note, record_diagnosis
 from draconf.scenarios.admin_access import start_admin_access
 from draconf.scenarios.device_taint_rules import (
     DRAIN_MANIFEST,
@@ -120,7 +120,7 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
     except FeatureMissing as missing:
         # An expected feature is not there: the workload's allocation fails with it (nothing
         # was deployed, so injection and cleanup give no verdict).
-        return Start(None, str(missing), cause=startup.FEATURE_MISSING)
+        return Start(None, missing.reason, cause=startup.FEATURE_MISSING, code=missing.code)
     if start.stalled:
         trip_breaker(request.config, start.stalled, start.failure)
     return start
@@ -181,9 +181,8 @@ def test_admin_access_refused_without_namespace_label(request, cluster, profile,
     how = (f"the namespace carries {capabilities.ADMIN_ACCESS_LABEL}="
            f"{labels[capabilities.ADMIN_ACCESS_LABEL]!r}, which the suite did not set"
            if capabilities.ADMIN_ACCESS_LABEL in labels else "the namespace does not carry the label")
-    pytest.fail(diagnosis_prefix("admin-access-unrestricted") +
-                f"the API server admitted an adminAccess claim in namespace {ns} ({how}): any user who may "
-                "create claims there can reach GPUs other workloads hold", pytrace=False)
+    raise CheckFailed(f"the API server admitted an adminAccess claim in namespace {ns} ({how}): any user who may "
+                      "create claims there can reach GPUs other workloads hold", code="admin-access-unrestricted")
 
 
 @pytest.mark.conformance
@@ -234,11 +233,10 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
             pod = start.deployed.pods()[0]
             record_diagnosis(request.node, "quota-not-enforced",
                              {"ResourceQuota status": json.dumps(status(), indent=2), "pod": pod.summary()})
-            pytest.fail(diagnosis_prefix("quota-not-enforced") +
-                        f"pod {pod.name} ({resource}: 1) runs, yet ResourceQuota {name} "
-                        f"has charged nothing for it after 30 s (status.used {json.dumps(used)}). Quota "
-                        "admission charges a pod as it admits it, so the API server does not run "
-                        "ResourceQuota admission: this quota caps nothing.", pytrace=False)
+            raise CheckFailed(f"pod {pod.name} ({resource}: 1) runs, yet ResourceQuota {name} "
+                              f"has charged nothing for it after 30 s (status.used {json.dumps(used)}). Quota "
+                              "admission charges a pod as it admits it, so the API server does not run "
+                              "ResourceQuota admission: this quota caps nothing.", code="quota-not-enforced") from None
         raise AssertionError(f"quota {name} does not charge one {resource} pod as one GPU: {err}") from None
     # A second pod like it: the same quota must refuse it at admission.
     second = manifests.find(workload.documents(profile), "Pod")
@@ -253,9 +251,9 @@ def test_extended_resource_pod_is_charged_once_and_capped(request, cluster, prof
                       f"counted once); a second is refused: {err.msg}")
         return
     record_diagnosis(request.node, "quota-not-enforced", {"ResourceQuota status": json.dumps(status(), indent=2)})
-    pytest.fail(diagnosis_prefix("quota-not-enforced") + f"ResourceQuota {name} ({legacy}: 1, already used "
-                f"by {start.deployed.pods()[0].name}) admitted a second {resource}: 1 pod: the API server "
-                "does not run ResourceQuota admission", pytrace=False)
+    raise CheckFailed(f"ResourceQuota {name} ({legacy}: 1, already used "
+                      f"by {start.deployed.pods()[0].name}) admitted a second {resource}: 1 pod: the API server "
+                      "does not run ResourceQuota admission", code="quota-not-enforced")
 
 
 def cluster_version(api) -> str:
@@ -454,7 +452,7 @@ class TestGpuSharing:
         except FeatureMissing as missing:
             # As for the other feature workloads: allocation fails with it, the rest have
             # nothing deployed to judge.
-            return Start(None, str(missing), cause=startup.FEATURE_MISSING)
+            return Start(None, missing.reason, cause=startup.FEATURE_MISSING, code=missing.code)
         ns = make_namespace(request, cluster, run_id, SHARING_WORKLOAD)
         # One pod, two GPUs: on a node that runs containers (a KWOK node would be as good to
         # the scheduler).
@@ -486,8 +484,8 @@ class TestGpuSharing:
         attach_evidence("sharing", evidence)
         if problems:
             record_diagnosis(request.node, "config-ignored", {"containers": "\n".join(evidence)})
-            pytest.fail(diagnosis_prefix("config-ignored") + "the claim's GpuConfig sharing did not reach "
-                        "the containers: " + "; ".join(problems), pytrace=False)
+            raise CheckFailed("the claim's GpuConfig sharing did not reach "
+                              "the containers: " + "; ".join(problems), code="config-ignored")
         note(request.node, "gpu-test5: " + "; ".join(summary))
 
     @pytest.mark.flaky(reruns=0)  # it deletes the consumers: a rerun would find nothing to release
@@ -555,7 +553,7 @@ def test_invalid_sharing_config_is_refused(request, cluster, profile, run_id, on
                   for n in accepted}
         record_diagnosis(request.node, "config-ignored",
                          {"pods": "\n".join(pods[n].summary() for n in accepted), "configs": json.dumps(claims)})
-        pytest.fail(diagnosis_prefix("config-ignored") + "the driver prepared claims whose GpuConfig is invalid "
-                    f"and their pods run: {', '.join(f'{n} ({claims[n]})' for n in accepted)}", pytrace=False)
+        raise CheckFailed("the driver prepared claims whose GpuConfig is invalid "
+                          f"and their pods run: {', '.join(f'{n} ({claims[n]})' for n in accepted)}", code="config-ignored")
     note(request.node, "the driver refused the invalid configs: " + "; ".join(
         f"{n}: {next(m for m in refusals[n] if w in m)}" for n, w in INVALID_CONFIGS.items()))

@@ -81,7 +81,9 @@ def finished_job(request, cluster, profile, run_id, validated_nodes) -> Finished
                  f"{(t.get('message') or '').strip()[:300]}"
                  for p in pods for cs in p.status.get("containerStatuses") or []
                  if (t := (cs.get("state") or {}).get("terminated"))]
-        return "; ".join([why] + ended)
+        # The cause stays data: the job's own failure, or the start's verdict's kind.
+        return waits.Verdict("; ".join([why] + ended), kind=startup.POD_FAILED if failed else why.kind,
+                             answers=() if failed else why.answers)
 
     def describe(state):
         job, pods = state
@@ -92,7 +94,7 @@ def finished_job(request, cluster, profile, run_id, validated_nodes) -> Finished
         waits.wait_until(f"job {JOB_NAME} to complete", observe, lambda s: _condition(s[0], "Complete"),
                          timeout=profile.timeouts.running, describe=describe, verdict=verdict)
     except waits.WaitFailed as err:
-        return FinishedJob(deployed, allocated, str(err), deployed.start_cause
+        return FinishedJob(deployed, allocated, str(err), err.kind
                            if isinstance(err, waits.TerminalState) else startup.TIMEOUT)
     return FinishedJob(deployed, allocated, None)
 

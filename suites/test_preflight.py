@@ -26,8 +26,8 @@ from __future__ import annotations
 import pytest
 
 from draconf import preflight as checks
-from draconf.errors import EXIT_TARGET_UNUSABLE
-from draconf.reporting import diagnosis_prefix, record_diagnosis
+from draconf.errors import EXIT_TARGET_UNUSABLE, CheckFailed
+from draconf.reporting import record_diagnosis
 
 pytestmark = pytest.mark.preflight
 
@@ -55,4 +55,4 @@ def test_preflight(request, preflight, check_name):
         return
     record_diagnosis(request.node, result.diagnosis, result.evidence, reason=result.summary)
     # The verdict is the row itself: one line, no test source or traceback around it.
-    pytest.fail(diagnosis_prefix(result.diagnosis) + result.summary, pytrace=False)
+    raise CheckFailed(result.summary, code=result.diagnosis)

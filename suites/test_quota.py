@@ -35,9 +35,9 @@ from draconf.audit import deviceclass_key
 from draconf.claims import Claim
 from draconf.devices import PublishedDevices
 from draconf.pods import Pod
-from draconf.reporting import diagnosis_prefix, note, record_diagnosis
+from draconf.reporting import note, record_diagnosis
 from draconf.workload import DeployedWorkload, Workload
-from draconf.errors import server_message
+from draconf.errors import CheckFailed, server_message
 
 # Quota and failure behaviour only means something on a cluster that passes preflight.
 pytestmark = pytest.mark.usefixtures("preflight_gate")
@@ -128,7 +128,7 @@ def quota_not_enforced(request, what: str, evidence: dict) -> NoReturn:
     record_diagnosis(request.node, "quota-not-enforced",
                      {k: v if isinstance(v, str) else json.dumps(v, indent=2, default=str)
                       for k, v in evidence.items()})
-    pytest.fail(diagnosis_prefix("quota-not-enforced") + what, pytrace=False)
+    raise CheckFailed(what, code="quota-not-enforced")
 
 
 def expect_rejected(request, api, namespace: str, profile, quota: dict, key: str, labels) -> str:

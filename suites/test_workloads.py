@@ -60,7 +60,7 @@ def started(request, cluster, profile, run_id, published_devices, validated_node
         workload = replace(build_workload(request.param, validated, profile),
                            avoid_nodes=validated_nodes.avoid)
     except NotBuildable as err:
-        return Start(None, str(err))
+        return Start(None, err.reason, code=err.code)
     ns = make_namespace(request, cluster, run_id, request.param)
     start = DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
     if start.stalled:

@@ -27,7 +27,6 @@ DeviceClasses'), evaluated by :mod:`draconf.cel` per published device (see
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -111,15 +110,13 @@ def diagnose_item(item, exc: BaseException | None) -> Diagnosis | None:
     return diagnose(api, profile, recorded_namespace(item), exc)
 
 
-_CODE_PREFIX = re.compile(r"^\s*(?:\w+(?:\.\w+)*: )?\[([a-z-]+)\]")
-
-
 def record_failure_diagnosis(item, exc: BaseException) -> Diagnosis | None:
     """Diagnose and record a failing test, for ``pytest_runtest_setup``/``call`` wrappers.
 
     Does nothing for skips, xfails, interrupts and tests whose verdict has a diagnosis already
-    (they recorded one themselves).  A test whose message already starts with a ``[code]``
-    gets that code recorded with the cluster evidence.  Otherwise the code comes from
+    (they recorded one themselves).  A failure that carries its cause's code as data
+    (:class:`draconf.errors.CheckFailed`, a wait's :class:`~draconf.waits.WaitFailed`) gets
+    that code and its reason recorded with the cluster evidence.  Otherwise the code comes from
     :func:`diagnose_item`.  The code and its sentence go into the test's verdict
     (:func:`draconf.reporting.record_diagnosis`), from which the report says them; the
     exception is left as it was raised.  Never raises: a failing diagnosis must not hide the
@@ -138,12 +135,12 @@ def record_failure_diagnosis(item, exc: BaseException) -> Diagnosis | None:
         result = diagnose_item(item, exc)
         if result is None:
             return None
-        own = _CODE_PREFIX.match(str(exc))
-        if own and own.group(1) in DIAGNOSES and own.group(1) != result.code:
+        own = getattr(exc, "code", None)
+        if own in DIAGNOSES and own != result.code:
             # The check named the cause itself: its own words are the reason, not the words
             # of whatever rule matched the facts (a reason must go with its code).
-            said = str(exc)[own.end():].strip().split("\n", 1)[0]
-            result = Diagnosis(own.group(1), said[:600] or result.reason, result.evidence)
+            said = str(getattr(exc, "reason", "") or "").strip().split("\n", 1)[0]
+            result = Diagnosis(own, said[:600] or result.reason, result.evidence)
         record_diagnosis(item, result.code, evidence=result.evidence, reason=result.reason)
         return result
     except Exception as err:  # noqa: BLE001

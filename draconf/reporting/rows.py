@@ -52,7 +52,7 @@ def phase_message(report: pytest.TestReport, excinfo: pytest.ExceptionInfo | Non
     if hasattr(report, "wasxfail"):
         return first_line(f"XFAIL {report.wasxfail}".strip())
     if report.skipped and excinfo is not None and excinfo.errisinstance(NoVerdict):
-        return first_line(excinfo.value.cause)
+        return with_code(first_line(excinfo.value.cause), excinfo.value.code)
     if report.skipped and isinstance(report.longrepr, tuple):
         return first_line(report.longrepr[2].removeprefix("Skipped: ").removeprefix("NoVerdict: "))
     if excinfo is not None:

@@ -18,16 +18,16 @@ import pytest
 
 from draconf import manifests
 from draconf import selectors as sel
-from draconf.errors import NoVerdict
+from draconf.errors import CheckFailed, NoVerdict
 from draconf.quantity import format_binary
-from draconf.reporting import diagnosis_prefix, show_templated
+from draconf.reporting import show_templated
 from draconf.workload import Start, Workload, prove_allocatable
 
 WORKLOADS = ["single-gpu", "model-selected", "memory-selected", "two-gpu", "shared-claim", "deployment"]
 CHECKS = ["allocation", "cdi-injection", "cleanup"]
 
 
-class NotBuildable(AssertionError):
+class NotBuildable(CheckFailed):
     """The workload cannot be written for this cluster: what it selects on is not published."""
 
 
@@ -35,8 +35,8 @@ def choose_model(published, profile) -> str:
     """The most common published product name (ties: alphabetical)."""
     counts = published.values_of(profile.attributes["model"])
     if not counts:
-        raise NotBuildable(diagnosis_prefix("attribute-missing") + f"no published device has the "
-                           f"{profile.attributes['model']!r} attribute, so no model can be selected")
+        raise NotBuildable(f"no published device has the {profile.attributes['model']!r} attribute, so no model "
+                           "can be selected", code="attribute-missing")
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
 
 
@@ -45,8 +45,8 @@ def memory_sizes(devices, profile) -> list[int]:
     drop the memory selector (the workload would silently become a plain single-GPU one)."""
     sizes = [d.memory(profile.memory_capacity) for d in devices if d.memory(profile.memory_capacity)]
     if not sizes:
-        raise NotBuildable(diagnosis_prefix("attribute-missing") + "no published device has the "
-                           f"capacity {profile.memory_capacity!r}, so no memory selector can be written")
+        raise NotBuildable(f"no published device has the capacity {profile.memory_capacity!r}, so no memory "
+                           "selector can be written", code="attribute-missing")
     return sizes
 
 
@@ -158,7 +158,7 @@ def check_allocation(request, started: Start, published_devices) -> None:
     started: an unplaced pod or an unallocated claim is the failure, with the cluster's reason."""
     deployed = started.deployed
     if deployed is None:  # nothing to deploy: what it would select on is not published
-        raise AssertionError(started.failure)
+        raise CheckFailed(started.failure or "the workload was never deployed", code=started.code)
     # What the suite set in the files (docs/checks.md, "Templated fields"), with the values.
     show_templated(request.node, manifests.changes(deployed.workload.manifests, deployed.documents))
     attach_state(deployed)

@@ -343,7 +343,11 @@ def test_explains_itself(request):
     assert False, "no pod"
 
 def test_has_its_own_prefix():
-    pytest.fail("[quota-not-enforced] second claim admitted")
+    from draconf.errors import CheckFailed
+    raise CheckFailed("second claim admitted", code="quota-not-enforced")
+
+def test_only_words_in_brackets():
+    pytest.fail("[quota-not-enforced] a code in the words is no cause")
 
 def test_skips():
     pytest.skip("nothing to do")

@@ -40,7 +40,7 @@ def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
     pytester.makeconftest(HOOK_CONFTEST)
     pytester.makepyfile(test_hooked=HOOK_TESTS)
     result = pytester.runpytest("-p", "no:cacheprovider", "--draconf-reports=out")
-    result.assert_outcomes(failed=4, skipped=1, errors=2)
+    result.assert_outcomes(failed=5, skipped=1, errors=2)
     rows = {r["id"].split("::", 1)[1]: r for r in
             json.loads((pytester.path / "out" / "summary.json").read_text())["tests"]}
     assert rows["test_fails"]["diagnosis"] == "cdi-wrong-device"
@@ -50,6 +50,8 @@ def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
     assert rows["test_explains_itself"]["diagnosis"] == "timeout"
     assert rows["test_has_its_own_prefix"]["diagnosis"] == "quota-not-enforced"
     assert rows["test_has_its_own_prefix"]["message"] == "[quota-not-enforced] second claim admitted"
+    # A code is data the check raises (CheckFailed.code), never read back out of its words.
+    assert rows["test_only_words_in_brackets"]["diagnosis"] == "cdi-wrong-device"
     assert rows["test_skips"]["diagnosis"] is None
     for name in ("TestShared::test_one", "TestShared::test_two"):
         assert rows[name]["outcome"] == "error" and rows[name]["diagnosis"] == "cdi-wrong-device"
@@ -57,9 +59,9 @@ def test_hook_records_and_prefixes_every_failure(pytester, monkeypatch):
     # Counted in the failure reports only: on CI (env CI or BUILD_NUMBER set) pytest's short
     # summary repeats whole multi-line messages, elsewhere just their first line.
     reports = result.stdout.str().split("short test summary info")[0]
-    assert reports.count("diagnosis (cdi-wrong-device): container sees GPU-b") == 4
+    assert reports.count("diagnosis (cdi-wrong-device): container sees GPU-b") == 5
     # ... in a section of the report; the exception is shown as it was raised.
-    assert reports.count("draconf diagnosis") == 6
+    assert reports.count("draconf diagnosis") == 7
     assert "E       RuntimeError: apiserver answered 500" in reports
     assert "E       IndexError: list index out of range" in reports
     assert "[cdi-wrong-device]" not in reports.split("draconf conformance matrix")[0]
@@ -262,8 +264,8 @@ def test_a_diagnosis_that_crashes_is_diagnosis_error_and_never_rerun(monkeypatch
 
 
 def test_a_code_the_check_named_itself_keeps_the_checks_own_words(pytester, monkeypatch):
-    """``[spec-altered] ...`` from the check, while the rules found something else (a pod left
-    Running): the recorded reason is the check's sentence, not the other rule's."""
+    """``spec-altered`` raised by the check as data, while the rules found something else (a pod
+    left Running): the recorded reason is the check's sentence, not the other rule's."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeconftest(HOOK_CONFTEST.replace(
         '"cdi-wrong-device", "container sees GPU-b, allocated GPU-a", {"state": "pod running"}',
@@ -273,8 +275,9 @@ import pytest
 
 @pytest.mark.draconf(workload="single-gpu", check="allocation")
 def test_allocation():
-    raise AssertionError("[spec-altered] no pod of the workload asks for a device (p); mutating "
-                         "admission acting on pod creates: MutatingAdmissionPolicy 'strip'")
+    from draconf.errors import CheckFailed
+    raise CheckFailed("no pod of the workload asks for a device (p); mutating admission acting on pod "
+                      "creates: MutatingAdmissionPolicy 'strip'", code="spec-altered")
 """)
     pytester.runpytest("-p", "no:cacheprovider", "--draconf-reports=reports")
     import json

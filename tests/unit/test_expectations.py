@@ -16,7 +16,7 @@ REFUSED = refused_probe("admin access (adminAccess)", "a claim using it",
 def test_a_ga_feature_missing_fails_with_feature_disabled():
     with pytest.raises(FeatureMissing) as err:
         Expectations.of("v1.36.3").require("prioritized-list", DROPPED)
-    assert str(err.value).startswith(FEATURE_DISABLED)
+    assert err.value.code == FEATURE_DISABLED and str(err.value).startswith("[feature-disabled] ")
     assert "GA since Kubernetes 1.36 (DRAPrioritizedList)" in str(err.value)
     assert "dropped" in str(err.value)
 
@@ -63,6 +63,6 @@ def test_a_feature_the_clusters_own_driver_promises_fails_when_missing():
     it: no MIG device published is a regression, never a quiet skip."""
     with pytest.raises(FeatureMissing) as err:
         Expectations.of("v1.36.3").require("mig", PROMISED)
-    assert str(err.value).startswith(FEATURE_DISABLED) and "DynamicMIG=true on n1" in str(err.value)
+    assert err.value.code == FEATURE_DISABLED and str(err.value).startswith("[feature-disabled] ") and "DynamicMIG=true on n1" in str(err.value)
     with pytest.raises(pytest.skip.Exception):
         Expectations.of("v1.36.3", waive=["mig"]).require("mig", PROMISED)
