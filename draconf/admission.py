@@ -132,14 +132,33 @@ def selects(selector: dict | None, labels: dict | None) -> bool:
     return True
 
 
-def mutators(api, creates: Iterable[tuple[str, str]], namespace_labels: dict | None = None) -> list[str]:
+def mutators(api, creates: Iterable[tuple], namespace_labels: dict | None = None) -> list[str]:
     """The mutating admission policies and webhooks of the cluster that act on creates of any of
-    ``creates`` (``(API group, resource)``): who may have rewritten what the suite applied (read
-    when a live object differs from it; what could not be read is said, not guessed).  With
-    ``namespace_labels`` (the labels of the namespace the object was made in), only those whose
-    namespace selectors select it: a policy through a binding that does, a webhook whose
-    ``namespaceSelector`` does (match conditions and object selectors are not evaluated)."""
-    found, creates = [], list(creates)
+    ``creates``: who may have rewritten what the suite applied (read when a live object differs
+    from it; what could not be read is said, not guessed).
+
+    With ``namespace_labels`` (the labels of the namespace the objects were made in), only those
+    whose namespace selectors select it: a policy through a binding that does, a webhook whose
+    ``namespaceSelector`` does.  ``creates`` are (API group, resource), or (API group, resource,
+    the labels of each live object of it the suite made); where the labels are given, also
+    only those whose object selectors select one of them (the policy's ``matchConstraints`` and
+    the binding's ``matchResources`` together, a webhook's ``objectSelector``).  Match
+    conditions are CEL over the whole request, which the suite does not evaluate: a mutator with
+    any is named with "(match conditions not evaluated)".
+
+    Its managed fields cannot name the mutator instead: the API server records them before
+    mutating admission runs, for every verb since Kubernetes 1.18 (kubernetes/kubernetes#87672,
+    the create handler made like update and patch), so a field a webhook or policy set belongs
+    to whoever sent the request (here the suite itself)."""
+    found: list[str] = []
+    wanted: list[tuple[str, str, list[dict] | None]] = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in creates]
+
+    def selected(selector_pairs, labels_of) -> bool:
+        """Whether, for some live object (labels unknown: any), every object selector of a
+        pair holds."""
+        if labels_of is None:
+            return True
+        return any(all(selects(sel, labels) for sel in selector_pairs) for labels in labels_of)
 
     def policies():
         bindings = [api.api_client.sanitize_for_serialization(b)
@@ -147,17 +166,30 @@ def mutators(api, creates: Iterable[tuple[str, str]], namespace_labels: dict | N
         for item in api.admission.list_mutating_admission_policy().items:
             obj = api.api_client.sanitize_for_serialization(item)
             spec = obj.get("spec") or {}
+            constraints = spec.get("matchConstraints") or {}
             bound = [(b.get("spec") or {}).get("matchResources") or {} for b in bindings
                      if (b.get("spec") or {}).get("policyName") == obj["metadata"]["name"]]
-            in_scope = selects((spec.get("matchConstraints") or {}).get("namespaceSelector"), namespace_labels) \
-                and any(selects(m.get("namespaceSelector"), namespace_labels) for m in bound)
-            yield obj, None, (spec.get("matchConstraints") or {}).get("resourceRules"), in_scope
+
+            def acts(group, resource, labels_of, constraints=constraints, bound=bound):
+                if not acts_on_create(constraints.get("resourceRules"), group, resource):
+                    return False
+                if namespace_labels is None:
+                    return True
+                return selects(constraints.get("namespaceSelector"), namespace_labels) and any(
+                    selects(m.get("namespaceSelector"), namespace_labels)
+                    and selected([constraints.get("objectSelector"), m.get("objectSelector")], labels_of)
+                    for m in bound)
+            yield obj, None, acts, bool(spec.get("matchConditions"))
 
     def webhooks():
         for item in api.admission.list_mutating_webhook_configuration().items:
             obj = api.api_client.sanitize_for_serialization(item)
             for w in obj.get("webhooks") or []:
-                yield obj, w.get("name"), w.get("rules"), selects(w.get("namespaceSelector"), namespace_labels)
+                def acts(group, resource, labels_of, w=w):
+                    return acts_on_create(w.get("rules"), group, resource) and (
+                        namespace_labels is None or selects(w.get("namespaceSelector"), namespace_labels)
+                        and selected([w.get("objectSelector")], labels_of))
+                yield obj, w.get("name"), acts, bool(w.get("matchConditions"))
 
     for kind, read in (("MutatingAdmissionPolicy", policies), ("MutatingWebhookConfiguration", webhooks)):
         try:
@@ -165,7 +197,8 @@ def mutators(api, creates: Iterable[tuple[str, str]], namespace_labels: dict | N
         except Exception as err:  # noqa: BLE001 - any failure here only leaves the culprit unnamed
             found.append(f"{kind}s could not be read ({getattr(err, 'status', None) or type(err).__name__})")
             continue
-        for obj, webhook, rules, in_scope in acting:
-            if (in_scope or namespace_labels is None) and any(acts_on_create(rules, g, r) for g, r in creates):
-                found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else ""))
+        for obj, webhook, acts, conditional in acting:
+            if any(acts(g, r, labels_of) for g, r, labels_of in wanted):
+                found.append(f"{kind} '{obj['metadata']['name']}'" + (f" (webhook {webhook})" if webhook else "")
+                             + (" (match conditions not evaluated)" if conditional else ""))
     return found

@@ -334,24 +334,26 @@ class DeployedWorkload(StartVerdicts):
         # Who may have done it first (what the operator acts on), then what differs.
         if found or altered_claims:
             raise CheckFailed("the pods and claims do not ask for what the suite applied "
-                              f"({self._mutators_named(pods=bool(found), claims=bool(altered_claims))}): "
+                              f"({self._mutators_named(pods if found else [], list(claims.values()) if altered_claims else [])}): "
                               + "; ".join(found + altered_claims), code=SPEC_ALTERED)
         if pods and not asking:
             raise CheckFailed("no pod of the workload asks for a device "
-                              f"({self._mutators_named(pods=True, claims=False)}): "
+                              f"({self._mutators_named(pods, [])}): "
                               + ", ".join(p.name for p in pods) + " ask for none, so no allocation can be judged",
                               code=SPEC_ALTERED)
 
-    def _mutators_named(self, pods: bool, claims: bool) -> str:
-        """Who may have rewritten the pods or claims: the mutating admission acting on creating
-        them in this workload's namespace."""
+    def _mutators_named(self, pods: list[Pod], claims: list[Claim]) -> str:
+        """Who may have rewritten these pods or claims (the live ones that differ; none: not
+        concerned): the mutating admission acting on creating them in this workload's namespace,
+        whose object selectors select one of them."""
         what = " and ".join(w for w, asked in (("pod", pods), ("claim", claims)) if asked)
         try:
             labels = self.api.core.read_namespace(self.namespace).metadata.labels or {}
         except Exception:  # noqa: BLE001 - unread, every mutator acting on those creates is named
             labels = None
-        creates = ([("", "pods")] if pods else []) + (
-            [("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")] if claims else [])
+        creates = ([("", "pods", [p.meta.get("labels") or {} for p in pods])] if pods else []) + (
+            [("resource.k8s.io", "resourceclaims", [c.meta.get("labels") or {} for c in claims]),
+             ("resource.k8s.io", "resourceclaimtemplates")] if claims else [])
         found = admission.mutators(self.api, creates, labels)  # one read of the policies and webhooks
         if found:
             return f"mutating admission acting on {what} creates: " + ", ".join(found)

@@ -153,3 +153,26 @@ def test_only_the_mutators_bound_to_the_suites_namespace_are_named():
     # Where the namespace could not be read: every one acting on those creates, as before.
     assert len(admission.mutators(api, [("resource.k8s.io", "resourceclaims")])) == 5
     assert admission.mutators(api, [("", "pods")], SUITE_NS) == []
+
+
+def test_object_selectors_are_evaluated_against_the_suites_live_objects():
+    """A policy bound everywhere but selecting objects labelled team=ml, and a webhook whose
+    objectSelector excludes the suite's run label: neither acted on the suite's claims.  One
+    with match conditions (CEL over the request, not evaluated) is named with that said."""
+    everywhere = _binding("team-only")
+    everywhere["spec"]["matchResources"]["objectSelector"] = {"matchLabels": {"team": "ml"}}
+    conditional = _policy("conditional")
+    conditional["spec"]["matchConditions"] = [{"name": "gpu", "expression": "true"}]
+    api = _AdmissionApi(
+        policies=[_policy("team-only"), conditional],
+        bindings=[everywhere, _binding("conditional")],
+        webhooks=[{"metadata": {"name": "inject"}, "webhooks": [
+            {"name": "not-ours.example.com", "rules": CLAIM_RULES, "objectSelector": {"matchExpressions": [
+                {"key": "draconf.dev/run", "operator": "DoesNotExist"}]}}]}])
+    ours = [{"draconf.dev/run": "r1", "app.kubernetes.io/managed-by": "draconf"}]
+    assert admission.mutators(api, [("resource.k8s.io", "resourceclaims", ours)], SUITE_NS) == [
+        "MutatingAdmissionPolicy 'conditional' (match conditions not evaluated)"]
+    # A claim the policy's selector does select, and labels not known: named.
+    assert "MutatingAdmissionPolicy 'team-only'" in admission.mutators(
+        api, [("resource.k8s.io", "resourceclaims", ours + [{"team": "ml"}])], SUITE_NS)
+    assert len(admission.mutators(api, [("resource.k8s.io", "resourceclaims")], SUITE_NS)) == 3
