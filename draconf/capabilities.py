@@ -369,9 +369,12 @@ def mig(api, profile, published) -> tuple[Capability, list]:
         return Capability(name, False, f"DeviceClass {MIG_DEVICE_CLASS} does not exist"), []
     found = [d for d in class_devices(published, class_cel) if is_mig(d)]
     if not found:
+        from draconf.expectations import release_word
+        pods = read_plugin_pods(api, profile.plugin)[1]
+        word = release_word("mig", pods)  # the driver's release: whether, and by which gate, it has MIG
         return Capability(name, False, f"no published device matches DeviceClass {MIG_DEVICE_CLASS} "
                                        "(the driver publishes no MIG device: DynamicMIG off, no "
-                                       "MIG-capable GPU, or KWOK nodes)",
-                          promised=mig_promised(published, read_plugin_pods(api, profile.plugin)[1])), []
+                                       "MIG-capable GPU, or KWOK nodes)" + (f"; {word.note}" if word.note else ""),
+                          promised=mig_promised(published, pods)), []
     nodes = sorted({d.node for d in found if d.node})
     return Capability(name, True, f"{len(found)} MIG device(s) published on {', '.join(nodes)}"), found

@@ -10,6 +10,13 @@ turns its absence into a failure too; ``--waive-feature NAME`` accepts its absen
 A probe the cluster refused (admission, validation) shows nothing about the feature: no
 verdict, with the refusal, never "not available".
 
+The driver's release counts too (:func:`release_word`): its version, read off the cluster (the
+kubelet plugin's DaemonSet labels, else its image tag), says whether the release has a feature
+at all and behind which of its gates (:data:`DRIVER_RELEASES`).  A feature the release has, with
+its gate on in the plugin's pods, is promised: missing, it fails; a feature the release lacks,
+or has behind a gate the plugin runs without, is a skip that says so.  An unknown release adds
+nothing.
+
 >>> expected = Expectations.of("v1.36.3")
 >>> expected.why("prioritized-list")
 'GA since Kubernetes 1.36 (DRAPrioritizedList), and the API server is v1.36.3'
@@ -47,6 +54,99 @@ FEATURES = ("prioritized-list", "admin-access", "device-taints", "device-taint-r
 _MINOR = re.compile(r"^v?1\.(\d+)")
 
 
+@dataclass(frozen=True)
+class ReleaseFeature:
+    """What one NVIDIA DRA driver release does about one feature the suite checks."""
+    #: what the release does, as a phrase after "NVIDIA DRA driver <version>" (with the file that
+    #: shows it, in the release's source)
+    does: str
+    #: the release's own feature gate it takes (None: none, or the release lacks the feature)
+    gate: str | None = None
+    #: that gate's maturity and default in the release (pkg/featuregates/featuregates.go)
+    stage: str = ""
+    #: False: the release lacks the feature (``does`` says what it does instead)
+    has: bool = True
+
+
+#: NVIDIA's DRA driver releases by major.minor (the release's gates are versioned so,
+#: pkg/featuregates/featuregates.go; a patch release changes no feature), from their sources:
+#: 0.4 is sigs.k8s.io/dra-driver-nvidia-gpu v0.4.0, 25.12 github.com/NVIDIA/k8s-dra-driver-gpu
+#: v25.12.0 (the older line: NVIDIA's calendar versions came before the move to kubernetes-sigs).
+#: Only what the suite checks and the release's own code decides is here; the cluster's side
+#: (the API server's and scheduler's gates) is probed, never assumed.
+DRIVER_RELEASES: dict[tuple[int, int], dict[str, ReleaseFeature]] = {
+    (0, 4): {
+        "device-taints": ReleaseFeature(
+            "taints a GPU NVML reports a critical Xid for (gpu.nvidia.com/xid=<code>) or lost "
+            "(gpu.nvidia.com/gpu-lost) in its ResourceSlice (cmd/gpu-kubelet-plugin/device_health.go)",
+            gate="NVMLDeviceHealthCheck", stage="Alpha, off by default"),
+        "mig": ReleaseFeature(
+            "publishes MIG devices (cmd/gpu-kubelet-plugin/nvlib.go)", gate="DynamicMIG",
+            stage="Alpha, off by default"),
+    },
+    (25, 12): {
+        "device-taints": ReleaseFeature(
+            "publishes no device taint: with NVMLDeviceHealthCheck on it takes a GPU with a critical "
+            "Xid out of its ResourceSlice instead (cmd/gpu-kubelet-plugin/driver.go, deviceHealthEvents)",
+            has=False),
+        "mig": ReleaseFeature(
+            "publishes MIG devices (cmd/gpu-kubelet-plugin/nvlib.go)", gate="DynamicMIG",
+            stage="Alpha, off by default"),
+    },
+}
+
+_RELEASE_MINOR = re.compile(r"^v?(\d+)\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class ReleaseWord:
+    """What the driver's release says of a feature: ``note`` for a skip's reason, and
+    ``promised`` when the release has the feature switched on (then its absence is a failure)."""
+    note: str | None = None
+    promised: str | None = None
+
+
+def release_word(feature: str, plugin_pods) -> ReleaseWord:
+    """What the release the kubelet plugin's pods run (:class:`draconf.plugins.PluginPod`,
+    ``release``) says of ``feature``; nothing for a release not in :data:`DRIVER_RELEASES`.
+
+    >>> from draconf.plugins import PluginPod
+    >>> pod = PluginPod("d", "p", "n1", "Running", True, release="0.4.0", release_from="image x:v0.4.0",
+    ...                 feature_gates=(("NVMLDeviceHealthCheck", True),))
+    >>> print(release_word("device-taints", [pod]).promised)
+    NVIDIA DRA driver 0.4.0 (image x:v0.4.0) taints a GPU NVML reports a critical Xid for (gpu.nvidia.com/xid=<code>) or lost (gpu.nvidia.com/gpu-lost) in its ResourceSlice (cmd/gpu-kubelet-plugin/device_health.go), with NVMLDeviceHealthCheck, which its kubelet plugin runs with (pod d/p)
+    >>> print(release_word("mig", [pod]).note)
+    NVIDIA DRA driver 0.4.0 (image x:v0.4.0) publishes MIG devices (cmd/gpu-kubelet-plugin/nvlib.go), only with its DynamicMIG gate (Alpha, off by default), which its kubelet plugin runs without (pod d/p)
+    >>> word = release_word("device-taints", [PluginPod("d", "p", "n1", "Running", True, release="25.12.0")])
+    >>> word.promised is None, word.note.split(":")[0]
+    (True, 'NVIDIA DRA driver 25.12.0 publishes no device taint')
+    >>> release_word("mig", [PluginPod("d", "p", "n1", "Running", True, release="1.0.0")])
+    ReleaseWord(note=None, promised=None)
+    """
+    for pod in sorted(plugin_pods, key=lambda p: (p.namespace, p.name)):
+        match = _RELEASE_MINOR.match(pod.release or "")
+        known = DRIVER_RELEASES.get((int(match.group(1)), int(match.group(2)))) if match else None
+        if known is None:
+            continue
+        what = known.get(feature)
+        if what is None:
+            return ReleaseWord()
+        release = f"NVIDIA DRA driver {pod.release}" + (f" ({pod.release_from})" if pod.release_from else "")
+        if not what.has or what.gate is None:
+            return ReleaseWord(note=f"{release} {what.does}")
+        same = [p for p in plugin_pods if p.release == pod.release]
+        on = [p for p in same if p.gate(what.gate) is True]
+        if on:
+            said = (f"{release} {what.does}, with {what.gate}, which its kubelet plugin runs with "
+                    f"(pod {on[0].namespace}/{on[0].name})")
+            return ReleaseWord(note=said, promised=said)
+        if not all(p.gates_known for p in same):
+            return ReleaseWord()
+        return ReleaseWord(note=f"{release} {what.does}, only with its {what.gate} gate ({what.stage}), which "
+                                f"its kubelet plugin runs without (pod {pod.namespace}/{pod.name})")
+    return ReleaseWord()
+
+
 class FeatureMissing(CheckFailed):
     """A feature the cluster must have is not there (``feature-disabled``): a failure."""
 
@@ -70,6 +170,19 @@ def validate(names) -> list[str]:
             raise DraconfError(f"unknown feature {name!r} (--expect-feature/--waive-feature take: "
                                f"{', '.join(FEATURES)})")
     return names
+
+
+def parse_limits(given) -> list[tuple[str, str]]:
+    """``FEATURE=WHY`` strings (``--draconf-target-limit``) as pairs, the names checked.
+
+    >>> parse_limits(["mig=the GPUs have no MIG"])
+    [('mig', 'the GPUs have no MIG')]
+    """
+    pairs = [tuple(item.split("=", 1)) if isinstance(item, str) else tuple(item) for item in given or ()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise DraconfError(f"a target limit is FEATURE=WHY, not {given!r}")
+    validate([name for name, _ in pairs])
+    return [(name, why) for name, why in pairs]
 
 
 def refusal_code(answer) -> str | None:
@@ -98,15 +211,18 @@ class Expectations:
     minor: int | None
     expect: frozenset = field(default_factory=frozenset)
     waive: frozenset = field(default_factory=frozenset)
+    #: (feature, why) the target cannot have it (a test bed's simulated GPUs): said in that
+    #: feature's skip, never turning a failure into a skip
+    limits: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of(cls, server_version: str | None, expect=(), waive=()) -> "Expectations":
+    def of(cls, server_version: str | None, expect=(), waive=(), limits=()) -> "Expectations":
         match = _MINOR.match(server_version or "")
         both = set(validate(expect)) & set(validate(waive))
         if both:
             raise DraconfError(f"feature {', '.join(sorted(both))} is both expected and waived")
         return cls(server_version or "unknown", int(match.group(1)) if match else None,
-                   frozenset(expect), frozenset(waive))
+                   frozenset(expect), frozenset(waive), tuple(parse_limits(limits)))
 
     def why(self, feature: str) -> str | None:
         """Why the cluster must have ``feature``, or None when its absence is a skip."""
@@ -135,4 +251,13 @@ class Expectations:
             raise FeatureMissing(f"{capability.name} must be available on this cluster ({why}), but "
                                  f"{capability.evidence}")
         import pytest
-        pytest.skip(capability.skip_reason)
+        pytest.skip(capability.skip_reason + self.limit(feature))
+
+    def limit(self, feature: str) -> str:
+        """What the target says it cannot have of ``feature``, to end a skip's reason ("" if nothing).
+
+        >>> Expectations.of("v1.36.3", limits=["mig=the bed's GPUs have no MIG"]).limit("mig")
+        "; the bed's GPUs have no MIG"
+        """
+        why = dict(self.limits).get(feature)
+        return f"; {why}" if why else ""

@@ -151,10 +151,12 @@ GATING_CHECKS = {"server-version", "resource-api", "device-class", "resource-sli
 @pytest.fixture(scope="session")
 def expected_features(pytestconfig, cluster) -> expectations.Expectations:
     """The features this cluster must have: GA in its server version, and those the user named
-    (``--expect-feature``); ``--waive-feature`` lets one be missing."""
+    (``--expect-feature``); ``--waive-feature`` lets one be missing; what a test bed's simulated
+    GPUs cannot have (``--draconf-target-limit``) is said in its skip."""
     return expectations.Expectations.of(cluster.version.get_code().git_version,
                                         pytestconfig.getoption("draconf_expect_feature"),
-                                        pytestconfig.getoption("draconf_waive_feature"))
+                                        pytestconfig.getoption("draconf_waive_feature"),
+                                        pytestconfig.getoption("draconf_target_limit"))
 
 
 #: The file the preflight reading of a pytest-xdist run is kept in (made by the controller):

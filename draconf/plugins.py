@@ -87,6 +87,55 @@ def feature_gates_of(containers: list[dict]) -> tuple[dict[str, bool], bool]:
     return gates, known
 
 
+#: A release version as charts and image tags write it: 0.4.0, v25.12.0 (a pre-release or build
+#: suffix is kept out: the release's features are those of its major.minor).
+_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+)(?:[-+].*)?$")
+#: The labels NVIDIA's charts put on the kubelet-plugin DaemonSet (both releases'
+#: ``templates/_helpers.tpl``, the "labels" helper, used by ``templates/kubeletplugin.yaml``): the
+#: chart's appVersion, and ``<chart name>-<chart version>``.  Its pods carry neither.
+VERSION_LABEL = "app.kubernetes.io/version"
+CHART_LABEL = "helm.sh/chart"
+
+
+def release_of_labels(labels: dict | None) -> tuple[str | None, str]:
+    """The release a DaemonSet's chart labels name, and which label said it.
+
+    >>> release_of_labels({"app.kubernetes.io/version": "0.4.0", "helm.sh/chart": "dra-driver-nvidia-gpu-0.4.0"})
+    ('0.4.0', 'label app.kubernetes.io/version=0.4.0')
+    >>> release_of_labels({"helm.sh/chart": "nvidia-dra-driver-gpu-25.12.0"})
+    ('25.12.0', 'label helm.sh/chart=nvidia-dra-driver-gpu-25.12.0')
+    >>> release_of_labels({"app.kubernetes.io/version": "main"})
+    (None, '')
+    """
+    labels = labels or {}
+    version = _RELEASE.match(labels.get(VERSION_LABEL) or "")
+    if version:
+        return version.group(1), f"label {VERSION_LABEL}={labels[VERSION_LABEL]}"
+    chart = re.search(r"-v?(\d+\.\d+\.\d+)(?:[-_].*)?$", labels.get(CHART_LABEL) or "")
+    if chart:
+        return chart.group(1), f"label {CHART_LABEL}={labels[CHART_LABEL]}"
+    return None, ""
+
+
+def release_of_images(containers: list[dict]) -> tuple[str | None, str]:
+    """The release the first container image tagged with a version names (the charts tag the
+    image ``v<appVersion>`` unless told otherwise), and that image; (None, "") when no tag is a
+    version (``latest``, a digest alone).
+
+    >>> release_of_images([{"image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"}])
+    ('0.4.0', 'image registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0')
+    >>> release_of_images([{"image": "localhost:5000/gpu-driver"}, {"image": "nvcr.io/x:latest"}])
+    (None, '')
+    """
+    for container in containers:
+        image = container.get("image") or ""
+        _, _, tag = image.split("@", 1)[0].rpartition(":")
+        version = _RELEASE.match(tag) if "/" not in tag else None
+        if version:
+            return version.group(1), f"image {image}"
+    return None, ""
+
+
 @dataclass(frozen=True)
 class PluginPod:
     """A kubelet-plugin pod, reduced to what its health says."""
@@ -118,6 +167,11 @@ class PluginPod:
     #: whether any container could be read for them: False when a value comes from a
     #: ConfigMap or Secret (``valueFrom``), so what the driver runs with is not known
     gates_known: bool = True
+    #: the driver release the pod runs ("0.4.0"; None: nothing says), and where that was read:
+    #: its DaemonSet's chart labels (:func:`release_of_labels`, set by the reader that has the
+    #: DaemonSet), else its containers' image tag (:func:`release_of_images`)
+    release: str | None = None
+    release_from: str = ""
 
     @classmethod
     def from_raw(cls, raw: dict) -> "PluginPod":
@@ -153,11 +207,21 @@ class PluginPod:
                     crashed, previous = cs.get("name"), False
                 label = f"{'init container ' if kind else ''}{cs.get('name')}"
                 problems.append(f"{label}: {what}" + (f" ({', '.join(extra)})" if extra else ""))
-        gates, known = feature_gates_of((raw.get("spec") or {}).get("containers") or [])
+        containers = (raw.get("spec") or {}).get("containers") or []
+        gates, known = feature_gates_of(containers)
+        release, release_from = release_of_images(containers)
         return cls(pod.namespace or "", pod.name or "", pod.node, status.get("phase"), pod.is_ready,
                    tuple(problems), tuple(reasons), restarts, crashed_container=crashed,
                    crash_log_previous=previous, feature_gates=tuple(sorted(gates.items())),
-                   gates_known=known)
+                   gates_known=known, release=release, release_from=release_from)
+
+    def with_daemonset_labels(self, namespace: str, name: str, labels: dict | None) -> "PluginPod":
+        """The pod with the release its DaemonSet's chart labels name, when they name one
+        (they win over an image tag: a mirror may retag an image, the chart says what it is)."""
+        release, source = release_of_labels(labels)
+        if release is None:
+            return self
+        return replace(self, release=release, release_from=f"DaemonSet {namespace}/{name} {source}")
 
     def gate(self, name: str) -> bool | None:
         """Whether the driver runs with feature gate ``name`` on, off, or None when the pod

@@ -92,6 +92,10 @@ def pytest_addoption(parser):
     group.addoption("--draconf-waive-feature", dest="draconf_waive_feature", action="append", default=[],
                     metavar="FEATURE",
                     help="skip, not fail, when this feature is missing, even if GA (repeatable)")
+    group.addoption("--draconf-target-limit", dest="draconf_target_limit", action="append", default=[],
+                    metavar="FEATURE=WHY",
+                    help="what the target cannot have, and why (draconf run sets it for a test bed whose "
+                         "simulated GPUs lack a feature): added to that feature's skip, never to a failure")
     reporting.pytest_addoption(parser)
 
 
@@ -120,7 +124,8 @@ def pytest_configure(config):
         config.stash[PROFILE] = for_target(resolve_profile(config.getoption("draconf_profile")),
                                            run_target(config), config.getoption("draconf_image"))
         expectations.Expectations.of(None, config.getoption("draconf_expect_feature"),
-                                     config.getoption("draconf_waive_feature"))
+                                     config.getoption("draconf_waive_feature"),
+                                     config.getoption("draconf_target_limit"))
     except DraconfError as err:
         raise pytest.UsageError(str(err)) from None
     config.pluginmanager.register(reporting.ReportingPlugin(config), "draconf-reporting")

@@ -68,12 +68,19 @@ def read_plugin_pods(api, plugin=None) -> tuple[list[PluginDaemonSet], list[Plug
     daemonsets, pods = [], {}
     known = plugin.daemonsets if plugin else PLUGIN_DAEMONSETS
     selectors = plugin.pod_selectors if plugin else PLUGIN_POD_SELECTORS
-    for namespace, name in known:
+    labels_of: dict[tuple[str, str], dict] = {}  # (namespace, name) -> a DaemonSet's labels
+
+    def get_daemonset(namespace: str, name: str):
         # Read as a plain object through the generic API: the typed AppsV1Api costs each
         # process 0.27 s of CPU to import (a validator for each of its methods), which every
         # xdist worker paid for this one read before its first check.
         ds = read(Access("get", "daemonsets", "apps", namespace), api.custom.get_namespaced_custom_object,
                   "apps", "v1", namespace, "daemonsets", name, not_found_ok=True)
+        labels_of[(namespace, name)] = ((ds or {}).get("metadata") or {}).get("labels") or {}
+        return ds
+
+    for namespace, name in known:
+        ds = get_daemonset(namespace, name)
         if ds is None:
             continue
         st = ds.get("status") or {}
@@ -89,7 +96,19 @@ def read_plugin_pods(api, plugin=None) -> tuple[list[PluginDaemonSet], list[Plug
         for p in read(Access("list", "pods"), api.core.list_pod_for_all_namespaces,
                       label_selector=selector).items:
             pods[(p.metadata.namespace, p.metadata.name)] = p
-    return daemonsets, [plugin_pod(p) for _, p in sorted(pods.items())]
+    return daemonsets, [with_release(plugin_pod(p), p, labels_of, get_daemonset) for _, p in sorted(pods.items())]
+
+
+def with_release(pod: PluginPod, raw, labels_of: dict, get_daemonset) -> PluginPod:
+    """``pod`` with the release its owning DaemonSet's chart labels name (that DaemonSet read
+    once, wherever it runs: a release installed under another name is found by its pods)."""
+    owner = next((o for o in (raw.metadata.owner_references or []) if o.kind == "DaemonSet"), None)
+    if owner is None:
+        return pod
+    key = (raw.metadata.namespace, owner.name)
+    if key not in labels_of:
+        get_daemonset(*key)
+    return pod.with_daemonset_labels(*key, labels_of[key])
 
 
 def read_gpu_nodes(api, plugin_pods: list[PluginPod],

@@ -4,13 +4,15 @@ to one that does not."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from draconf import capabilities, taints, waits
 from draconf import selectors as sel
 from draconf.claims import Claim
+from draconf.expectations import release_word
+from draconf.preflight.nodes import read_plugin_pods
 from draconf.pods import Pod
 from draconf.startup import wait_scheduler_answer
 from draconf.pytest_plugin import make_namespace
@@ -51,7 +53,13 @@ def tainted_target(request, cluster, profile, ns: str, avoid=frozenset()) -> tai
     drops request tolerations, the profile has no uuid attribute, or no published device of the
     validated nodes carries a NoSchedule/NoExecute taint."""
     capability = capabilities.device_taints(cluster, ns, profile.device_class)
-    request.getfixturevalue("expected_features").require("device-taints", capability)
+    # The driver's release: a release that taints with its gate on promises the feature (the
+    # scheduler must then honour its taints), and says why a run has nothing to check.
+    word = release_word("device-taints", read_plugin_pods(cluster, profile.plugin)[1])
+    if word.promised and not capability.promised:
+        capability = replace(capability, promised=word.promised)
+    expected = request.getfixturevalue("expected_features")
+    expected.require("device-taints", capability)
     if not profile.has("uuid"):
         pytest.skip(f"device-taints selects the tainted device by uuid: {profile.lacks('uuid')}")
     uuid = f"{profile.domain}/{profile.attributes['uuid']}"
@@ -59,7 +67,9 @@ def tainted_target(request, cluster, profile, ns: str, avoid=frozenset()) -> tai
              if d.blocking and d.node not in avoid and d.attributes.get(uuid)]
     if not found:
         pytest.skip(f"{NO_TAINTED_DEVICE} (no {profile.driver} device on the validated nodes carries a "
-                    "NoSchedule or NoExecute taint in its ResourceSlice)")
+                    "NoSchedule or NoExecute taint in its ResourceSlice)"
+                    + (f"; {word.note}" + (", and has found no GPU unhealthy" if word.promised else "")
+                       if word.note else "") + expected.limit("device-taints"))
     return sorted(found, key=lambda d: d.key)[0]
 
 

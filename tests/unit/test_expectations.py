@@ -66,3 +66,35 @@ def test_a_feature_the_clusters_own_driver_promises_fails_when_missing():
     assert err.value.code == FEATURE_DISABLED and str(err.value).startswith("[feature-disabled] ") and "DynamicMIG=true on n1" in str(err.value)
     with pytest.raises(pytest.skip.Exception):
         Expectations.of("v1.36.3", waive=["mig"]).require("mig", PROMISED)
+
+
+def test_the_drivers_release_promises_what_it_has_switched_on():
+    """The release read off the cluster: v0.4.0 with NVMLDeviceHealthCheck on taints unhealthy
+    GPUs, so a cluster dropping request tolerations fails; v25.12.0 taints none, a skip saying so."""
+    from dataclasses import replace
+
+    from draconf.expectations import release_word
+    from draconf.plugins import PluginPod
+    dropped = Capability("device taints (tolerations)", False, "the API server dropped `tolerations`")
+    on = PluginPod("d", "p", "n1", "Running", True, feature_gates=(("NVMLDeviceHealthCheck", True),),
+                   release="0.4.0", release_from="DaemonSet d/x label app.kubernetes.io/version=0.4.0")
+    word = release_word("device-taints", [on])
+    with pytest.raises(FeatureMissing) as err:
+        Expectations.of("v1.36.3").require("device-taints", replace(dropped, promised=word.promised))
+    assert "NVIDIA DRA driver 0.4.0" in str(err.value) and "NVMLDeviceHealthCheck" in str(err.value)
+    assert release_word("device-taints", [replace(on, feature_gates=())]).promised is None
+    old = release_word("device-taints", [replace(on, release="25.12.0")])
+    assert old.promised is None and "publishes no device taint" in old.note
+    # an unknown release (a newer one, the simulated driver) says nothing
+    assert release_word("device-taints", [replace(on, release="26.1.0")]).note is None
+
+
+def test_a_targets_limit_ends_the_skip_and_never_excuses_a_failure():
+    limited = Expectations.of("v1.36.3", limits=["prioritized-list=the bed cannot"])
+    with pytest.raises(FeatureMissing):  # GA: missing still fails
+        limited.require("prioritized-list", DROPPED)
+    with pytest.raises(pytest.skip.Exception) as err:
+        Expectations.of("v1.35.4", limits=["prioritized-list=the bed cannot"]).require("prioritized-list", DROPPED)
+    assert str(err.value).endswith("; the bed cannot")
+    with pytest.raises(DraconfError, match="unknown feature"):
+        Expectations.of("v1.36.3", limits=["migs=x"])
