@@ -4,7 +4,7 @@ some published device satisfies."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -16,8 +16,10 @@ from draconf.workload import DeployedWorkload, Start, Workload
 
 @dataclass
 class PrioritizedWorkload(Workload):
-    """41-prioritized-list.yaml with the fallback subrequest's model set to ``fallback_model``."""
+    """41-prioritized-list.yaml with the fallback subrequest's model set to ``fallback_model``,
+    and the first alternative's to ``preferred_model`` (as written: a B200)."""
     fallback_model: str = ""
+    preferred_model: str = ""
 
     def documents(self, profile):
         docs = super().documents(profile)
@@ -30,7 +32,8 @@ class PrioritizedWorkload(Workload):
                     sub["deviceClassName"] = profile.device_class
                 # The profile's attribute for the model: a selector reading an attribute the
                 # driver lacks is a CEL runtime error, which fails the claim instead of falling back.
-                subs[0]["selectors"] = [{"cel": {"expression": model_equals(profile, PREFERRED_MODEL)}}]
+                subs[0]["selectors"] = [{"cel": {"expression": model_equals(
+                    profile, self.preferred_model or PREFERRED_MODEL)}}]
                 if len(subs) > 1 and self.fallback_model:
                     subs[-1]["selectors"] = [{"cel": {"expression": model_equals(profile, self.fallback_model)}}]
         return docs
@@ -38,6 +41,10 @@ class PrioritizedWorkload(Workload):
 
 #: The first alternative of 41-prioritized-list.yaml (absent on the bed and most clusters).
 PREFERRED_MODEL = "NVIDIA B200"
+#: The first alternative's model where the cluster publishes B200s: a product name no device has,
+#: so that the fallback is still what the scheduler must take (a GA feature is never skipped
+#: for the cluster having the GPUs the manifest prefers).
+ABSENT_MODEL = "draconf absent model"
 
 
 def model_equals(profile, product: str) -> str:
@@ -69,8 +76,8 @@ def start_prioritized_list(request, cluster, profile, run_id, published, avoid=f
     workload = PrioritizedWorkload("prioritized-list", ["features/41-prioritized-list.yaml"],
                                    expected_pods=1, fallback_model=fallback, avoid_nodes=avoid)
     class_cel = class_selectors(cluster, profile.device_class) or []
-    first = subrequests(workload.documents(profile))[0]
-    if satisfiable(first, published, class_cel):
-        pytest.skip(f"the first alternative ({first['name']}) is published on this cluster, so no "
-                    "fallback can be observed")
+    if satisfiable(subrequests(workload.documents(profile))[0], published, class_cel):
+        # This cluster has the GPUs the manifest prefers: the first alternative asks for a model
+        # no device has instead, and the fallback is still observed.
+        workload = replace(workload, preferred_model=ABSENT_MODEL)
     return DeployedWorkload.start(cluster, ns, workload, profile, run_id.labels)
