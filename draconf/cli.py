@@ -108,6 +108,8 @@ def _run_suite(args, pytest_args: list[str]) -> int:
                            "without it; reinstall it (`pip install draconf`, or `pip install .` in a checkout)")
     if args.target == "testbed" and not getattr(args, "image", None):
         args.image = run_args.bed_workload_image(cli_testbed.bed_of(args))
+    if args.target == "testbed":
+        args.target_limit = run_args.bed_limits(cli_testbed.bed_of(args))
     reports = Path(args.reports).resolve()  # made once the target is known to answer
     # `draconf run -- -n 4`: the separator is for draconf's own parser, not pytest's.
     pytest_args = [a for a in pytest_args if a != "--"]

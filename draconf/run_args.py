@@ -59,7 +59,7 @@ def plugin_args(args) -> list[str]:
             out.append("--draconf-" + name.replace("_", "-"))
     if getattr(args, "sweep_max_gpus", None):
         out.append(f"--draconf-sweep-max-gpus={args.sweep_max_gpus}")
-    for name in ("expect_feature", "waive_feature"):
+    for name in ("expect_feature", "waive_feature", "target_limit"):
         out += [f"--draconf-{name.replace('_', '-')}={v}" for v in getattr(args, name, None) or []]
     return out
 
@@ -140,6 +140,23 @@ def check_selection(base: list[str], pytest_args: list[str], judge_selection: bo
         nothing = DraconfError("no tests were selected; check the -k/-m arguments and test paths")
         nothing.exit_code = 1  # as documented: a run that checks nothing fails
         raise nothing
+
+
+def bed_limits(bed) -> list[str]:
+    """``FEATURE=WHY`` for what the bed's simulated GPUs cannot have (``--draconf-target-limit``):
+    a bed of NVIDIA's own driver runs over NVIDIA's mock NVML, which has no MIG and raises no
+    Xid to the release's health monitor.
+
+    >>> from types import SimpleNamespace
+    >>> bed = lambda driver: SimpleNamespace(state=lambda: {"driver": driver})
+    >>> [limit.split("=")[0] for limit in bed_limits(bed("nvidia-v0.4.0"))], bed_limits(bed("nvidia"))
+    (['mig', 'device-taints'], [])
+    """
+    state = bed.state() or {}
+    if str(state.get("driver", "")).startswith("nvidia-v"):
+        from draconf.testbed.upstream_nvidia import installed_release, mock_nvml_limits
+        return [f"{feature}={why}" for feature, why in mock_nvml_limits(installed_release(state)).items()]
+    return []
 
 
 def bed_workload_image(bed) -> str | None:

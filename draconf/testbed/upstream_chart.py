@@ -13,7 +13,7 @@ import yaml
 
 from draconf.errors import DraconfError
 from draconf.testbed import build, example_driver, upstream_nvidia
-from draconf.testbed.upstream_nvidia import DRIVER_ROOT, FEATURE_GATES, Built, Release, image_ref
+from draconf.testbed.upstream_nvidia import DRIVER_ROOT, FEATURE_GATES, HEALTH_GATES, Built, Release, image_ref
 from draconf.testbed.upstream_nvidia import RELEASES  # noqa: F401 - the doctests name a release by it
 
 
@@ -22,17 +22,19 @@ def chart_values(release: Release) -> dict:
     registry: never pulled), the driver root, no ComputeDomains (no NVLink fabric here: the
     controller and compute-domain plugin stay out), GPUs on (the chart refuses that default
     without gpuResourcesEnabledOverride, templates/validation.yaml), and the feature gates
-    for GPU sharing.
+    for GPU sharing, and for device taints where the release has them.
 
     >>> chart_values(RELEASES["v0.4.0"])["image"]["repository"]
     'draconf.local/dra-driver-nvidia-gpu'
+    >>> sorted(chart_values(RELEASES["v0.4.0"])["featureGates"]), sorted(chart_values(RELEASES["v25.12.0"])["featureGates"])
+    (['MPSSupport', 'NVMLDeviceHealthCheck', 'TimeSlicingSettings'], ['MPSSupport', 'TimeSlicingSettings'])
     """
     repository, tag = image_ref(release).rsplit(":", 1)
     values = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
               "nvidiaDriverRoot": DRIVER_ROOT,
               "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
               "gpuResourcesEnabledOverride": True,
-              "featureGates": dict(FEATURE_GATES)}
+              "featureGates": {**FEATURE_GATES, **(HEALTH_GATES if release.taints_unhealthy else {})}}
     if release.name_override:
         values["nameOverride"] = release.name_override
     return values

@@ -68,6 +68,40 @@ UVM_MAJOR = 510
 #: The chart's feature gates the bed turns on: GPU sharing, which the suite's nvidia profile
 #: checks (both Alpha and off by default in pkg/featuregates/featuregates.go of v0.4.0).
 FEATURE_GATES = {"TimeSlicingSettings": True, "MPSSupport": True}
+#: The gate by which a release taints an unhealthy GPU in its ResourceSlice (v0.4.0:
+#: cmd/gpu-kubelet-plugin/device_health.go, Alpha and off by default), on for the suite's
+#: device-taint checks.  v25.12.0's gate of that name publishes no taint (it takes the GPU out of
+#: the slice), so its bed leaves the gate at its default.  Over the mock NVML the gate runs, but
+#: hears nothing: see :data:`MOCK_NVML_LIMITS`.
+HEALTH_GATES = {"NVMLDeviceHealthCheck": True}
+#: What a bed over the mock NVML cannot have (``draconf run`` says it in the feature's skip:
+#: ``--draconf-target-limit``): MIG whatever the release; device taints where the release has
+#: them (:func:`mock_nvml_limits`).
+MOCK_NVML_LIMITS = {
+    "mig": "on this test bed the GPUs are NVIDIA's mock NVML (k8s-test-infra v0.3.0, pkg/gpu/mocknvml), "
+           "which has no MIG: nvmlDeviceGetGpuInstanceProfileInfo, the placement and GPU-instance calls and "
+           "nvmlDeviceGetVirtualizationMode answer NOT_SUPPORTED (bridge/stubs_generated.go), so the "
+           "release finds no MIG profile to publish, DynamicMIG on or off",
+    # Seen on the bed: an NVML client that registers for events and waits gets ERROR_TIMEOUT, then
+    # the Xid right after its own nvmlDeviceGetMemoryInfo of that GPU.
+    "device-taints": "on this test bed the GPUs are NVIDIA's mock NVML (k8s-test-infra v0.3.0, "
+                     "pkg/gpu/mocknvml), which raises a GPU's configured Xid only in an NVML session that "
+                     "has itself queried that GPU (a guarded call such as nvmlDeviceGetMemoryInfo trips the "
+                     "failure: engine/failure_injector.go, engine/engine.go PendingXidEvent); the release's "
+                     "health monitor waits for events in a session of its own, opened after its start-up "
+                     "queries, and queries no GPU there (cmd/gpu-kubelet-plugin/device_health.go), so no Xid "
+                     "reaches it and no GPU is tainted here",
+}
+
+
+def mock_nvml_limits(release: "Release") -> dict[str, str]:
+    """What a bed of ``release`` over the mock NVML cannot have, by the suite's feature name.
+
+    >>> sorted(mock_nvml_limits(RELEASES["v0.4.0"])), sorted(mock_nvml_limits(RELEASES["v25.12.0"]))
+    (['device-taints', 'mig'], ['mig'])
+    """
+    return {feature: why for feature, why in MOCK_NVML_LIMITS.items()
+            if feature != "device-taints" or release.taints_unhealthy}
 #: Debian packages whose files make the image's C runtime and shell (bookworm's names).
 DEBIAN_FILES = {
     "bash-static": ["bin/bash-static"],
@@ -93,6 +127,8 @@ class Release:
     #: The chart's ``nameOverride``: the prefix of its objects' names when not the chart's own
     #: (an upgrade across the chart's rename keeps the old names by it; see upstream_upgrade).
     name_override: str = ""
+    #: Whether the release taints an unhealthy GPU (its HEALTH_GATES then go on).
+    taints_unhealthy: bool = False
 
     @property
     def chart_name(self) -> str:
@@ -108,7 +144,8 @@ RELEASES = {
     # sigs.k8s.io/dra-driver-nvidia-gpu: the project after its move to kubernetes-sigs.
     "v0.4.0": Release("v0.4.0", "dra-driver-nvidia-gpu-v0.4.0.tar.xz", "sigs.k8s.io/dra-driver-nvidia-gpu",
                       "6910a2bea298933cf64cfb061ddf88b6e17743ff", "deployments/helm/dra-driver-nvidia-gpu",
-                      "dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu"),
+                      "dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu",
+                      taints_unhealthy=True),
     # github.com/NVIDIA/k8s-dra-driver-gpu: the last release under NVIDIA's name and chart.
     "v25.12.0": Release("v25.12.0", "k8s-dra-driver-gpu-v25.12.0.tar.xz", "github.com/NVIDIA/k8s-dra-driver-gpu",
                         "0882da8720c28763137e0987778ec476ec4cf8df", "deployments/helm/nvidia-dra-driver-gpu",
@@ -524,13 +561,34 @@ def mock_nvml_config(node, base: dict) -> dict:
         defaults["gsp_firmware"]["version"] = driver
     cfg["devices"] = [{"index": i, "uuid": g.uuid, "minor_number": g.minor,
                        "serial": f"{1560000000000 + int(g.uuid[4:12], 16) % 10**9 * 10 + g.minor}",
-                       "pci": {"bus_id": nvml_bus_id(g.pci_bus_id)}} for i, g in enumerate(gpus)]
+                       "pci": {"bus_id": nvml_bus_id(g.pci_bus_id)}, **failure_of(g)} for i, g in enumerate(gpus)]
     roots: dict[str, list[str]] = {}
     for g in gpus:
         roots.setdefault(g.pcie_root, []).append(nvml_bus_id(g.pci_bus_id))
     cfg["pcie_topology"] = {"root_complexes": [{"id": root, "numa_node": 0, "devices": devices}
                                                for root, devices in roots.items()]}
     return cfg
+
+
+def failure_of(gpu) -> dict:
+    """The mock's ``failure`` for an inventory GPU with a critical Xid (``unhealthy: [{gpu, xid}]``),
+    as the mock's own lane configures one: the mock delivers the Xid through the NVML event set
+    once the GPU has tripped (engine/failure_injector.go), which with no trigger set is its
+    first guarded query in that NVML session (no release's health monitor makes one:
+    :data:`MOCK_NVML_LIMITS`).  Of the mock's modes, ``ecc_uncorrectable`` is the one that
+    leaves the GPU answering NVML (``lost`` and ``fallen_off_bus`` make it unreachable,
+    GPU_IS_LOST), a GPU a tolerating claim can still use.  A lost GPU (``lost: true``) is left
+    out: the mock's lost modes would take it from the plugin at start.
+
+    >>> from draconf.testbed.inventory import uniform
+    >>> from dataclasses import replace
+    >>> gpu = uniform(1, 1, kind="real").nodes[0].gpus[0]
+    >>> failure_of(gpu), failure_of(replace(gpu, xid=79))
+    ({}, {'failure': {'mode': 'ecc_uncorrectable', 'xid': {'code': 79}}})
+    """
+    if not gpu.xid:
+        return {}
+    return {"failure": {"mode": "ecc_uncorrectable", "xid": {"code": gpu.xid}}}
 
 
 def proc_files(driver_version: str) -> dict[str, str]:

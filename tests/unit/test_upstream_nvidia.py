@@ -141,7 +141,9 @@ def test_the_chart_values_are_what_a_user_sets():
         assert values["nvidiaDriverRoot"] == "/run/nvidia/driver"
         assert values["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
         assert values["gpuResourcesEnabledOverride"] is True
-        assert values["featureGates"] == {"TimeSlicingSettings": True, "MPSSupport": True}
+        # GPU sharing on both; device taints where the release taints an unhealthy GPU (v0.4.0)
+        health = {"NVMLDeviceHealthCheck": True} if release.version == "v0.4.0" else {}
+        assert values["featureGates"] == {"TimeSlicingSettings": True, "MPSSupport": True, **health}
 
 
 def test_helm_renders_the_release_in_its_namespace_with_crds_and_the_bed_api_versions():
