@@ -17,6 +17,10 @@ Each round runs, in turn, on a bed that is up (each run into reports of its own)
   (credentials that may only read: ``tests/testbed/test_rbac.py``), exit 1;
 - the whole suite with every GPU node tainted ``dedicated=gpu-reserved:NoSchedule`` (the
   external fault ``gpu-nodes-tainted``), exit 1;
+- preflight and two walkthrough workloads as ``draconf-suite`` (bound by ``manifests/rbac/``),
+  its requests in an API Priority and Fairness level of one seat that rejects what does not fit
+  while a neighbour keeps the seat busy (``tests/testbed/test_throttled_server.py``): a busy
+  server, exit 0, beside the same run unthrottled (``busy-server-baseline``);
 
 and two baselines in the same window: a kubeconfig that does not exist (exit 11: the CLI's own
 start, no cluster reached) for the bad kubeconfigs, and a healthy ``-k preflight`` run (exit 0:
@@ -97,6 +101,17 @@ def draconf_run(args: list[str], env: dict | None = None) -> tuple[float, int, s
     return seconds, proc.returncode, lines[-1] if lines else ""
 
 
+@contextmanager
+def bound(api, docs: list[dict]):
+    """``docs`` applied (the suite's RBAC) for the time of the block."""
+    from tests.testbed import kubectl
+    kubectl.apply(api, docs)
+    try:
+        yield
+    finally:
+        kubectl.delete(api, docs)
+
+
 def run_leftovers_gone(api, before: set[str]) -> None:
     """Wait until the draconf namespaces a round made are gone (deleting any still there)."""
     from draconf import namespaces
@@ -169,6 +184,23 @@ def bed_round(bed, api, scenario: str) -> tuple[float, int, str]:
                 for node in nodes:
                     api.core.patch_node(node, {"spec": {"taints": kept[node] or None}})
                 run_leftovers_gone(api, before)
+        if scenario in ("busy-server", "busy-server-baseline"):
+            from draconf.profile import TESTBED_IMAGE
+            from tests.testbed.test_throttled_server import SELECTION, rejected_so_far, throttled
+            profile = Path(tmp) / "profile.yaml"
+            profile.write_text(f"name: testbed-mirror\nimage: {TESTBED_IMAGE}\n")
+            run = ["--target", "kubeconfig", "--profile", str(profile), "--reports", str(Path(tmp) / "reports"),
+                   "-k", SELECTION]
+            rbac = [d for path in sorted((REPO / "manifests" / "rbac").glob("*.yaml")) for d in kubectl.docs(path)]
+            # The baseline: the same user and run, bound the same way, neither throttle nor neighbour.
+            with (throttled(bed, api) if scenario == "busy-server" else bound(api, rbac)):
+                rejected = rejected_so_far(api)
+                try:
+                    seconds, code, last = draconf_run(run, {"KUBECONFIG": str(bed.dir / "draconf-suite.kubeconfig")})
+                finally:
+                    run_leftovers_gone(api, before)
+                DETAILS[scenario] = f"{rejected_so_far(api) - rejected} of its requests turned away"
+                return seconds, code, last
         if scenario == "class-selects-nothing":
             spec = api.resource.read_device_class(CLASS).spec
             original = copy.deepcopy(api.api_client.sanitize_for_serialization(spec.selectors))
@@ -181,6 +213,8 @@ def bed_round(bed, api, scenario: str) -> tuple[float, int, str]:
     raise ValueError(scenario)
 
 
+#: scenario -> what its last round measured besides the time (printed beside it).
+DETAILS: dict[str, str] = {}
 #: scenario -> (the exit its run must give, its baseline); baselines have none.
 SCENARIOS = {
     "missing-kubeconfig": (EXIT_BAD_INPUT, None),
@@ -190,6 +224,8 @@ SCENARIOS = {
     "class-selects-nothing": (EXIT_FAILED, "preflight-only"),
     "read-only-credentials": (EXIT_FAILED, "preflight-only"),
     "gpu-nodes-tainted": (EXIT_FAILED, "preflight-only"),
+    "busy-server-baseline": (0, None),
+    "busy-server": (0, "busy-server-baseline"),
 }
 
 
@@ -218,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 seconds, code, last = bed_round(bed, api, scenario)
             figures[scenario].append(seconds)
-            note = ""
+            note = f"  ({DETAILS.pop(scenario)})" if scenario in DETAILS else ""
             if code != wanted:
-                note = f"  UNEXPECTED exit (wanted {wanted}): {last[:160]}"
+                note += f"  UNEXPECTED exit (wanted {wanted}): {last[:160]}"
                 unexpected.append(f"round {round_no} {scenario}")
             print(f"  {round_no} {scenario:22} {seconds:7.2f} s  exit {code:3}  "
                   f"load {os.getloadavg()[0]:.2f}{note}")
