@@ -63,13 +63,8 @@ class CheckFailed(Failed):
     whose count admission lowered is ``spec-altered``, a feature the cluster must have and lacks
     ``feature-disabled``); the diagnosis then records that code and ``reason``, never a rule's
     guess, and nothing reads the code back out of the message.  ``answers``: the API server's
-    answers behind the failure (draconf.answers), for the diagnosis to read.
-
-    >>> err = CheckFailed("the claim asks for 1 GPU, the manifest for 2", code="spec-altered")
-    >>> str(err), err.code, err.reason
-    ('[spec-altered] the claim asks for 1 GPU, the manifest for 2', 'spec-altered', 'the claim asks for 1 GPU, the manifest for 2')
-    >>> str(CheckFailed("no GPU")), CheckFailed("no GPU").code
-    ('no GPU', None)
+    answers behind the failure (draconf.answers), for the diagnosis to read.  Its message is
+    ``[code] reason`` (the reason alone without a code); tests/unit/test_errors.py.
     """
 
     def __init__(self, reason: str, code: str | None = None, answers: tuple = ()):
@@ -79,7 +74,9 @@ class CheckFailed(Failed):
         self.answers = tuple(answers)
 
 
-CheckFailed.__module__ = "builtins"  # as pytest's Failed shows: "CheckFailed: <message>"
+# As pytest does for Failed: "CheckFailed: <message>", no module path (which also hides the class
+# from doctest collection, so its behaviour is unit-tested).
+CheckFailed.__module__ = "builtins"
 
 
 class NoVerdict(Skipped):
