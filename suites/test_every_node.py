@@ -24,6 +24,7 @@ import pytest
 
 from draconf import reporting, sweep
 from draconf.breaker import trip_breaker
+from draconf.diagnosis.gather import cluster_read_once
 from draconf.reporting import note, verdict_of
 from draconf.reporting.plugin import attach_fleet_picture
 from draconf.watched import WatchedRun
@@ -95,7 +96,12 @@ def swept(request, cluster, profile, run_id, validated_nodes):
     stalled = next((p for p in proofs.values() if p.stalled), None)
     if stalled is not None:
         trip_breaker(request.config, stalled.stalled, str(stalled.outcome))
-    yield proofs
+    # The failed targets are diagnosed one after another once every target has ended, about
+    # a cluster that no longer changes: the cluster-wide part of their evidence (every slice,
+    # node, claim and plugin pod) is read once, for all of them, and each target's own part
+    # (its namespace's pods, claims, events, what its container sees) for each.
+    with cluster_read_once():
+        yield proofs
     # Once every target's test has its verdict: the fleet picture in the Allure report, on the
     # sweep's teardown, which Allure shows with each of them (fleet.png is written at the end).
     attach_fleet_picture(request.config)

@@ -1,11 +1,23 @@
 """Reading the cluster, once per failure: the only part of the diagnosis that calls the API.
 
 Each part is best effort and records its own error in :attr:`Snapshot.errors`.
+
+A failure's reading has two parts: its namespace's (pods, claims, templates, events, quotas,
+what its containers see, the control plane when its pods show nothing acted) and the
+cluster's (DeviceClasses, every ResourceSlice of the driver, every claim, every node, the
+kubelet-plugin pods, the GPU Operator's objects, admission control).  Within
+:func:`cluster_read_once` (the fleet sweep's targets, diagnosed one after another once the
+sweep has ended) the cluster's part is read at the first diagnosis and kept for the others:
+at 1,000 nodes x 8 GPUs it was most of each failure's reading, read again for each.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import threading
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from draconf.kube import raw_items
 from draconf.pods import Pod
@@ -59,6 +71,72 @@ class Snapshot:
     control_plane: dict[str, str] = field(default_factory=dict)
 
 
+#: The Snapshot fields the cluster's part of a reading fills (the rest are the namespace's).
+CLUSTER_FIELDS = ("resource_versions", "device_classes", "slices", "taint_rules", "all_claims", "nodes",
+                  "plugin_pods", "plugin_pods_known", "plugin_logs", "gpu_cluster", "cluster_policies",
+                  "admission_policies", "admission_bindings", "admission_webhooks")
+#: The errors keys of the cluster's part (what could not be read of it is said with each failure).
+CLUSTER_ERRORS = ("resource.k8s.io", "deviceclasses", "resourceslices", "devicetaintrules",
+                  "resourceclaims (all namespaces)", "nodes", "kubelet-plugin pods", "gpuclusters",
+                  "clusterpolicies", "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+                  "validatingwebhookconfigurations")
+
+
+class ClusterReading:
+    """The cluster's part of a diagnosis, read once for every failure diagnosed while it is
+    current (:func:`cluster_read_once`).  Only a complete reading is kept: one that met an
+    unreachable API server is read again by the next failure."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept: dict[tuple, Snapshot] = {}
+
+    def fill(self, key: tuple, snap: Snapshot, read) -> None:
+        """Set ``snap``'s cluster fields (and their errors) from the reading kept for ``key``
+        (the connection and the driver), reading them with ``read(snap)`` first if none is."""
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = Snapshot()
+                read(kept)
+                if kept.api_error is None:
+                    self._kept[key] = kept
+        copy_cluster_part(kept, snap)
+
+
+def copy_cluster_part(source: Snapshot, snap: Snapshot) -> None:
+    """``source``'s cluster fields and errors into ``snap`` (the lists shared, read only).
+
+    >>> a, b = Snapshot(nodes=[{"metadata": {"name": "n"}}], errors={"nodes": "x", "pods": "y"}), Snapshot()
+    >>> copy_cluster_part(a, b); b.nodes, b.errors
+    ([{'metadata': {'name': 'n'}}], {'nodes': 'x'})
+    """
+    for name in CLUSTER_FIELDS:
+        value = getattr(source, name)
+        setattr(snap, name, dict(value) if isinstance(value, dict) else value)
+    snap.api_error = snap.api_error or source.api_error
+    snap.errors.update({k: v for k, v in source.errors.items() if k in CLUSTER_ERRORS})
+
+
+#: The reading every diagnosis shares, within :func:`cluster_read_once`; None: each reads its own.
+_shared: contextvars.ContextVar[ClusterReading | None] = contextvars.ContextVar("draconf_cluster_reading",
+                                                                                 default=None)
+
+
+@contextlib.contextmanager
+def cluster_read_once() -> Iterator[ClusterReading]:
+    """Within it, the diagnoses read the cluster's part once (the first one), and each its own
+    namespace's part: for failures diagnosed together, about a cluster that does not change
+    meanwhile (the fleet sweep's targets, all ended before the first is diagnosed)."""
+    reading = ClusterReading()
+    token = _shared.set(reading)
+    try:
+        yield reading
+    finally:
+        _shared.reset(token)
+
+
+
 def _taint_rules(api, snap: Snapshot, kw: dict) -> list[dict]:
     """The cluster's DeviceTaintRules; none where resource.k8s.io/v1beta2 does not serve them
     (the DRADeviceTaintRules gate is beta and off by default in 1.36)."""
@@ -88,43 +166,19 @@ def describe_error(err: BaseException) -> str:
 
 
 def gather(api, profile, namespace: str | None) -> Snapshot:
-    """Read everything the rules need; each part is best effort and records its own error."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
+    """Read everything the rules need; each part is best effort and records its own error.
+    Within :func:`cluster_read_once` the cluster's part is the one read by the first diagnosis."""
     snap = Snapshot(namespace=namespace)
     kw = {"_request_timeout": REQUEST_TIMEOUT}
-
-    def read(name: str, fn, default=None):
-        try:
-            return fn()
-        except ApiException as err:
-            snap.errors[name] = describe_error(err)
-        except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
-            snap.errors[name] = describe_error(err)
-        return default
-
-    try:
-        api.version.get_code(**kw)
-    except Exception as err:  # noqa: BLE001
-        status = getattr(err, "status", None)
-        if not status or status >= 500:
-            snap.api_error = describe_error(err)
-            return snap
-    try:
-        group = client.ResourceApi(api.api_client).get_api_group(**kw)
-        snap.resource_versions = [v.version for v in group.versions or []]
-    except ApiException as err:
-        if err.status == 404:
-            snap.resource_versions = []
-        else:
-            snap.errors["resource.k8s.io"] = describe_error(err)
-    except Exception as err:  # noqa: BLE001
-        snap.api_error = describe_error(err)
-        return snap
-    if snap.resource_versions is not None and "v1" not in snap.resource_versions:
+    shared = _shared.get()
+    if shared is None:
+        _gather_cluster(api, profile, snap)
+    else:
+        shared.fill((id(api), profile.driver), snap, lambda kept: _gather_cluster(api, profile, kept))
+    if snap.api_error is not None or (snap.resource_versions is not None and "v1" not in snap.resource_versions):
         return snap
 
+    read = _reader(snap)
     plain = lambda items: [_plain(api, i) for i in items]  # noqa: E731
     if namespace:
         snap.pods = read("pods", lambda: plain(api.core.list_namespaced_pod(namespace, **kw).items), [])
@@ -138,6 +192,51 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
             api.core.list_namespaced_resource_quota(namespace, **kw).items), [])
         _gather_service_account(api, snap, kw)
     _gather_control_plane(api, snap)
+    _gather_containers(api, snap, profile.injection.command)
+    return snap
+
+
+def _reader(snap: Snapshot):
+    """``read(name, fn, default)``: ``fn()``, or ``default`` with the error kept as ``name``'s."""
+    def read(name: str, fn, default=None):
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - a diagnosis must never raise
+            snap.errors[name] = describe_error(err)
+        return default
+    return read
+
+
+def _gather_cluster(api, profile, snap: Snapshot) -> None:
+    """The cluster's part of a reading: the API server's answer and resource.k8s.io's versions
+    (``api_error`` when it does not answer), then the cluster-wide lists."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    kw = {"_request_timeout": REQUEST_TIMEOUT}
+    read = _reader(snap)
+    try:
+        api.version.get_code(**kw)
+    except Exception as err:  # noqa: BLE001
+        status = getattr(err, "status", None)
+        if not status or status >= 500:
+            snap.api_error = describe_error(err)
+            return
+    try:
+        group = client.ResourceApi(api.api_client).get_api_group(**kw)
+        snap.resource_versions = [v.version for v in group.versions or []]
+    except ApiException as err:
+        if err.status == 404:
+            snap.resource_versions = []
+        else:
+            snap.errors["resource.k8s.io"] = describe_error(err)
+    except Exception as err:  # noqa: BLE001
+        snap.api_error = describe_error(err)
+        return
+    if snap.resource_versions is not None and "v1" not in snap.resource_versions:
+        return
+
+    plain = lambda items: [_plain(api, i) for i in items]  # noqa: E731
     snap.device_classes = read("deviceclasses", lambda: plain(api.resource.list_device_class(**kw).items))
     # The cluster-wide lists (these, and the plugin pods) as the server's JSON
     # (kube.raw_items): on a large fleet, building the client's models for every slice, claim,
@@ -149,12 +248,10 @@ def gather(api, profile, namespace: str | None) -> Snapshot:
         api.resource.list_resource_claim_for_all_namespaces, **kw), [])
     snap.nodes = read("nodes", lambda: raw_items(api.core.list_node, **kw), [])
     _gather_plugin(api, snap, kw, getattr(profile, "plugin", None))
-    _gather_containers(api, snap, profile.injection.command)
     snap.gpu_cluster = _custom(api, snap, "gpuclusters", "v1alpha1", kw)
     policies = _custom(api, snap, "clusterpolicies", "v1", kw, many=True)
     snap.cluster_policies = policies or []
     _gather_admission(api, snap, read, plain, kw)
-    return snap
 
 
 def _gather_admission(api, snap: Snapshot, read, plain, kw) -> None:

@@ -116,3 +116,39 @@ def test_an_extended_resource_pod_seeing_another_gpu_is_cdi_wrong_device():
     assert facts.claims[0].is_generated and facts.extended_resources == {"nvidia.com/gpu": DRIVER}
     code, reason = classify(facts)
     assert code == "cdi-wrong-device" and "GPU-1" in reason and "GPU-0" in reason
+
+
+def test_the_cluster_part_is_read_once_within_cluster_read_once():
+    """The fleet sweep's failures share one reading of the cluster's part (gather.cluster_read_once):
+    read by the first, copied into each later one's snapshot, never their namespaces' part."""
+    from draconf.diagnosis.gather import ClusterReading, Snapshot, cluster_read_once, _shared
+
+    reads = []
+
+    def read(snap):
+        reads.append(1)
+        snap.nodes = [{"metadata": {"name": "n1"}}]
+        snap.errors.update({"nodes": "HTTP 500", "pods": "not the cluster's"})
+
+    shared = ClusterReading()
+    first, second = Snapshot(namespace="a"), Snapshot(namespace="b", errors={"events": "own"})
+    shared.fill(("api", "gpu.nvidia.com"), first, read)
+    shared.fill(("api", "gpu.nvidia.com"), second, read)
+    assert len(reads) == 1
+    assert second.nodes == first.nodes == [{"metadata": {"name": "n1"}}]
+    assert second.errors == {"events": "own", "nodes": "HTTP 500"} and second.namespace == "b"
+    shared.fill(("other api", "gpu.nvidia.com"), Snapshot(), read)
+    assert len(reads) == 2
+
+    def unreachable(snap):
+        reads.append(1)
+        snap.api_error = "ConnectionRefusedError"
+
+    for _ in range(2):  # an unreachable server is asked again by the next failure
+        shared.fill(("down", "gpu.nvidia.com"), Snapshot(), unreachable)
+    assert len(reads) == 4
+
+    assert _shared.get() is None
+    with cluster_read_once() as reading:
+        assert _shared.get() is reading
+    assert _shared.get() is None
