@@ -43,6 +43,11 @@ MANIFEST = "01-single-gpu.yaml"
 TEMPLATE = "single-gpu"
 #: The share of the published GPUs the sweep may hold at once unless told (``--sweep-max-gpus``).
 DEFAULT_SHARE = 0.1
+#: Targets the sweep starts at first; its :class:`Window` grows from there as they start promptly.
+FIRST_WINDOW = 8
+#: A target's start (namespace to pod Running) is prompt below this share of the stall verdict's
+#: time (:func:`draconf.startup.stall_after`): beyond it the sweep is queueing its own starts.
+PROMPT_SHARE = 1 / 3
 
 
 @dataclass(frozen=True, order=True)
@@ -136,6 +141,73 @@ class Proof:
     notes: list[str] = field(default_factory=list)
     #: the cause of a stalled control plane the start saw (the run's breaker trips on it)
     stalled: str | None = None
+    #: seconds from asking for its namespace to its pod running, or its start ending otherwise
+    #: (None: no workload was started); what the sweep's :class:`Window` paces itself by
+    started_in: float | None = None
+
+
+class Window:
+    """How many targets may be in flight now, at most ``most`` (the GPUs the sweep may hold):
+    the sweep's pace, set by how promptly the cluster starts them.
+
+    Every target asks its namespace's controllers, the scheduler, the claim controller and the
+    node for work at once; a hundred asked in the same second queue behind each other (the
+    serviceaccount controller makes one namespace's ServiceAccount at a time, the scheduler
+    places one pod at a time), and on a slow control plane the last of them waited past the
+    stall verdict's 15 s for a ServiceAccount or a scheduling decision: a fleet of 1,000 KWOK
+    nodes on a loaded 2-core machine failed hundreds of healthy nodes so.  Starting with
+    ``first`` and growing by one per target that started within ``prompt`` seconds, halving
+    (once per round: only for a target that entered after the last cut) when one did not, the
+    sweep keeps its own queue short whatever the cluster's speed, and reaches ``most`` where the
+    cluster keeps up.
+
+    >>> w = Window(most=4, prompt=5.0, first=2)
+    >>> entered = [w.enter(), w.enter()]; w.size
+    2
+    >>> w.leave(entered[0], started_in=1.0); w.size  # prompt: one more
+    3
+    >>> w.leave(entered[1], started_in=9.0); w.size  # slow: halved
+    1
+    >>> w.leave(w.enter(), started_in=None); w.size, w.sizes  # nothing started: unchanged
+    (1, (1, 3))
+    """
+
+    def __init__(self, most: int, prompt: float, first: int = FIRST_WINDOW):
+        self.most, self.prompt = max(1, most), prompt
+        self.size = min(self.most, max(1, first))
+        self._busy = 0
+        self._cut_at = float("-inf")
+        self._smallest = self._largest = self.size
+        self._cond = threading.Condition()
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """The smallest and largest the window has been."""
+        return self._smallest, self._largest
+
+    def enter(self, interrupted: threading.Event | None = None) -> float:
+        """Wait for room in the window and take it: when this target entered (for :meth:`leave`).
+        Raises :class:`~draconf.waits.Cancelled` once ``interrupted`` is set."""
+        with self._cond:
+            while self._busy >= self.size:
+                if interrupted is not None and interrupted.is_set():
+                    raise waits.Cancelled("given up waiting to start: the run was interrupted")
+                self._cond.wait(0.2)
+            self._busy += 1
+            return time.monotonic()
+
+    def leave(self, entered: float, started_in: float | None) -> None:
+        """The target that entered at ``entered`` has ended; its start took ``started_in``."""
+        with self._cond:
+            self._busy -= 1
+            if started_in is not None and started_in > self.prompt:
+                if entered > self._cut_at:
+                    self.size = max(1, self.size // 2)
+                    self._cut_at = time.monotonic()
+            elif started_in is not None:
+                self.size = min(self.most, self.size + 1)
+            self._smallest, self._largest = min(self._smallest, self.size), max(self._largest, self.size)
+            self._cond.notify_all()
 
 
 class ReuseProbes:
@@ -224,14 +296,17 @@ class ReuseProbes:
 
 def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, Proof], None],
         progress: Callable[[str], None] = lambda line: None,
-        probes: ReuseProbes | None = None) -> dict[Target, Proof]:
+        probes: ReuseProbes | None = None, prompt: float | None = None) -> dict[Target, Proof]:
     """Prove every target, ``at_once`` in flight at a time; a target's outcome is kept, never
     raised here (Ctrl-C is: the targets not started are dropped, the running ones give up at
     their wait's next poll, and their namespaces go with the run's).  ``probes``: the node-wise release proofs the
-    targets' cleanups defer to (:class:`ReuseProbes`, made on the same targets)."""
+    targets' cleanups defer to (:class:`ReuseProbes`, made on the same targets).  ``prompt``:
+    the seconds within which a target's start is prompt; with it, the targets in flight are
+    paced by a :class:`Window` (at most ``at_once``), else ``at_once`` start together."""
     proofs = {t: Proof(t) for t in to_prove} if probes is None else probes.proofs  # the same targets
     if not proofs:
         return proofs
+    window = Window(at_once, prompt) if prompt is not None else None
 
     # Set once the run is interrupted: every target's wait gives up at its next poll
     # (waits.cancelled_by), so that the pool's threads end with the run instead of waiting
@@ -240,7 +315,13 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
 
     def one(target: Target) -> Proof:
         with waits.cancelled_by(interrupted):
-            return judged(target)
+            if window is None:
+                return judged(target)
+            entered = window.enter(interrupted)
+            try:
+                return judged(target)
+            finally:
+                window.leave(entered, proofs[target].started_in)
 
     def judged(target: Target) -> Proof:
         proof = proofs[target]
@@ -266,12 +347,15 @@ def run(to_prove: Iterable[Target], at_once: int, prove_one: Callable[[Target, P
             done += 1
             proof = future.result()
             if proof.outcome is not None or done % max(1, len(proofs) // 10) == 0:
-                progress(f"sweep: {done}/{len(proofs)} done ({proof.target.id}: {verdict_word(proof)})")
+                pace = f", {window.size} in flight at most now" if window is not None else ""
+                progress(f"sweep: {done}/{len(proofs)} done ({proof.target.id}: {verdict_word(proof)}){pace}")
     except BaseException:
         interrupted.set()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    if window is not None:
+        progress("sweep: targets in flight at once ranged from {} to {} (of at most {})".format(*window.sizes, at_once))
     return proofs
 
 
@@ -403,9 +487,13 @@ def prove(api, profile, run_id, published, validated_nodes, target: Target, proo
         raise NoVerdict(f"{why}: not tested")
     run_prefix = f"draconf-{run_id}-"
     free = candidates(api, profile, published, target, run_prefix, tainted, class_cel, view)
-    proof.namespace = ns = new_namespace(f"node-{target.id}")
-    workload = workload_for(target, profile, free, validated_nodes.avoid)
-    start = DeployedWorkload.start(api, ns, workload, profile, run_id.labels, view=view)
+    asked = time.monotonic()
+    try:
+        proof.namespace = ns = new_namespace(f"node-{target.id}")
+        workload = workload_for(target, profile, free, validated_nodes.avoid)
+        start = DeployedWorkload.start(api, ns, workload, profile, run_id.labels, view=view)
+    finally:
+        proof.started_in = time.monotonic() - asked  # (a namespace that never got ready too)
     if start.stalled:
         proof.stalled = start.stalled
     if start.never_started and not start.refused_by_node and start.deployed is not None:

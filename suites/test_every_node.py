@@ -27,6 +27,7 @@ from draconf.breaker import trip_breaker
 from draconf.diagnosis.gather import cluster_read_once
 from draconf.reporting import note, verdict_of
 from draconf.reporting.plugin import attach_fleet_picture
+from draconf.startup import stall_after
 from draconf.watched import WatchedRun
 from draconf.workload import prove_allocatable
 
@@ -87,7 +88,10 @@ def swept(request, cluster, profile, run_id, validated_nodes):
 
     began = time.monotonic()
     try:
-        proofs = sweep.run(chosen, at_once, prove_one, progress=say, probes=probes)
+        # Paced by how promptly the cluster starts them (sweep.Window), well inside the time
+        # after which a start no one acts on is a stalled control plane.
+        proofs = sweep.run(chosen, at_once, prove_one, progress=say, probes=probes,
+                           prompt=stall_after(profile) * sweep.PROMPT_SHARE)
     finally:
         if view is not None:
             view.stop()

@@ -290,11 +290,30 @@ def default_cluster_exec() -> dict:
             "spec": {"execs": [{"local": {"envs": [{"name": "DRACONF_CONTAINER", "value": "plain"}]}}]}}
 
 
+#: Node leases, node stages and pod stages kwok works on at once (its default is 4 of each).
+#: 1,000 KWOK nodes renew a lease each every 10 s (a quarter of --node-lease-duration-seconds):
+#: 100 writes a second, which 4 at a time could not keep up with once the API server answered
+#: in 100 ms or more (a loaded 2-core machine); leases lapsed, the node-lifecycle controller
+#: marked hundreds of nodes NotReady and their pods not Ready, and the kubelet-plugin pods of
+#: those nodes stayed so (kwok marks pods ready only when they start): GPUCluster notReady,
+#: and a run's preflight stopped it.  The namespaces a run deletes are its pods' stages too.
+PARALLELISM = 16
+
+
+def configuration() -> dict:
+    """kwok's own options, beside the stages in its --config.  Given a KwokConfiguration, kwok
+    takes an option it does not name as off: ``exec`` (its debugging handlers, which serve the
+    suite's ``nvidia-smi -L``) is named on."""
+    return {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            "options": {"enableDebuggingHandlers": True, "nodeLeaseParallelism": PARALLELISM,
+                        "nodePlayStageParallelism": PARALLELISM, "podPlayStageParallelism": PARALLELISM}}
+
+
 def render(kubelet_version: str) -> str:
     """The kwok --config file; nodes report ``kubelet_version`` like a real kubelet would."""
-    docs = [*stages(), default_cluster_exec()]
+    docs = [configuration(), *stages(), default_cluster_exec()]
     for doc in docs:
-        next_ = doc["spec"].get("next", {})
+        next_ = (doc.get("spec") or {}).get("next", {})
         if "statusTemplate" in next_:
             next_["statusTemplate"] = next_["statusTemplate"].replace("KUBELET_VERSION", kubelet_version)
     return yaml.safe_dump_all(docs, sort_keys=False)
