@@ -63,6 +63,26 @@ def sweep_run(flags: list[str], reports: Path) -> dict:
             "tally": done.group(3) if done else "no sweep line", "last": last}
 
 
+def growth(mode: str, by_size: dict[int, float], sizes: list[int]) -> str:
+    """The linear-growth figure: seconds per target at each size (median sweep time over its
+    targets) and their ratio between the smallest and the largest size (1.00: the sweep's time
+    grows linearly with the fleet; above it, worse); a size with no green round has none.
+
+    >>> print(growth("every-node", {100: 0.0995, 1000: 0.12}, [100, 1000]))
+    every-node: seconds per target 0.100 at 100 nodes, 0.120 at 1000 nodes: ratio 1.21 (1.00 is linear growth, below is better)
+    >>> print(growth("every-node", {100: 0.0995}, [100, 1000]))
+    every-node: seconds per target 0.100 at 100 nodes, none at 1000 nodes (no green round): no growth figure
+    """
+    said = ", ".join(f"{by_size[size]:.3f} at {size} nodes" if size in by_size else f"none at {size} nodes (no green round)"
+                     for size in sizes)
+    measured = [size for size in sizes if size in by_size]
+    if len(measured) < 2 or len(measured) < len(sizes):
+        return f"{mode}: seconds per target {said}: no growth figure"
+    small, large = min(measured), max(measured)
+    return (f"{mode}: seconds per target {said}: ratio {by_size[large] / by_size[small]:.2f} "
+            "(1.00 is linear growth, below is better)")
+
+
 def bring_up(nodes: int, gpus: int) -> tuple[Testbed, float]:
     bed = Testbed.named(BED)
     bed.down(log=lambda *_: None)
@@ -131,10 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 bed.down(log=lambda *_: None)
                 bed = None
         for mode, by_size in per_target.items():
-            sizes = sorted(by_size)
-            for small, large in zip(sizes, sizes[1:]):
-                print(f"{mode}: seconds per target at {large} nodes / at {small} nodes: "
-                      f"{by_size[large] / by_size[small]:.2f} (1.00 is linear growth, below is better)")
+            print(growth(mode, by_size, [size for size in args.sizes
+                                         if mode != "every-gpu" or args.gpu_sizes is None or size in args.gpu_sizes]))
     finally:
         if bed is not None and not args.keep:
             bed.down(log=lambda *_: None)
