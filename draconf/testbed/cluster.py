@@ -38,7 +38,7 @@ import yaml
 
 from draconf.errors import DraconfError
 from draconf.testbed import build, faults as faults_mod, hostsys, images, kwok_config, network, node as node_mod
-from draconf.testbed import node_config, pins, pki as pki_mod, processes, sandbox, upstream_chart, upstream_nvidia
+from draconf.testbed import mock_nvml_node, node_config, pins, pki as pki_mod, processes, sandbox, upstream_chart, upstream_nvidia
 from draconf.testbed.inventory import Inventory
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -406,11 +406,11 @@ class Testbed:
         base_spec = None
         if upstream is not None and node.has_gpus:
             # Every container starts from containerd's default spec with the node's mock-NVML
-            # profile mounted (upstream_nvidia.MOCK_CONFIG_MOUNT says why).
+            # profile mounted (mock_nvml_node.MOCK_CONFIG_MOUNT says why).
             default = json.loads(subprocess.run([str(bindir / "ctr"), "oci", "spec"], capture_output=True,
                                                 text=True, check=True).stdout)
             base_spec = paths.etc / "base-runtime-spec.json"
-            base_spec.write_text(json.dumps(upstream_nvidia.base_runtime_spec(default), indent=2))
+            base_spec.write_text(json.dumps(mock_nvml_node.base_runtime_spec(default), indent=2))
         (paths.etc / "containerd.toml").write_text(
             node_config.containerd_toml(paths, bindir, images.PAUSE_REF, base_runtime_spec=base_spec))
         (paths.cni_conf_dir / "10-draconf.conflist").write_text(node_config.cni_conflist(net.pod_cidr))
@@ -423,7 +423,7 @@ class Testbed:
         archives = [str(path) for path in build.image_archives(driver)]
         if upstream is not None:
             if node.has_gpus:
-                upstream_nvidia.install_driver_root(paths.driver_root, node, upstream,
+                mock_nvml_node.install_driver_root(paths.driver_root, node, upstream,
                                                     mps_control=bindir / "nvidia-cuda-mps-control",
                                                     shell=bindir / "busybox")
             # The labels NFD and GPU Feature Discovery give a GPU node, which the chart's

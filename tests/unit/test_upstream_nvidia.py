@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from draconf.errors import DraconfError
-from draconf.testbed import inventory, upstream_chart as chart, upstream_nvidia as up
+from draconf.testbed import inventory, mock_nvml_node as node_root, upstream_chart as chart, upstream_nvidia as up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,8 +73,8 @@ def test_the_mock_profile_is_the_inventory_node_over_the_model_profile():
                                 "memory": {"total_bytes": 85899345920, "reserved_bytes": 1073741824},
                                 "gsp_firmware": {"version": "550.163.01"}},
             "devices": [{"index": i} for i in range(8)], "nvlink": {"version": 4}}
-    cfg = up.mock_nvml_config(node, base)
-    assert up.profile_for(node.gpus[0].model.product_name, node.gpus[0].model.architecture) == "h100"
+    cfg = node_root.mock_nvml_config(node, base)
+    assert node_root.profile_for(node.gpus[0].model.product_name, node.gpus[0].model.architecture) == "h100"
     assert cfg["system"]["num_devices"] == len(cfg["devices"]) == len(node.gpus) == 2
     assert cfg["system"]["driver_version"] == "580.95.05" and cfg["system"]["cuda_version"] == "13.0"
     assert cfg["device_defaults"]["name"] == "NVIDIA H200"
@@ -89,10 +89,10 @@ def test_the_mock_profile_is_the_inventory_node_over_the_model_profile():
 
 
 def test_nodes_of_different_models_get_different_profiles():
-    assert up.profile_for("NVIDIA A100-SXM4-40GB", "Ampere") == "a100"
-    assert up.profile_for("NVIDIA H100 80GB HBM3", "Hopper") == "h100"
+    assert node_root.profile_for("NVIDIA A100-SXM4-40GB", "Ampere") == "a100"
+    assert node_root.profile_for("NVIDIA H100 80GB HBM3", "Hopper") == "h100"
     with pytest.raises(DraconfError, match="no mock NVML profile"):
-        up.profile_for("Some GPU", "Volta")
+        node_root.profile_for("Some GPU", "Volta")
 
 
 def test_the_driver_root_holds_library_profile_nvidia_smi_device_nodes_and_proc(tmp_path, monkeypatch):
@@ -115,7 +115,7 @@ def test_the_driver_root_holds_library_profile_nvidia_smi_device_nodes_and_proc(
     root = tmp_path / "root"
     mps = tmp_path / "mps"
     mps.write_text("#!/bin/sh\n")
-    up.install_driver_root(root, _node("gpu-a100-0"), built, mps_control=mps, shell=smi)
+    node_root.install_driver_root(root, _node("gpu-a100-0"), built, mps_control=mps, shell=smi)
     assert os.access(root / "usr" / "bin" / "nvidia-cuda-mps-control", os.X_OK)
     assert os.readlink(root / "bin" / "sh") == "busybox" and os.readlink(root / "bin" / "tail") == "busybox"
     libdir = root / "usr" / "lib64"
@@ -187,7 +187,7 @@ def test_gpu_nodes_start_every_container_with_the_mock_profile_mounted(tmp_path)
     from draconf.testbed import node_config
     default = {"ociVersion": "1.3.0", "mounts": [{"destination": "/proc", "type": "proc"},
                                                  {"destination": "/run", "type": "tmpfs"}]}
-    spec = up.base_runtime_spec(default)
+    spec = node_root.base_runtime_spec(default)
     assert spec["mounts"][-1] == {"destination": "/config", "type": "bind",
                                   "source": "/run/nvidia/driver/config", "options": ["rbind", "ro", "nosuid", "nodev"]}
     assert [m["destination"] for m in spec["mounts"]] == ["/proc", "/config"]
