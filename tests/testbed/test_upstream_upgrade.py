@@ -80,7 +80,9 @@ def test_the_upgrade_to_the_renamed_release_is_gated_and_keeps_running_workloads
     finally:
         namespaces.delete(api, ns, wait=90)
 
-    after = draconf("run", "--testbed-name", bed.name, "--compare", str(baseline),
+    # What the upgrade changed is judged here; how long a verdict took on the shared 2-core
+    # machine is not (a preflight row went 1.8 s -> 4.2 s in a CI run): no "slower" change.
+    after = draconf("run", "--testbed-name", bed.name, "--compare", str(baseline), "--slower-factor", "1000",
                     "--reports", str(tmp_path / "after"), "-k", SELECTION, timeout=900)
     out = after.stdout + after.stderr
     assert after.returncode == 0, out[-4000:]
@@ -127,7 +129,8 @@ def test_an_upgrade_without_the_name_override_is_named_as_a_rename_and_judged_on
         names = {ds.metadata.name for ds in api.apps.list_namespaced_daemon_set(NAMESPACE).items}
         assert names == {"dra-driver-nvidia-gpu-kubelet-plugin"}, names
 
-        after = draconf("run", "--testbed-name", bed.name, "--compare", str(baseline),
+        # The rename is judged, not the machine's speed (as in the test above).
+        after = draconf("run", "--testbed-name", bed.name, "--compare", str(baseline), "--slower-factor", "1000",
                         "--reports", str(tmp_path / "after"), "-k", "test_preflight or single-gpu", timeout=900)
         out = after.stdout + after.stderr
         assert after.returncode == 0, out[-4000:]
