@@ -191,7 +191,7 @@ def bed_round(bed, api, scenario: str) -> tuple[float, int, str]:
             profile.write_text(f"name: testbed-mirror\nimage: {TESTBED_IMAGE}\n")
             run = ["--target", "kubeconfig", "--profile", str(profile), "--reports", str(Path(tmp) / "reports"),
                    "-k", SELECTION]
-            rbac = [d for path in sorted((REPO / "manifests" / "rbac").glob("*.yaml")) for d in kubectl.docs(path)]
+            rbac = kubectl.docs_in(REPO / "manifests" / "rbac")
             # The baseline: the same user and run, bound the same way, neither throttle nor neighbour.
             with (throttled(bed, api) if scenario == "busy-server" else bound(api, rbac)):
                 rejected = rejected_so_far(api)

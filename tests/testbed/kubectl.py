@@ -17,6 +17,11 @@ def docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
+def docs_in(directory: Path) -> list[dict]:
+    """``kubectl apply -f DIR``'s documents: every YAML file of ``directory``, in name order."""
+    return [d for path in sorted(directory.glob("*.yaml")) for d in docs(path)]
+
+
 def apply(api, docs: list[dict]) -> None:
     """``kubectl apply``: create each object, or replace what is there."""
     dynamic = DynamicClient(api.api_client)

@@ -51,7 +51,7 @@ def _namespaces(api) -> set[str]:
 
 def test_the_whole_suite_passes_as_a_user_bound_only_to_the_shipped_role(healthy_bed, api, bed_profile,
                                                                            tmp_path):
-    docs = [d for path in sorted(RBAC_DIR.glob("*.yaml")) for d in kubectl.docs(path)]
+    docs = kubectl.docs_in(RBAC_DIR)
     kubectl.apply(api, docs)
     try:
         result, summary = _run(healthy_bed.dir / "draconf-suite.kubeconfig", bed_profile, tmp_path / "reports")

@@ -125,7 +125,7 @@ def throttled(bed, api) -> Iterator[Path]:
     rejects what does not fit, and neighbour clients in the same level keeping it busy: the
     kubeconfig of the suite's user.  Everything is undone on the way out (also for
     benchmarks/hostile_clusters.py, whose ``busy-server`` scenario times the same run)."""
-    rbac = [d for path in sorted((REPO / "manifests" / "rbac").glob("*.yaml")) for d in kubectl.docs(path)]
+    rbac = kubectl.docs_in(REPO / "manifests" / "rbac")
     neighbour = neighbour_objects()
     kubectl.apply(api, rbac + THROTTLE + neighbour)
     stop = threading.Event()
